@@ -1,0 +1,294 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kruntimes.io/kruntimes/apis/lifecycle"
+)
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Run is a one-shot task or a long-lived function executed on a warm Runtime Pod.
+type Run struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// Spec says what to run and how. Everything but cancelRequested and
+	// ttlSecondsAfterFinished is immutable after create.
+	Spec RunSpec `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	// Status is the observed lifecycle of the Run, written by kruntimes.
+	// +optional
+	Status RunStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
+}
+
+// RunSpec is the immutable description of a Run.
+type RunSpec struct {
+	// Runtime is the name of a Runtime in the Run's namespace whose Pods execute it.
+	Runtime string `json:"runtime" protobuf:"bytes,1,opt,name=runtime"`
+	// Source is the code the Run executes.
+	// +optional
+	Source RunSource `json:"source,omitempty" protobuf:"bytes,2,opt,name=source"`
+	// Mode selects a one-shot task or a long-lived function. Exactly one of
+	// task and function is set.
+	Mode RunMode `json:"mode" protobuf:"bytes,3,opt,name=mode"`
+	// Env is passed to the task or function, at most 256 entries.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Env []EnvVar `json:"env,omitempty" protobuf:"bytes,4,rep,name=env"`
+	// Timeout is the maximum lifetime of the reservation, counted from
+	// status.startTime. A Run past it ends as Timeout.
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty" protobuf:"bytes,5,opt,name=timeout"`
+	// RetryPolicy says how often and when a failed attempt is retried.
+	// +optional
+	RetryPolicy *RetryPolicy `json:"retryPolicy,omitempty" protobuf:"bytes,6,opt,name=retryPolicy"`
+	// CancelRequested asks kruntimes to cancel the Run. It may only go from
+	// false to true.
+	// +optional
+	CancelRequested bool `json:"cancelRequested,omitempty" protobuf:"varint,7,opt,name=cancelRequested"`
+	// TTLSecondsAfterFinished deletes the Run this many seconds after it
+	// reached a terminal phase. Unset keeps it forever. Mutable.
+	// +optional
+	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty" protobuf:"varint,8,opt,name=ttlSecondsAfterFinished"`
+}
+
+// RunSource is the code of a Run.
+type RunSource struct {
+	// Inline is the source text itself, at most 256 KiB.
+	// +optional
+	Inline string `json:"inline,omitempty" protobuf:"bytes,1,opt,name=inline"`
+	// InlinePath is the relative, clean file name the inline source is
+	// written to in the Run's workspace. Required for function Runs with
+	// inline source, so the handler can name it.
+	// +optional
+	InlinePath string `json:"inlinePath,omitempty" protobuf:"bytes,2,opt,name=inlinePath"`
+}
+
+// RunMode holds exactly one of task or function.
+type RunMode struct {
+	// Task executes once and records its outcome.
+	// +optional
+	Task *TaskMode `json:"task,omitempty" protobuf:"bytes,1,opt,name=task"`
+	// Function registers the code on a warm Pod, becomes Ready, and is then
+	// invoked many times through the runs/invoke subresource.
+	// +optional
+	Function *FunctionMode `json:"function,omitempty" protobuf:"bytes,2,opt,name=function"`
+}
+
+// TaskMode runs a program once.
+type TaskMode struct {
+	// Entrypoint is the program to execute, relative to the workspace or
+	// absolute. Defaults to running the inline source as a script.
+	// +optional
+	Entrypoint string `json:"entrypoint,omitempty" protobuf:"bytes,1,opt,name=entrypoint"`
+	// Args are passed to the entrypoint.
+	// +optional
+	// +listType=atomic
+	Args []string `json:"args,omitempty" protobuf:"bytes,2,rep,name=args"`
+}
+
+// FunctionMode registers a handler that serves invocations.
+type FunctionMode struct {
+	// Handler names the function: "module.function" for Python, a script
+	// path under the workspace for bash.
+	Handler string `json:"handler" protobuf:"bytes,1,opt,name=handler"`
+	// IdleTimeoutSeconds ends the Run as Timeout (reason IdleTimeout) after
+	// this long without an invocation. Unset never idles out.
+	// +optional
+	IdleTimeoutSeconds *int32 `json:"idleTimeoutSeconds,omitempty" protobuf:"varint,2,opt,name=idleTimeoutSeconds"`
+}
+
+// EnvVar is one environment variable.
+type EnvVar struct {
+	// Name of the variable, a C identifier.
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
+	// Value of the variable.
+	// +optional
+	Value string `json:"value,omitempty" protobuf:"bytes,2,opt,name=value"`
+}
+
+// RetryPolicy bounds the attempts of a Run.
+type RetryPolicy struct {
+	// MaxAttempts is the number of attempts including the first, 1 to 100.
+	// Defaults to 1 (no retry).
+	// +optional
+	MaxAttempts int32 `json:"maxAttempts,omitempty" protobuf:"varint,1,opt,name=maxAttempts"`
+	// Backoff spaces the attempts.
+	// +optional
+	Backoff *RetryBackoff `json:"backoff,omitempty" protobuf:"bytes,2,opt,name=backoff"`
+	// RetryableReasons limits retries to failures with one of these reasons.
+	// Empty retries every retryable failure.
+	// +optional
+	// +listType=set
+	RetryableReasons []string `json:"retryableReasons,omitempty" protobuf:"bytes,3,rep,name=retryableReasons"`
+}
+
+// RetryBackoff is an exponential backoff with a cap.
+type RetryBackoff struct {
+	// Initial is the delay before the second attempt.
+	// +optional
+	Initial *metav1.Duration `json:"initial,omitempty" protobuf:"bytes,1,opt,name=initial"`
+	// Max caps the delay between attempts.
+	// +optional
+	Max *metav1.Duration `json:"max,omitempty" protobuf:"bytes,2,opt,name=max"`
+	// Factor multiplies the delay after each attempt, as a decimal string
+	// such as "2"; defaults to 2.
+	// +optional
+	Factor string `json:"factor,omitempty" protobuf:"bytes,3,opt,name=factor"`
+}
+
+// RunStatus is the observed state of a Run. Invocation counters, history
+// and registration IDs never appear here.
+type RunStatus struct {
+	// Phase is where the Run is in its lifecycle.
+	// +optional
+	Phase lifecycle.Phase `json:"phase,omitempty" protobuf:"bytes,1,opt,name=phase,casttype=kruntimes.io/kruntimes/apis/lifecycle.Phase"`
+	// Conditions: Scheduled, Ready and Completed. At most 16.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,2,rep,name=conditions"`
+	// Message says, for humans, why the Run is where it is. At most 4 KiB.
+	// +optional
+	Message string `json:"message,omitempty" protobuf:"bytes,3,opt,name=message"`
+	// Attempt is the 1-based attempt number.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty" protobuf:"varint,4,opt,name=attempt"`
+	// AssignedPod is the Runtime Pod that holds the Run. Set and cleared
+	// together with assignedPodUID.
+	// +optional
+	AssignedPod string `json:"assignedPod,omitempty" protobuf:"bytes,5,opt,name=assignedPod"`
+	// AssignedPodUID disambiguates a reused Pod name.
+	// +optional
+	AssignedPodUID types.UID `json:"assignedPodUID,omitempty" protobuf:"bytes,6,opt,name=assignedPodUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
+	// ScheduledTime is when the Run was bound to its Pod.
+	// +optional
+	ScheduledTime *metav1.MicroTime `json:"scheduledTime,omitempty" protobuf:"bytes,7,opt,name=scheduledTime"`
+	// StartTime is when the owning runtimed claimed the Run.
+	// +optional
+	StartTime *metav1.MicroTime `json:"startTime,omitempty" protobuf:"bytes,8,opt,name=startTime"`
+	// ReadyTime is when a function Run last became Ready.
+	// +optional
+	ReadyTime *metav1.MicroTime `json:"readyTime,omitempty" protobuf:"bytes,9,opt,name=readyTime"`
+	// CompletionTime is when the Run reached a terminal phase.
+	// +optional
+	CompletionTime *metav1.MicroTime `json:"completionTime,omitempty" protobuf:"bytes,10,opt,name=completionTime"`
+	// Outputs are the task's KEY=VALUE outputs: at most 64 keys of 128 bytes,
+	// values of 8 KiB, 64 KiB in all.
+	// +optional
+	Outputs map[string]string `json:"outputs,omitempty" protobuf:"bytes,11,rep,name=outputs"`
+	// Endpoint is where a function Run is invoked.
+	// +optional
+	Endpoint *RunEndpoint `json:"endpoint,omitempty" protobuf:"bytes,12,opt,name=endpoint"`
+	// ExitCode is the exit status of a finished task.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty" protobuf:"varint,13,opt,name=exitCode"`
+}
+
+// RunEndpointProtocol is the protocol of a Run endpoint.
+type RunEndpointProtocol string
+
+// Endpoint protocols.
+const (
+	RunEndpointProtocolHTTPS RunEndpointProtocol = "HTTPS"
+)
+
+// RunEndpoint is the stable invoke address of a function Run.
+type RunEndpoint struct {
+	// Protocol of the URL; HTTPS.
+	Protocol RunEndpointProtocol `json:"protocol" protobuf:"bytes,1,opt,name=protocol,casttype=RunEndpointProtocol"`
+	// URL of the runs/invoke subresource, carrying ?uid= so a recreated Run
+	// of the same name is never addressed. At most 2048 bytes.
+	URL string `json:"url" protobuf:"bytes,2,opt,name=url"`
+	// CABundle is a PEM bundle to trust for URL, at most 16 KiB; omitted when
+	// the cluster's root already applies.
+	// +optional
+	CABundle []byte `json:"caBundle,omitempty" protobuf:"bytes,3,opt,name=caBundle"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RunList is a list of Runs.
+type RunList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	Items []Run `json:"items" protobuf:"bytes,2,rep,name=items"`
+}
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Runtime is a pool of warm Runtime Pods that execute Runs.
+type Runtime struct {
+	metav1.TypeMeta `json:",inline"`
+	// Standard object metadata.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// Spec describes the pool.
+	Spec RuntimeSpec `json:"spec" protobuf:"bytes,2,opt,name=spec"`
+	// Status is the observed state of the pool.
+	// +optional
+	Status RuntimeStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
+}
+
+// RuntimeSpec describes a pool of Runtime Pods.
+type RuntimeSpec struct {
+	// Template is the Pod template. Its container named "runtime" runs the
+	// Runtime Server; kruntimes adds the runtimed sidecar and shared volumes.
+	Template corev1.PodTemplateSpec `json:"template" protobuf:"bytes,1,opt,name=template"`
+	// Replicas is the number of warm Pods. Defaults to 1.
+	// +optional
+	Replicas *int32 `json:"replicas,omitempty" protobuf:"varint,2,opt,name=replicas"`
+	// Capacity bounds the work of each Pod.
+	// +optional
+	Capacity RuntimeCapacity `json:"capacity,omitempty" protobuf:"bytes,3,opt,name=capacity"`
+	// RuntimedImage is the image of the runtimed sidecar.
+	// +optional
+	RuntimedImage string `json:"runtimedImage,omitempty" protobuf:"bytes,4,opt,name=runtimedImage"`
+}
+
+// RuntimeCapacity bounds the concurrent Runs per Pod.
+type RuntimeCapacity struct {
+	// Runs is the number of Runs one Pod holds at once. Defaults to 1, so a
+	// sandbox never shares its Pod.
+	// +optional
+	Runs int32 `json:"runs,omitempty" protobuf:"varint,1,opt,name=runs"`
+}
+
+// RuntimeStatus is the observed state of a Runtime.
+type RuntimeStatus struct {
+	// ObservedGeneration is the generation the status describes.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty" protobuf:"varint,1,opt,name=observedGeneration"`
+	// Replicas is the number of Pods of the pool.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty" protobuf:"varint,2,opt,name=replicas"`
+	// ReadyReplicas is the number of Pods ready to take Runs.
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty" protobuf:"varint,3,opt,name=readyReplicas"`
+	// Conditions of the pool, e.g. Ready.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,4,rep,name=conditions"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RuntimeList is a list of Runtimes.
+type RuntimeList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	Items []Runtime `json:"items" protobuf:"bytes,2,rep,name=items"`
+}

@@ -1,0 +1,423 @@
+package validation
+
+import (
+	"encoding/pem"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"kruntimes.io/kruntimes/apis/kruntimes"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+)
+
+// Bounds of a Run, shared with the components that produce the values.
+const (
+	MaxInlineSourceBytes  = 256 << 10
+	MaxInlinePathBytes    = 1024
+	MaxEnvVars            = 256
+	MaxEnvValueBytes      = 32 << 10
+	MaxArgs               = 256
+	MaxHandlerBytes       = 1024
+	MinAttempts           = 1
+	MaxAttempts           = 100
+	MaxRetryableReasons   = 32
+	MaxConditions         = 16
+	MaxMessageBytes       = 4 << 10
+	MaxOutputs            = 64
+	MaxOutputKeyBytes     = 128
+	MaxOutputValueBytes   = 8 << 10
+	MaxOutputsTotalBytes  = 64 << 10
+	MaxEndpointURLBytes   = 2048
+	MaxEndpointCABytes    = 16 << 10
+	MaxRunsPerPod         = 1024
+	RuntimeContainerName  = "runtime"
+	maxRuntimedImageBytes = 512
+)
+
+// ValidateRun validates a Run on create.
+func ValidateRun(run *kruntimes.Run) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMeta(&run.ObjectMeta, true, apimachineryvalidation.NameIsDNSLabel, field.NewPath("metadata"))
+	allErrs = append(allErrs, validateRunSpec(&run.Spec, field.NewPath("spec"))...)
+	return allErrs
+}
+
+func validateRunSpec(spec *kruntimes.RunSpec, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if spec.Runtime == "" {
+		allErrs = append(allErrs, field.Required(fldPath.Child("runtime"), "name the Runtime in this namespace that runs it"))
+	} else {
+		for _, msg := range validation.IsDNS1123Label(spec.Runtime) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("runtime"), spec.Runtime, msg))
+		}
+	}
+	allErrs = append(allErrs, validateSource(&spec.Source, fldPath.Child("source"))...)
+	allErrs = append(allErrs, validateMode(spec, fldPath.Child("mode"))...)
+	allErrs = append(allErrs, validateEnv(spec.Env, fldPath.Child("env"))...)
+	if spec.Timeout != nil && spec.Timeout.Duration <= 0 {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("timeout"), spec.Timeout.Duration.String(), "must be positive"))
+	}
+	if spec.RetryPolicy != nil {
+		allErrs = append(allErrs, validateRetryPolicy(spec.RetryPolicy, fldPath.Child("retryPolicy"))...)
+	}
+	if spec.TTLSecondsAfterFinished != nil {
+		allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(int64(*spec.TTLSecondsAfterFinished), fldPath.Child("ttlSecondsAfterFinished"))...)
+	}
+	return allErrs
+}
+
+func validateSource(src *kruntimes.RunSource, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(src.Inline) > MaxInlineSourceBytes {
+		allErrs = append(allErrs, field.TooLong(fldPath.Child("inline"), "", MaxInlineSourceBytes))
+	}
+	if p := src.InlinePath; p != "" {
+		pathField := fldPath.Child("inlinePath")
+		switch {
+		case len(p) > MaxInlinePathBytes:
+			allErrs = append(allErrs, field.TooLong(pathField, "", MaxInlinePathBytes))
+		case path.IsAbs(p):
+			allErrs = append(allErrs, field.Invalid(pathField, p, "must be relative to the Run's workspace"))
+		case path.Clean(p) != p || p == "." || p == ".." || strings.HasPrefix(p, "../"):
+			allErrs = append(allErrs, field.Invalid(pathField, p, "must be a clean relative path inside the workspace (no '..', '.', '//' or trailing '/')"))
+		case strings.ContainsRune(p, 0):
+			allErrs = append(allErrs, field.Invalid(pathField, p, "must not contain NUL"))
+		}
+		if src.Inline == "" {
+			allErrs = append(allErrs, field.Required(fldPath.Child("inline"), "inlinePath names where inline source is written; set inline too"))
+		}
+	}
+	return allErrs
+}
+
+func validateMode(spec *kruntimes.RunSpec, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	mode := spec.Mode
+	switch {
+	case mode.Task != nil && mode.Function != nil:
+		return append(allErrs, field.Forbidden(fldPath, "set exactly one of task and function, not both"))
+	case mode.Task == nil && mode.Function == nil:
+		return append(allErrs, field.Required(fldPath, "set exactly one of task and function"))
+	case mode.Task != nil:
+		taskPath := fldPath.Child("task")
+		if mode.Task.Entrypoint == "" && spec.Source.Inline == "" {
+			allErrs = append(allErrs, field.Required(taskPath.Child("entrypoint"), "a task needs an entrypoint or inline source to run"))
+		}
+		if len(mode.Task.Args) > MaxArgs {
+			allErrs = append(allErrs, field.TooMany(taskPath.Child("args"), len(mode.Task.Args), MaxArgs))
+		}
+	case mode.Function != nil:
+		fnPath := fldPath.Child("function")
+		switch h := mode.Function.Handler; {
+		case h == "":
+			allErrs = append(allErrs, field.Required(fnPath.Child("handler"), `name the handler: "module.function" for Python, a script path for bash`))
+		case len(h) > MaxHandlerBytes:
+			allErrs = append(allErrs, field.TooLong(fnPath.Child("handler"), "", MaxHandlerBytes))
+		}
+		if s := mode.Function.IdleTimeoutSeconds; s != nil && *s <= 0 {
+			allErrs = append(allErrs, field.Invalid(fnPath.Child("idleTimeoutSeconds"), *s, "must be positive; leave unset to never idle out"))
+		}
+		if spec.Source.Inline != "" && spec.Source.InlinePath == "" {
+			allErrs = append(allErrs, field.Required(field.NewPath("spec", "source", "inlinePath"), "a function with inline source needs inlinePath so its handler can name the file"))
+		}
+	}
+	return allErrs
+}
+
+func validateEnv(env []kruntimes.EnvVar, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(env) > MaxEnvVars {
+		allErrs = append(allErrs, field.TooMany(fldPath, len(env), MaxEnvVars))
+	}
+	seen := make(map[string]bool, len(env))
+	for i, e := range env {
+		idx := fldPath.Index(i)
+		if e.Name == "" {
+			allErrs = append(allErrs, field.Required(idx.Child("name"), ""))
+		} else {
+			for _, msg := range validation.IsEnvVarName(e.Name) {
+				allErrs = append(allErrs, field.Invalid(idx.Child("name"), e.Name, msg))
+			}
+		}
+		if seen[e.Name] {
+			allErrs = append(allErrs, field.Duplicate(idx.Child("name"), e.Name))
+		}
+		seen[e.Name] = true
+		if len(e.Value) > MaxEnvValueBytes {
+			allErrs = append(allErrs, field.TooLong(idx.Child("value"), "", MaxEnvValueBytes))
+		}
+	}
+	return allErrs
+}
+
+func validateRetryPolicy(p *kruntimes.RetryPolicy, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if p.MaxAttempts < MinAttempts || p.MaxAttempts > MaxAttempts {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("maxAttempts"), p.MaxAttempts, fmt.Sprintf("must be between %d and %d", MinAttempts, MaxAttempts)))
+	}
+	if b := p.Backoff; b != nil {
+		bPath := fldPath.Child("backoff")
+		if b.Initial != nil && b.Initial.Duration < 0 {
+			allErrs = append(allErrs, field.Invalid(bPath.Child("initial"), b.Initial.Duration.String(), "must not be negative"))
+		}
+		if b.Max != nil && b.Max.Duration < 0 {
+			allErrs = append(allErrs, field.Invalid(bPath.Child("max"), b.Max.Duration.String(), "must not be negative"))
+		}
+		if b.Initial != nil && b.Max != nil && b.Max.Duration < b.Initial.Duration {
+			allErrs = append(allErrs, field.Invalid(bPath.Child("max"), b.Max.Duration.String(), "must not be below initial"))
+		}
+		if b.Factor != "" {
+			if f, err := strconv.ParseFloat(b.Factor, 64); err != nil || f < 1 || f > 10 {
+				allErrs = append(allErrs, field.Invalid(bPath.Child("factor"), b.Factor, `must be a decimal number from 1 to 10, such as "2" or "1.5"`))
+			}
+		}
+	}
+	if len(p.RetryableReasons) > MaxRetryableReasons {
+		allErrs = append(allErrs, field.TooMany(fldPath.Child("retryableReasons"), len(p.RetryableReasons), MaxRetryableReasons))
+	}
+	for i, r := range p.RetryableReasons {
+		for _, msg := range metav1validation.IsValidConditionReason(r) {
+			allErrs = append(allErrs, field.Invalid(fldPath.Child("retryableReasons").Index(i), r, msg))
+		}
+	}
+	return allErrs
+}
+
+// ValidateRunUpdate validates a spec or metadata update: execution inputs are
+// immutable, cancelRequested only goes false → true.
+func ValidateRunUpdate(run, old *kruntimes.Run) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&run.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	allErrs = append(allErrs, validateRunSpec(&run.Spec, field.NewPath("spec"))...)
+	specPath := field.NewPath("spec")
+	immutable := []struct {
+		name     string
+		new, old any
+	}{
+		{"runtime", run.Spec.Runtime, old.Spec.Runtime},
+		{"source", run.Spec.Source, old.Spec.Source},
+		{"mode", run.Spec.Mode, old.Spec.Mode},
+		{"env", run.Spec.Env, old.Spec.Env},
+		{"timeout", run.Spec.Timeout, old.Spec.Timeout},
+		{"retryPolicy", run.Spec.RetryPolicy, old.Spec.RetryPolicy},
+	}
+	for _, f := range immutable {
+		if !apiequality.Semantic.DeepEqual(f.new, f.old) {
+			allErrs = append(allErrs, field.Forbidden(specPath.Child(f.name), "is immutable after create; delete and recreate the Run to change it"))
+		}
+	}
+	if old.Spec.CancelRequested && !run.Spec.CancelRequested {
+		allErrs = append(allErrs, field.Forbidden(specPath.Child("cancelRequested"), "may only change from false to true; a cancelled Run cannot be resumed"))
+	}
+	return allErrs
+}
+
+// ValidateRunStatusUpdate validates a status update against the phase table
+// of lifecycle and the bounds of every status field.
+func ValidateRunStatusUpdate(run, old *kruntimes.Run) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&run.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	statusPath := field.NewPath("status")
+	status, oldStatus := &run.Status, &old.Status
+	mode := ModeOf(&run.Spec)
+
+	if err := lifecycle.CheckTransition(mode, oldStatus.Phase, status.Phase); err != nil {
+		allErrs = append(allErrs, field.Invalid(statusPath.Child("phase"), status.Phase, err.Error()))
+	}
+	attemptPath := statusPath.Child("attempt")
+	switch {
+	case status.Attempt < oldStatus.Attempt:
+		allErrs = append(allErrs, field.Invalid(attemptPath, status.Attempt, fmt.Sprintf("must not decrease (was %d)", oldStatus.Attempt)))
+	case lifecycle.IsRetry(oldStatus.Phase, status.Phase) && status.Attempt != oldStatus.Attempt+1:
+		allErrs = append(allErrs, field.Invalid(attemptPath, status.Attempt,
+			fmt.Sprintf("%s → %s is a retry and must set attempt to %d", oldStatus.Phase, status.Phase, oldStatus.Attempt+1)))
+	case !lifecycle.IsRetry(oldStatus.Phase, status.Phase) && status.Attempt != oldStatus.Attempt:
+		allErrs = append(allErrs, field.Invalid(attemptPath, status.Attempt,
+			fmt.Sprintf("changes only by one, on a retry from Running or Ready back to Pending (was %d)", oldStatus.Attempt)))
+	}
+	allErrs = append(allErrs, validateAssignment(status, oldStatus, statusPath)...)
+	allErrs = append(allErrs, validateStatusBounds(status, mode, statusPath)...)
+	return allErrs
+}
+
+func validateAssignment(status, oldStatus *kruntimes.RunStatus, statusPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	podPath, uidPath := statusPath.Child("assignedPod"), statusPath.Child("assignedPodUID")
+	if (status.AssignedPod == "") != (status.AssignedPodUID == "") {
+		return append(allErrs, field.Invalid(uidPath, status.AssignedPodUID, "assignedPod and assignedPodUID are set and cleared together"))
+	}
+	if status.AssignedPod != "" {
+		for _, msg := range validation.IsDNS1123Subdomain(status.AssignedPod) {
+			allErrs = append(allErrs, field.Invalid(podPath, status.AssignedPod, msg))
+		}
+	}
+	switch {
+	case lifecycle.IsAssigned(status.Phase) && status.AssignedPod == "":
+		allErrs = append(allErrs, field.Required(podPath, fmt.Sprintf("a %s Run is assigned to a Pod", status.Phase)))
+	case status.Phase == lifecycle.Pending && status.AssignedPod != "":
+		allErrs = append(allErrs, field.Forbidden(podPath, "a Pending Run has no assignment; clear assignedPod and assignedPodUID"))
+	case lifecycle.IsAssigned(status.Phase) && lifecycle.IsAssigned(oldStatus.Phase) &&
+		(status.AssignedPod != oldStatus.AssignedPod || status.AssignedPodUID != oldStatus.AssignedPodUID):
+		allErrs = append(allErrs, field.Forbidden(podPath, "an active Run keeps its Pod; move it back to Pending to reassign"))
+	}
+	return allErrs
+}
+
+func validateStatusBounds(status *kruntimes.RunStatus, mode lifecycle.Mode, statusPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(status.Conditions) > MaxConditions {
+		allErrs = append(allErrs, field.TooMany(statusPath.Child("conditions"), len(status.Conditions), MaxConditions))
+	} else {
+		allErrs = append(allErrs, metav1validation.ValidateConditions(status.Conditions, statusPath.Child("conditions"))...)
+	}
+	if len(status.Message) > MaxMessageBytes {
+		allErrs = append(allErrs, field.TooLong(statusPath.Child("message"), "", MaxMessageBytes))
+	}
+	allErrs = append(allErrs, ValidateOutputs(status.Outputs, statusPath.Child("outputs"))...)
+	if ep := status.Endpoint; ep != nil {
+		epPath := statusPath.Child("endpoint")
+		if mode != lifecycle.ModeFunction {
+			allErrs = append(allErrs, field.Forbidden(epPath, "only function Runs have an endpoint"))
+		}
+		if ep.Protocol != kruntimes.RunEndpointProtocolHTTPS {
+			allErrs = append(allErrs, field.NotSupported(epPath.Child("protocol"), ep.Protocol, []kruntimes.RunEndpointProtocol{kruntimes.RunEndpointProtocolHTTPS}))
+		}
+		switch {
+		case ep.URL == "":
+			allErrs = append(allErrs, field.Required(epPath.Child("url"), ""))
+		case len(ep.URL) > MaxEndpointURLBytes:
+			allErrs = append(allErrs, field.TooLong(epPath.Child("url"), "", MaxEndpointURLBytes))
+		case !strings.HasPrefix(ep.URL, "https://"):
+			allErrs = append(allErrs, field.Invalid(epPath.Child("url"), ep.URL, "must be an https:// URL"))
+		}
+		if len(ep.CABundle) > MaxEndpointCABytes {
+			allErrs = append(allErrs, field.TooLong(epPath.Child("caBundle"), "", MaxEndpointCABytes))
+		} else if len(ep.CABundle) > 0 && !isPEMCertificates(ep.CABundle) {
+			allErrs = append(allErrs, field.Invalid(epPath.Child("caBundle"), "<bytes>", "must be one or more PEM CERTIFICATE blocks"))
+		}
+	}
+	if status.ExitCode != nil && mode != lifecycle.ModeTask {
+		allErrs = append(allErrs, field.Forbidden(statusPath.Child("exitCode"), "only task Runs have an exit code"))
+	}
+	if status.Attempt < 0 {
+		allErrs = append(allErrs, field.Invalid(statusPath.Child("attempt"), status.Attempt, "must not be negative"))
+	}
+	return allErrs
+}
+
+// ValidateOutputs checks the bounds of Run outputs: at most 64 keys of at
+// most 128 bytes, values of at most 8 KiB, 64 KiB in all.
+func ValidateOutputs(outputs map[string]string, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(outputs) > MaxOutputs {
+		return append(allErrs, field.TooMany(fldPath, len(outputs), MaxOutputs))
+	}
+	total := 0
+	for k, v := range outputs {
+		total += len(k) + len(v)
+		switch {
+		case k == "":
+			allErrs = append(allErrs, field.Invalid(fldPath, k, "output keys must not be empty"))
+		case len(k) > MaxOutputKeyBytes:
+			allErrs = append(allErrs, field.TooLong(fldPath.Key(k[:32]+"…"), "", MaxOutputKeyBytes))
+		}
+		if len(v) > MaxOutputValueBytes {
+			allErrs = append(allErrs, field.TooLong(fldPath.Key(k), "", MaxOutputValueBytes))
+		}
+	}
+	if total > MaxOutputsTotalBytes {
+		allErrs = append(allErrs, field.TooLong(fldPath, "", MaxOutputsTotalBytes))
+	}
+	return allErrs
+}
+
+func isPEMCertificates(data []byte) bool {
+	found := false
+	for rest := data; len(strings.TrimSpace(string(rest))) > 0; {
+		var block *pem.Block
+		block, rest = pem.Decode(rest)
+		if block == nil || block.Type != "CERTIFICATE" {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
+// ModeOf classifies a Run's spec as a task or a function.
+func ModeOf(spec *kruntimes.RunSpec) lifecycle.Mode {
+	if spec.Mode.Function != nil {
+		return lifecycle.ModeFunction
+	}
+	return lifecycle.ModeTask
+}
+
+// ValidateRuntime validates a Runtime on create.
+func ValidateRuntime(rt *kruntimes.Runtime) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMeta(&rt.ObjectMeta, true, apimachineryvalidation.NameIsDNSLabel, field.NewPath("metadata"))
+	return append(allErrs, validateRuntimeSpec(&rt.Spec, field.NewPath("spec"))...)
+}
+
+// ValidateRuntimeUpdate validates a spec or metadata update of a Runtime;
+// every spec field may change, as for a Deployment.
+func ValidateRuntimeUpdate(rt, old *kruntimes.Runtime) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&rt.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	return append(allErrs, validateRuntimeSpec(&rt.Spec, field.NewPath("spec"))...)
+}
+
+// ValidateRuntimeStatusUpdate validates a Runtime status update.
+func ValidateRuntimeStatusUpdate(rt, old *kruntimes.Runtime) field.ErrorList {
+	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&rt.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
+	statusPath := field.NewPath("status")
+	s := rt.Status
+	allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(s.ObservedGeneration, statusPath.Child("observedGeneration"))...)
+	allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(int64(s.Replicas), statusPath.Child("replicas"))...)
+	allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(int64(s.ReadyReplicas), statusPath.Child("readyReplicas"))...)
+	if s.ReadyReplicas > s.Replicas {
+		allErrs = append(allErrs, field.Invalid(statusPath.Child("readyReplicas"), s.ReadyReplicas, "must not exceed replicas"))
+	}
+	if len(s.Conditions) > MaxConditions {
+		allErrs = append(allErrs, field.TooMany(statusPath.Child("conditions"), len(s.Conditions), MaxConditions))
+	} else {
+		allErrs = append(allErrs, metav1validation.ValidateConditions(s.Conditions, statusPath.Child("conditions"))...)
+	}
+	return allErrs
+}
+
+func validateRuntimeSpec(spec *kruntimes.RuntimeSpec, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if spec.Replicas != nil {
+		allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(int64(*spec.Replicas), fldPath.Child("replicas"))...)
+	}
+	if r := spec.Capacity.Runs; r < 1 || r > MaxRunsPerPod {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("capacity", "runs"), r, fmt.Sprintf("must be between 1 and %d", MaxRunsPerPod)))
+	}
+	if spec.RuntimedImage == "" {
+		allErrs = append(allErrs, field.Required(fldPath.Child("runtimedImage"), ""))
+	} else if len(spec.RuntimedImage) > maxRuntimedImageBytes {
+		allErrs = append(allErrs, field.TooLong(fldPath.Child("runtimedImage"), "", maxRuntimedImageBytes))
+	}
+	containersPath := fldPath.Child("template", "spec", "containers")
+	found := false
+	for i, c := range spec.Template.Spec.Containers {
+		if c.Name == RuntimeContainerName {
+			found = true
+			if c.Image == "" {
+				allErrs = append(allErrs, field.Required(containersPath.Index(i).Child("image"), "the runtime container runs the Runtime Server image"))
+			}
+		}
+	}
+	if !found {
+		allErrs = append(allErrs, field.Required(containersPath, fmt.Sprintf("a container named %q runs the Runtime Server", RuntimeContainerName)))
+	}
+	for k, v := range spec.Template.Labels {
+		if k == lifecycle.LabelRuntime {
+			allErrs = append(allErrs, field.Forbidden(fldPath.Child("template", "metadata", "labels").Key(k), fmt.Sprintf("%s is set by kruntimes (was %q)", lifecycle.LabelRuntime, v)))
+		}
+	}
+	return allErrs
+}

@@ -1,0 +1,40 @@
+package lifecycle
+
+// Condition types on a Run.
+const (
+	// ConditionScheduled is True once the Run has been bound to a Runtime Pod.
+	ConditionScheduled = "Scheduled"
+	// ConditionReady is True only while the owning runtimed holds a live
+	// registration for a function Run and accepts invokes.
+	ConditionReady = "Ready"
+	// ConditionCompleted is True once the Run reached a terminal phase.
+	ConditionCompleted = "Completed"
+)
+
+// Reasons carried by conditions and terminal phases.
+const (
+	ReasonScheduling         = "Scheduling"
+	ReasonRegistering        = "Registering"
+	ReasonFunctionRegistered = "FunctionRegistered"
+	ReasonRetrying           = "Retrying"
+	ReasonOwnerLost          = "OwnerLost"
+	ReasonTerminating        = "Terminating"
+	ReasonCancelled          = "Cancelled"
+	ReasonIdleTimeout        = "IdleTimeout"
+	ReasonTimeout            = "Timeout"
+	ReasonExecutionLost      = "ExecutionLost"
+)
+
+// FinalizerRegistrationCleanup keeps a function Run until its owning runtimed
+// has unregistered it and released its capacity.
+const FinalizerRegistrationCleanup = "kruntimes.io/registration-cleanup"
+
+// LabelRuntime names the Runtime a Runtime Pod (and its Deployment) serves.
+const LabelRuntime = "kruntimes.io/runtime"
+
+// Field selectors a Run supports for list and watch.
+const (
+	FieldSpecRuntime       = "spec.runtime"
+	FieldStatusPhase       = "status.phase"
+	FieldStatusAssignedPod = "status.assignedPod"
+)

@@ -1,0 +1,209 @@
+package options
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	basecompatibility "k8s.io/component-base/compatibility"
+	baseversion "k8s.io/component-base/version"
+	"k8s.io/klog/v2"
+	netutils "k8s.io/utils/net"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apiserver"
+	kruntimesopenapi "kruntimes.io/kruntimes/apiserver/openapi"
+	"kruntimes.io/kruntimes/registry/storage/embedded"
+)
+
+const etcdPathPrefix = "/registry/kruntimes.io"
+
+// ServerOptions are the flags of kruntimes-apiserver.
+type ServerOptions struct {
+	RecommendedOptions       *genericoptions.RecommendedOptions
+	Storage                  *StorageOptions
+	Standalone               *StandaloneOptions
+	ComponentGlobalsRegistry basecompatibility.ComponentGlobalsRegistry
+
+	// AlternateDNS are extra names for the self-signed serving certificate,
+	// e.g. the <service>.<namespace>.svc name the aggregator dials.
+	AlternateDNS []string
+
+	Out, ErrOut io.Writer
+}
+
+// NewServerOptions returns the defaults: the embedded backend, delegated
+// authentication and authorization against the cluster.
+func NewServerOptions(out, errOut io.Writer) *ServerOptions {
+	o := &ServerOptions{
+		RecommendedOptions: genericoptions.NewRecommendedOptions(etcdPathPrefix,
+			apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
+		Standalone:               &StandaloneOptions{},
+		ComponentGlobalsRegistry: basecompatibility.NewComponentGlobalsRegistry(),
+		AlternateDNS:             []string{"kruntimes-apiserver.kruntimes-system.svc"},
+		Out:                      out,
+		ErrOut:                   errOut,
+	}
+	o.Storage = NewStorageOptions(o.RecommendedOptions.Etcd)
+	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
+		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
+	_, _ = o.ComponentGlobalsRegistry.ComponentGlobalsOrRegister(basecompatibility.DefaultKubeComponent,
+		basecompatibility.NewEffectiveVersionFromString(baseversion.DefaultKubeBinaryVersion, "", ""),
+		utilfeature.DefaultMutableFeatureGate)
+	return o
+}
+
+// NewCommand returns the kruntimes-apiserver command.
+func NewCommand(ctx context.Context, o *ServerOptions) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "kruntimes-apiserver",
+		Short: "Serve the kruntimes.io API (Runs and Runtimes) as a Kubernetes aggregated API server",
+		Long: `kruntimes-apiserver serves Runs and Runtimes of the kruntimes.io API group.
+It runs behind kube-apiserver through an APIService, authenticating and
+authorizing every request against the cluster, and stores its objects in its
+own storage: an embedded durable file by default, or etcd.`,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			return o.ComponentGlobalsRegistry.Set()
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			if err := o.Complete(); err != nil {
+				return err
+			}
+			if err := o.Validate(args); err != nil {
+				return err
+			}
+			return o.Run(c.Context())
+		},
+		SilenceUsage: true,
+	}
+	cmd.SetContext(ctx)
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// AddFlags registers every flag on fs.
+func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
+	o.RecommendedOptions.AddFlags(fs)
+	o.Storage.AddFlags(fs)
+	o.Standalone.AddFlags(fs)
+	o.ComponentGlobalsRegistry.AddFlags(fs)
+	fs.StringSliceVar(&o.AlternateDNS, "alternate-dns", o.AlternateDNS,
+		"Extra DNS names of the self-signed serving certificate; include <service>.<namespace>.svc so the aggregator can verify it.")
+}
+
+// Complete fills in what depends on other flags: standalone mode drops every
+// dependency on a cluster.
+func (o *ServerOptions) Complete() error {
+	if o.Standalone.Enabled {
+		r := o.RecommendedOptions
+		r.Authentication, r.Authorization, r.CoreAPI, r.Admission = nil, nil, nil, nil
+		r.Features.EnablePriorityAndFairness = false
+	}
+	return nil
+}
+
+// Validate checks the flags.
+func (o *ServerOptions) Validate(args []string) error {
+	var errs []error
+	if len(args) > 0 {
+		errs = append(errs, fmt.Errorf("kruntimes-apiserver takes no arguments, got %q", args))
+	}
+	etcd := o.RecommendedOptions.Etcd
+	if o.Storage.Backend() != BackendEtcd3 {
+		// --etcd-servers is required only when etcd is the backend.
+		o.RecommendedOptions.Etcd = nil
+	}
+	errs = append(errs, o.RecommendedOptions.Validate()...)
+	o.RecommendedOptions.Etcd = etcd
+	errs = append(errs, o.Storage.Validate()...)
+	errs = append(errs, o.ComponentGlobalsRegistry.Validate()...)
+	return utilerrors.NewAggregate(errs)
+}
+
+// Config builds the server configuration. The returned close function
+// releases the storage backend; call it after the server stopped.
+func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
+	if err := o.RecommendedOptions.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", o.AlternateDNS,
+		[]net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
+		return nil, nil, fmt.Errorf("creating self-signed serving certificates: %w", err)
+	}
+
+	serverConfig := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
+	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(kruntimesopenapi.GetOpenAPIDefinitions, namer)
+	serverConfig.OpenAPIConfig.Info.Title = "kruntimes"
+	serverConfig.OpenAPIConfig.Info.Version = v1alpha1.SchemeGroupVersion.Version
+	serverConfig.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(kruntimesopenapi.GetOpenAPIDefinitions, namer)
+	serverConfig.OpenAPIV3Config.Info.Title = "kruntimes"
+	serverConfig.OpenAPIV3Config.Info.Version = v1alpha1.SchemeGroupVersion.Version
+	serverConfig.FeatureGate = o.ComponentGlobalsRegistry.FeatureGateFor(basecompatibility.DefaultKubeComponent)
+	serverConfig.EffectiveVersion = o.ComponentGlobalsRegistry.EffectiveVersionFor(basecompatibility.DefaultKubeComponent)
+
+	embeddedBackend := o.Storage.Backend() == BackendEmbedded
+	etcd := o.RecommendedOptions.Etcd
+	if embeddedBackend {
+		o.RecommendedOptions.Etcd = nil
+	}
+	err := o.RecommendedOptions.ApplyTo(serverConfig)
+	o.RecommendedOptions.Etcd = etcd
+	if err != nil {
+		return nil, nil, err
+	}
+
+	closeStorage := func() {}
+	if embeddedBackend {
+		backend, err := embedded.Open(o.Storage.Path, embedded.Options{})
+		if err != nil {
+			return nil, nil, err
+		}
+		closeStorage = func() {
+			if err := backend.Close(); err != nil {
+				klog.ErrorS(err, "Closing the embedded storage", "path", backend.Path())
+			}
+		}
+		serverConfig.RESTOptionsGetter = backend.RESTOptionsGetter(etcd.StorageConfig)
+		serverConfig.AddHealthChecks(backend.HealthChecker())
+	}
+	if o.Standalone.Enabled {
+		if err := o.Standalone.ApplyTo(serverConfig); err != nil {
+			closeStorage()
+			return nil, nil, err
+		}
+	}
+	return &apiserver.Config{GenericConfig: serverConfig}, closeStorage, nil
+}
+
+// Run starts the server and blocks until ctx is done.
+func (o *ServerOptions) Run(ctx context.Context) error {
+	config, closeStorage, err := o.Config()
+	if err != nil {
+		return err
+	}
+	defer closeStorage()
+	server, err := config.Complete().New()
+	if err != nil {
+		return err
+	}
+	if o.Standalone.Enabled && o.Standalone.KubeconfigPath != "" {
+		server.GenericAPIServer.AddPostStartHookOrDie("write-standalone-kubeconfig", func(genericapiserver.PostStartHookContext) error {
+			return o.Standalone.WriteKubeconfig(o.RecommendedOptions.SecureServing)
+		})
+	}
+	if config.GenericConfig.SharedInformerFactory != nil {
+		server.GenericAPIServer.AddPostStartHookOrDie("start-kruntimes-informers", func(hookCtx genericapiserver.PostStartHookContext) error {
+			config.GenericConfig.SharedInformerFactory.Start(hookCtx.Done())
+			return nil
+		})
+	}
+	return server.GenericAPIServer.PrepareRun().RunWithContext(ctx)
+}

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+)
+
+func TestOptionsValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		opts    options
+		wantErr bool
+	}{
+		{name: "bash on a unix socket is valid", opts: options{Language: "bash", Listen: "unix:///tmp/x.sock"}},
+		{name: "python on a unix socket is valid", opts: options{Language: "python", Listen: "unix:///tmp/x.sock"}},
+		{name: "unknown language is rejected", opts: options{Language: "ruby", Listen: "unix:///tmp/x.sock"}, wantErr: true},
+		{name: "TCP listen address is rejected", opts: options{Language: "bash", Listen: "tcp://127.0.0.1:9000"}, wantErr: true},
+		{name: "empty socket path is rejected", opts: options{Language: "bash", Listen: "unix://"}, wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.opts.Validate()
+			if tc.wantErr {
+				assert.Error(t, err)
+			} else {
+				assert.NoError(t, err)
+			}
+		})
+	}
+}
+
+// TestRunServesUntilCancelled starts the command's server on a socket whose
+// directory does not exist yet, checks Health, and stops it.
+func TestRunServesUntilCancelled(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "run", "runtime.sock")
+	o := &options{Language: "python", Listen: "unix://" + sock, StateDir: filepath.Join(dir, "state"), ShutdownTimeout: 5 * time.Second}
+	require.NoError(t, o.Validate())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ran := make(chan error, 1)
+	go func() { ran <- o.Run(ctx) }()
+
+	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+	defer conn.Close()
+	client := runtimev1.NewRuntimeClient(conn)
+	var health *runtimev1.HealthResponse
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		health, err = client.Health(ctx, &runtimev1.HealthRequest{})
+		return err == nil, nil
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "python", health.GetLanguage())
+	assert.True(t, health.GetFunctionsSupported())
+
+	cancel()
+	select {
+	case err := <-ran:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Run did not return after its context was cancelled")
+	}
+}

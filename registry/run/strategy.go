@@ -1,0 +1,159 @@
+package run
+
+import (
+	"context"
+	"fmt"
+
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/registry/generic"
+	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/apiserver/pkg/storage/names"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"kruntimes.io/kruntimes/apis/kruntimes"
+	"kruntimes.io/kruntimes/apis/kruntimes/validation"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+)
+
+// runStrategy implements create, update and delete of Runs: users own the
+// spec, kruntimes owns the status.
+type runStrategy struct {
+	runtime.ObjectTyper
+	names.NameGenerator
+}
+
+// NewStrategy returns the strategy for the runs resource.
+func NewStrategy(typer runtime.ObjectTyper) runStrategy {
+	return runStrategy{typer, names.SimpleNameGenerator}
+}
+
+func (runStrategy) NamespaceScoped() bool { return true }
+
+// GetResetFields keeps server-side apply from claiming status through the
+// main resource.
+func (runStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return map[fieldpath.APIVersion]*fieldpath.Set{
+		"kruntimes.io/v1alpha1": fieldpath.NewSet(fieldpath.MakePathOrDie("status")),
+	}
+}
+
+// PrepareForCreate starts every Run Pending on its first attempt, whatever
+// status the client sent.
+func (runStrategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
+	run := obj.(*kruntimes.Run)
+	run.Status = kruntimes.RunStatus{Phase: lifecycle.Pending, Attempt: 1}
+	run.Generation = 1
+}
+
+// PrepareForUpdate ignores status changes sent to the main resource and bumps
+// the generation when the spec changed.
+func (runStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	newRun, oldRun := obj.(*kruntimes.Run), old.(*kruntimes.Run)
+	newRun.Status = oldRun.Status
+	if !apiequality.Semantic.DeepEqual(newRun.Spec, oldRun.Spec) {
+		newRun.Generation = oldRun.Generation + 1
+	}
+}
+
+func (runStrategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
+	return validation.ValidateRun(obj.(*kruntimes.Run))
+}
+
+func (runStrategy) WarningsOnCreate(context.Context, runtime.Object) []string { return nil }
+
+func (runStrategy) AllowCreateOnUpdate(context.Context) bool { return false }
+
+func (runStrategy) AllowUnconditionalUpdate(context.Context) bool { return true }
+
+func (runStrategy) Canonicalize(runtime.Object) {}
+
+func (runStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	return validation.ValidateRunUpdate(obj.(*kruntimes.Run), old.(*kruntimes.Run))
+}
+
+func (runStrategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
+	return nil
+}
+
+// runStatusStrategy implements runs/status: kruntimes components move the
+// phase through the lifecycle table; spec and metadata stay as they were.
+type runStatusStrategy struct {
+	runStrategy
+}
+
+// NewStatusStrategy returns the strategy for the runs/status subresource.
+func NewStatusStrategy(base runStrategy) runStatusStrategy {
+	return runStatusStrategy{base}
+}
+
+func (runStatusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return map[fieldpath.APIVersion]*fieldpath.Set{
+		"kruntimes.io/v1alpha1": fieldpath.NewSet(fieldpath.MakePathOrDie("spec")),
+	}
+}
+
+func (runStatusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	newRun, oldRun := obj.(*kruntimes.Run), old.(*kruntimes.Run)
+	newRun.Spec = oldRun.Spec
+	// Finalizers and owner references are changed through the main resource;
+	// a status writer working from a stale copy must not drop them.
+	newRun.Finalizers = oldRun.Finalizers
+	newRun.OwnerReferences = oldRun.OwnerReferences
+	newRun.DeletionTimestamp = oldRun.DeletionTimestamp
+}
+
+func (runStatusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	return validation.ValidateRunStatusUpdate(obj.(*kruntimes.Run), old.(*kruntimes.Run))
+}
+
+func (runStatusStrategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
+	return nil
+}
+
+// GetAttrs returns the labels and selectable fields of a Run.
+func GetAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
+	run, ok := obj.(*kruntimes.Run)
+	if !ok {
+		return nil, nil, fmt.Errorf("not a Run: %T", obj)
+	}
+	return labels.Set(run.Labels), SelectableFields(run), nil
+}
+
+// SelectableFields are the fields list and watch may select Runs by;
+// status.assignedPod lets each runtimed watch only its own Runs.
+func SelectableFields(run *kruntimes.Run) fields.Set {
+	return generic.AddObjectMetaFieldsSet(fields.Set{
+		lifecycle.FieldSpecRuntime:       run.Spec.Runtime,
+		lifecycle.FieldStatusPhase:       string(run.Status.Phase),
+		lifecycle.FieldStatusAssignedPod: run.Status.AssignedPod,
+	}, &run.ObjectMeta, true)
+}
+
+// Match returns the selection predicate for label and field selectors over
+// Runs, indexed by assigned Pod.
+func Match(label labels.Selector, field fields.Selector) storage.SelectionPredicate {
+	return storage.SelectionPredicate{
+		Label:       label,
+		Field:       field,
+		GetAttrs:    GetAttrs,
+		IndexFields: []string{lifecycle.FieldStatusAssignedPod},
+	}
+}
+
+// AssignedPodIndexFunc indexes Runs by assigned Pod for the watch cache.
+func AssignedPodIndexFunc(obj any) ([]string, error) {
+	run, ok := obj.(*kruntimes.Run)
+	if !ok {
+		return nil, fmt.Errorf("not a Run: %T", obj)
+	}
+	return []string{run.Status.AssignedPod}, nil
+}
+
+// AssignedPodTriggerFunc routes watch events by assigned Pod.
+func AssignedPodTriggerFunc(obj runtime.Object) string {
+	return obj.(*kruntimes.Run).Status.AssignedPod
+}

@@ -1,0 +1,154 @@
+package embedded
+
+import (
+	"context"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+	"k8s.io/klog/v2"
+)
+
+// writeOp is one optimistic single-key write: it applies only if the key's
+// current modification revision equals expectedRev (0: the key must not
+// exist), like etcd's OptimisticPut/OptimisticDelete.
+type writeOp struct {
+	key         []byte
+	delete      bool
+	value       []byte
+	expectedRev uint64
+	expiry      int64
+
+	// Results, valid once done is closed.
+	rev       uint64
+	succeeded bool
+	// current is the key's state when the precondition failed (nil: absent).
+	current *kvRecord
+	err     error
+	done    chan struct{}
+}
+
+// submit queues op for the commit loop and waits until it is durable (or
+// failed). Once queued, the write is waited for even if ctx ends, so a caller
+// never reports failure for a write that became visible.
+func (b *Backend) submit(ctx context.Context, op *writeOp) error {
+	op.done = make(chan struct{})
+	b.closeMu.RLock()
+	if b.closed {
+		b.closeMu.RUnlock()
+		return errBackendClosed(b.path)
+	}
+	select {
+	case b.writes <- op:
+	case <-ctx.Done():
+		b.closeMu.RUnlock()
+		return ctx.Err()
+	}
+	b.closeMu.RUnlock()
+	<-op.done
+	return op.err
+}
+
+// commitLoop is the single writer. Writes that arrive while a transaction is
+// being fsynced queue up and share the next one (group commit), so a burst of
+// N concurrent writers costs about one fsync per batch instead of N.
+func (b *Backend) commitLoop() {
+	defer b.loops.Done()
+	batch := make([]*writeOp, 0, b.opts.MaxBatchSize)
+	for {
+		select {
+		case op := <-b.writes:
+			batch = append(batch[:0], op)
+		drain:
+			for len(batch) < b.opts.MaxBatchSize {
+				select {
+				case op := <-b.writes:
+					batch = append(batch, op)
+				default:
+					break drain
+				}
+			}
+			b.commit(batch)
+		case <-b.stopCh:
+			for {
+				select {
+				case op := <-b.writes:
+					op.err = errBackendClosed(b.path)
+					close(op.done)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+func (b *Backend) commit(batch []*writeOp) {
+	base := b.rev.Load()
+	next := base
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		next = base
+		kvb, logb, idx, meta := tx.Bucket(bucketKV), tx.Bucket(bucketLog), tx.Bucket(bucketKeyRev), tx.Bucket(bucketMeta)
+		for _, op := range batch {
+			op.succeeded, op.current = false, nil
+			var cur *kvRecord
+			if raw := kvb.Get(op.key); raw != nil {
+				rec, err := decodeKV(raw)
+				if err != nil {
+					return fmt.Errorf("key %q: %w", op.key, err)
+				}
+				rec.value = append([]byte(nil), rec.value...)
+				cur = &rec
+			}
+			var curRev uint64
+			if cur != nil {
+				curRev = cur.modRev
+			}
+			if curRev != op.expectedRev || (op.delete && cur == nil) {
+				op.current = cur
+				continue
+			}
+			next++
+			entry := logEntry{typ: entryPut, prevRev: curRev, key: op.key, value: op.value}
+			if op.delete {
+				entry.typ, entry.value = entryDelete, nil
+				if err := kvb.Delete(op.key); err != nil {
+					return err
+				}
+			} else if err := kvb.Put(op.key, encodeKV(kvRecord{modRev: next, expiry: op.expiry, value: op.value})); err != nil {
+				return err
+			}
+			if err := logb.Put(encodeUint(next), encodeLogEntry(entry)); err != nil {
+				return err
+			}
+			if err := idx.Put(keyRevKey(op.key, next), []byte{}); err != nil {
+				return err
+			}
+			op.rev, op.succeeded = next, true
+		}
+		if next == base {
+			return nil
+		}
+		return meta.Put(metaRev, encodeUint(next))
+	})
+	if err != nil {
+		klog.Background().Error(err, "Embedded storage commit failed", "path", b.path, "writes", len(batch))
+		for _, op := range batch {
+			op.succeeded, op.current = false, nil
+			op.err = fmt.Errorf("writing to %s failed (check free disk space and file permissions): %w", b.path, err)
+			close(op.done)
+		}
+		return
+	}
+	for _, op := range batch {
+		if op.succeeded && !op.delete && op.expiry != 0 {
+			b.ttl.add(string(op.key), op.rev, op.expiry)
+		}
+	}
+	if next != base {
+		b.rev.Store(next)
+		b.notify.publish()
+	}
+	for _, op := range batch {
+		close(op.done)
+	}
+}

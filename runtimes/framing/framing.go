@@ -1,0 +1,82 @@
+package framing
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// HeaderSize is the size of the length prefix in bytes.
+const HeaderSize = 4
+
+// ErrFrameTooLarge is returned when a frame's declared length exceeds the
+// reader's or writer's limit.
+var ErrFrameTooLarge = errors.New("frame exceeds the size limit")
+
+// Writer writes frames to an underlying stream.
+type Writer struct {
+	w        io.Writer
+	maxFrame int
+	buf      []byte
+}
+
+// NewWriter returns a Writer that refuses payloads larger than maxFrame bytes.
+func NewWriter(w io.Writer, maxFrame int) *Writer {
+	return &Writer{w: w, maxFrame: maxFrame}
+}
+
+// WriteFrame writes one frame with a single Write call, so a frame is never
+// interleaved with a partial one on a pipe.
+func (fw *Writer) WriteFrame(payload []byte) error {
+	if len(payload) > fw.maxFrame {
+		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, len(payload), fw.maxFrame)
+	}
+	need := HeaderSize + len(payload)
+	if cap(fw.buf) < need {
+		fw.buf = make([]byte, need)
+	}
+	buf := fw.buf[:need]
+	binary.BigEndian.PutUint32(buf, uint32(len(payload)))
+	copy(buf[HeaderSize:], payload)
+	_, err := fw.w.Write(buf)
+	// Large one-off buffers are dropped so one big invocation does not pin
+	// memory for the life of the worker.
+	if cap(fw.buf) > 64<<10 {
+		fw.buf = nil
+	}
+	return err
+}
+
+// Reader reads frames from an underlying stream.
+type Reader struct {
+	r        io.Reader
+	maxFrame int
+	header   [HeaderSize]byte
+}
+
+// NewReader returns a Reader that rejects frames larger than maxFrame bytes.
+func NewReader(r io.Reader, maxFrame int) *Reader {
+	return &Reader{r: r, maxFrame: maxFrame}
+}
+
+// ReadFrame reads one frame and returns its payload. It returns io.EOF only
+// when the stream ended cleanly between frames, and io.ErrUnexpectedEOF when
+// it ended inside one.
+func (fr *Reader) ReadFrame() ([]byte, error) {
+	if _, err := io.ReadFull(fr.r, fr.header[:]); err != nil {
+		return nil, err
+	}
+	n := binary.BigEndian.Uint32(fr.header[:])
+	if uint64(n) > uint64(fr.maxFrame) {
+		return nil, fmt.Errorf("%w: declared %d > %d bytes", ErrFrameTooLarge, n, fr.maxFrame)
+	}
+	payload := make([]byte, n)
+	if _, err := io.ReadFull(fr.r, payload); err != nil {
+		if errors.Is(err, io.EOF) {
+			err = io.ErrUnexpectedEOF
+		}
+		return nil, err
+	}
+	return payload, nil
+}

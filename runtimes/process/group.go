@@ -1,0 +1,152 @@
+package process
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+)
+
+// Spec describes a program to start.
+type Spec struct {
+	Argv []string
+	Dir  string
+	// Env is the complete environment, KEY=VALUE.
+	Env []string
+	// Stdin is written to the program and then closed; nil means no input.
+	Stdin []byte
+	// Stdout and Stderr receive the program's output; nil discards it.
+	Stdout io.Writer
+	Stderr io.Writer
+	// ExtraFiles become file descriptors 3, 4, … in the program; the caller
+	// keeps ownership and closes its copies after Start.
+	ExtraFiles []*os.File
+}
+
+// Group is a started program and every process it spawned.
+type Group struct {
+	cmd     *exec.Cmd
+	copiers sync.WaitGroup
+	// reaped guards against signalling a recycled process group ID after
+	// Wait reaped the leader.
+	mu     sync.Mutex
+	reaped bool
+}
+
+// Start starts the program as the leader of a new process group.
+func Start(spec Spec) (*Group, error) {
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("empty argv")
+	}
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir = spec.Dir
+	cmd.Env = spec.Env
+	cmd.ExtraFiles = spec.ExtraFiles
+	cmd.SysProcAttr = sysProcAttr()
+	g := &Group{cmd: cmd}
+
+	// Pipes are made by hand rather than by exec so that Wait returns when the
+	// leader exits even if a background child still holds the pipes; the
+	// group is killed at that point and the copiers then drain to EOF.
+	var parentEnds, childEnds []*os.File
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			_ = f.Close()
+		}
+	}
+	pipe := func() (r, w *os.File, err error) {
+		r, w, err = os.Pipe()
+		if err != nil {
+			return nil, nil, fmt.Errorf("create pipe: %w", err)
+		}
+		return r, w, nil
+	}
+
+	stdinR, stdinW, err := pipe()
+	if err != nil {
+		return nil, err
+	}
+	childEnds, parentEnds = append(childEnds, stdinR), append(parentEnds, stdinW)
+	cmd.Stdin = stdinR
+
+	for range 2 { // stdout, stderr
+		r, w, err := pipe()
+		if err != nil {
+			closeAll(childEnds)
+			closeAll(parentEnds)
+			return nil, err
+		}
+		childEnds, parentEnds = append(childEnds, w), append(parentEnds, r)
+	}
+	cmd.Stdout = childEnds[1]
+	cmd.Stderr = childEnds[2]
+
+	if err := cmd.Start(); err != nil {
+		closeAll(childEnds)
+		closeAll(parentEnds)
+		return nil, err
+	}
+	closeAll(childEnds)
+
+	g.copiers.Add(3)
+	go func() {
+		defer g.copiers.Done()
+		if len(spec.Stdin) > 0 {
+			// EPIPE when the program does not read its input is not an error.
+			_, _ = stdinW.Write(spec.Stdin)
+		}
+		_ = stdinW.Close()
+	}()
+	for i, dst := range []io.Writer{spec.Stdout, spec.Stderr} {
+		src := parentEnds[i+1]
+		if dst == nil {
+			dst = io.Discard
+		}
+		go func() {
+			defer g.copiers.Done()
+			_, _ = io.Copy(dst, src)
+			_ = src.Close()
+		}()
+	}
+	return g, nil
+}
+
+// Pid returns the leader's process ID, which is also the process group ID.
+func (g *Group) Pid() int { return g.cmd.Process.Pid }
+
+// Kill sends SIGKILL to the whole process group. It is safe to call at any
+// time, including concurrently with Wait and after it returned.
+func (g *Group) Kill() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.reaped {
+		// The leader is gone and the group was killed by Wait already; its
+		// ID may belong to someone else by now.
+		return
+	}
+	_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// Wait waits for the leader to exit, kills whatever else is left in its group,
+// and waits until the output has been copied. It returns the exit code, -1
+// when the leader was killed by a signal.
+func (g *Group) Wait() (int, error) {
+	err := g.cmd.Wait()
+	g.mu.Lock()
+	// The leader is reaped but the group ID stays reserved while any member
+	// lives, so this cannot hit an unrelated group.
+	_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
+	g.reaped = true
+	g.mu.Unlock()
+	g.copiers.Wait()
+
+	code := g.cmd.ProcessState.ExitCode()
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		return code, err
+	}
+	return code, nil
+}

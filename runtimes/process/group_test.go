@@ -1,0 +1,90 @@
+package process
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestGroup(t *testing.T) {
+	tests := []struct {
+		name       string
+		script     string
+		stdin      string
+		wantCode   int
+		wantStdout string
+		wantStderr string
+	}{
+		{name: "exit code and output are reported", script: "echo out; echo err >&2; exit 3", wantCode: 3, wantStdout: "out\n", wantStderr: "err\n"},
+		{name: "stdin is delivered and closed", script: "cat", stdin: `{"a":1}`, wantStdout: `{"a":1}`},
+		{name: "program that ignores stdin is fine", script: "exit 0", stdin: strings.Repeat("x", 1<<20)},
+		{name: "background child holding stdout does not block Wait", script: "sleep 30 & echo done"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			stdout, stderr := NewHeadCapture(1<<20), NewHeadCapture(1<<20)
+			g, err := Start(Spec{Argv: []string{"bash", "-c", tc.script}, Stdin: []byte(tc.stdin), Stdout: stdout, Stderr: stderr})
+			require.NoError(t, err)
+			code, err := g.Wait()
+			require.NoError(t, err)
+			assert.Equal(t, tc.wantCode, code)
+			if tc.wantStdout != "" {
+				assert.Equal(t, tc.wantStdout, string(stdout.Bytes()))
+			}
+			if tc.wantStderr != "" {
+				assert.Equal(t, tc.wantStderr, string(stderr.Bytes()))
+			}
+		})
+	}
+}
+
+func TestKillReachesTheWholeGroup(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "child.pid")
+	g, err := Start(Spec{Argv: []string{"bash", "-c", `sleep 60 & echo $! > "$1"; wait`, "bash", pidFile}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { b, _ := os.ReadFile(pidFile); return strings.HasSuffix(string(b), "\n") }, 10*time.Second, 5*time.Millisecond)
+	g.Kill()
+	code, err := g.Wait()
+	require.NoError(t, err)
+	assert.Equal(t, -1, code, "a killed leader reports -1")
+	b, err := os.ReadFile(pidFile)
+	require.NoError(t, err)
+	// The grandchild must be gone too: /proc/<pid> disappears once it is reaped
+	// by init, so poll briefly.
+	childProc := "/proc/" + strings.TrimSpace(string(b))
+	assert.Eventually(t, func() bool {
+		st, err := os.ReadFile(childProc + "/stat")
+		return err != nil || strings.Contains(string(st), ") Z ")
+	}, 10*time.Second, 5*time.Millisecond)
+}
+
+func TestCapture(t *testing.T) {
+	tests := []struct {
+		name          string
+		capture       *Capture
+		writes        []string
+		want          string
+		wantTruncated bool
+	}{
+		{name: "head keeps the beginning", capture: NewHeadCapture(4), writes: []string{"ab", "cdef"}, want: "abcd", wantTruncated: true},
+		{name: "tail keeps the end", capture: NewTailCapture(4), writes: []string{"ab", "cdef", "g"}, want: "defg", wantTruncated: true},
+		{name: "tail with one huge write", capture: NewTailCapture(3), writes: []string{"abcdefgh"}, want: "fgh", wantTruncated: true},
+		{name: "within the limit nothing is truncated", capture: NewTailCapture(8), writes: []string{"ab", "cd"}, want: "abcd"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, w := range tc.writes {
+				n, err := tc.capture.Write([]byte(w))
+				require.NoError(t, err)
+				require.Equal(t, len(w), n)
+			}
+			assert.Equal(t, tc.want, string(tc.capture.Bytes()))
+			assert.Equal(t, tc.wantTruncated, tc.capture.Truncated())
+		})
+	}
+}

@@ -1,0 +1,74 @@
+package python
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"kruntimes.io/kruntimes/runtimes/language"
+)
+
+func load(t *testing.T, source, handler string) language.Function {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "mod.py"), []byte(source), 0o644))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	fn, err := New("").LoadFunction(ctx, language.FunctionSpec{RunUID: "u", WorkingDir: dir, Handler: handler, Env: []string{"PATH=" + os.Getenv("PATH")}})
+	require.NoError(t, err)
+	t.Cleanup(fn.Close)
+	return fn
+}
+
+func TestInvokeWire(t *testing.T) {
+	fn := load(t, `
+def echo(event, context):
+    return event
+`, "mod.echo")
+	tests := []struct {
+		name        string
+		input       string
+		contentType string
+		want        string
+		wantType    string
+	}{
+		{name: "JSON input comes back as JSON", input: `{"a":"é"}`, contentType: language.ContentTypeJSON, want: `{"a":"\u00e9"}`, wantType: language.ContentTypeJSON},
+		{name: "non-JSON input arrives as bytes", input: "\x00\xff", contentType: "application/octet-stream", want: "\x00\xff", wantType: "application/octet-stream"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := fn.Invoke(context.Background(), language.Invocation{ID: "i", Input: []byte(tc.input), ContentType: tc.contentType})
+			require.NoError(t, err)
+			require.Nil(t, res.Error)
+			assert.Equal(t, tc.wantType, res.ContentType)
+			if tc.contentType == language.ContentTypeJSON {
+				assert.JSONEq(t, tc.want, string(res.Output))
+			} else {
+				assert.Equal(t, tc.want, string(res.Output))
+			}
+		})
+	}
+}
+
+func TestCloseInterruptsAnInvocation(t *testing.T) {
+	fn := load(t, "import time\ndef sleep(event, context):\n    time.sleep(60)\n", "mod.sleep")
+	done := make(chan error, 1)
+	go func() {
+		_, err := fn.Invoke(context.Background(), language.Invocation{ID: "i", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
+		done <- err
+	}()
+	fn.Close()
+	select {
+	case err := <-done:
+		assert.Error(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("Invoke did not return after Close")
+	}
+	_, err := fn.Invoke(context.Background(), language.Invocation{ID: "j", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
+	assert.ErrorIs(t, err, errClosed)
+}

@@ -1,0 +1,336 @@
+package python
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+
+	"kruntimes.io/kruntimes/runtimes/framing"
+	"kruntimes.io/kruntimes/runtimes/language"
+	"kruntimes.io/kruntimes/runtimes/process"
+)
+
+// maxFrame bounds a worker frame: a 1 MiB input or output can grow up to six
+// times when JSON escapes it, plus logs and outputs.
+const maxFrame = 8 << 20
+
+// workerLogTail is how much of the worker's own stdout/stderr is kept to
+// explain a crash.
+const workerLogTail = 4 << 10
+
+// worker is one running worker.py process.
+type worker struct {
+	group  *process.Group
+	reqs   *os.File // our end of fd 3
+	resps  *os.File // our end of fd 4
+	writer *framing.Writer
+	reader *framing.Reader
+	logs   *process.Capture
+	exited chan struct{}
+	code   int
+}
+
+// close kills the worker and waits for it to be reaped.
+func (w *worker) close() {
+	w.group.Kill()
+	<-w.exited
+	_ = w.reqs.Close()
+	_ = w.resps.Close()
+}
+
+// exitDescription says how a dead worker ended, for errors.
+func (w *worker) exitDescription() string {
+	<-w.exited
+	tail := language.Truncate(string(w.logs.Bytes()), 1024, true)
+	if tail == "" {
+		return fmt.Sprintf("worker exited with code %d", w.code)
+	}
+	return fmt.Sprintf("worker exited with code %d: %s", w.code, tail)
+}
+
+// function is one registration generation: a worker, replaced when it dies.
+type function struct {
+	interpreter string
+	spec        language.FunctionSpec
+
+	mu sync.Mutex
+	// worker is nil while a replacement is starting.
+	worker *worker
+	// restarted is closed when the running restart finished.
+	restarted chan struct{}
+	failure   error
+	closed    bool
+}
+
+type workerMessage struct {
+	Type  string                  `json:"type"`
+	Error *language.FunctionError `json:"error"`
+}
+
+// startWorker starts worker.py and waits for its ready or fatal message.
+func (f *function) startWorker(ctx context.Context) (*worker, error) {
+	reqR, reqW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("create request pipe: %w", err)
+	}
+	respR, respW, err := os.Pipe()
+	if err != nil {
+		_ = reqR.Close()
+		_ = reqW.Close()
+		return nil, fmt.Errorf("create response pipe: %w", err)
+	}
+	logs := process.NewTailCapture(workerLogTail)
+	group, err := process.Start(process.Spec{
+		Argv:       []string{f.interpreter, "-c", workerSource, f.spec.WorkingDir, f.spec.Handler, strconv.Itoa(language.MaxInvocationLogBytes)},
+		Dir:        f.spec.WorkingDir,
+		Env:        f.spec.Env,
+		Stdout:     logs,
+		Stderr:     logs,
+		ExtraFiles: []*os.File{reqR, respW},
+	})
+	_ = reqR.Close()
+	_ = respW.Close()
+	if err != nil {
+		_ = reqW.Close()
+		_ = respR.Close()
+		return nil, fmt.Errorf("start %s: %w; check that the Runtime image has a python3 interpreter", f.interpreter, err)
+	}
+	w := &worker{
+		group:  group,
+		reqs:   reqW,
+		resps:  respR,
+		writer: framing.NewWriter(reqW, maxFrame),
+		reader: framing.NewReader(respR, maxFrame),
+		logs:   logs,
+		exited: make(chan struct{}),
+	}
+	go func() {
+		w.code, _ = group.Wait()
+		close(w.exited)
+	}()
+
+	stop := context.AfterFunc(ctx, group.Kill)
+	defer stop()
+	frame, err := w.reader.ReadFrame()
+	if err != nil {
+		w.close()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("importing handler %q did not finish in time: %w", f.spec.Handler, ctx.Err())
+		}
+		return nil, fmt.Errorf("worker failed before importing handler %q: %s", f.spec.Handler, w.exitDescription())
+	}
+	var msg workerMessage
+	if err := json.Unmarshal(frame, &msg); err != nil {
+		w.close()
+		return nil, fmt.Errorf("worker sent an unreadable handshake: %w", err)
+	}
+	switch msg.Type {
+	case "ready":
+		return w, nil
+	case "fatal":
+		w.close()
+		if msg.Error == nil {
+			return nil, fmt.Errorf("cannot import handler %q", f.spec.Handler)
+		}
+		return nil, fmt.Errorf("cannot import handler %q from %s: %s: %s", f.spec.Handler, f.spec.WorkingDir, msg.Error.Type, language.Truncate(msg.Error.Message, 2048, false))
+	default:
+		w.close()
+		return nil, fmt.Errorf("worker sent unexpected handshake %q", msg.Type)
+	}
+}
+
+// errClosed is returned by Invoke after Close.
+var errClosed = errors.New("function was unregistered")
+
+// currentWorker returns the live worker, waiting for a restart in progress.
+func (f *function) currentWorker(ctx context.Context) (*worker, error) {
+	for {
+		f.mu.Lock()
+		switch {
+		case f.closed:
+			f.mu.Unlock()
+			return nil, errClosed
+		case f.failure != nil:
+			err := f.failure
+			f.mu.Unlock()
+			return nil, err
+		case f.worker != nil:
+			w := f.worker
+			f.mu.Unlock()
+			return w, nil
+		}
+		restarted := f.restarted
+		f.mu.Unlock()
+		select {
+		case <-restarted:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// replaceWorker retires a worker that died or was killed and starts a new one
+// in the background, so the next invocation finds a warm worker and a module
+// that no longer imports turns the registration FAILED without waiting for
+// traffic.
+func (f *function) replaceWorker(dead *worker) {
+	f.mu.Lock()
+	if f.worker != dead || f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.worker = nil
+	restarted := make(chan struct{})
+	f.restarted = restarted
+	f.mu.Unlock()
+
+	go func() {
+		dead.close()
+		// Import time is bounded like registration; a hung import is fatal.
+		ctx, cancel := context.WithTimeout(context.Background(), importTimeout)
+		defer cancel()
+		w, err := f.startWorker(ctx)
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		defer close(restarted)
+		if f.closed {
+			if w != nil {
+				w.close()
+			}
+			return
+		}
+		if err != nil {
+			f.failure = fmt.Errorf("restarting the worker failed: %w", err)
+			return
+		}
+		f.worker = w
+	}()
+}
+
+type invokeRequest struct {
+	InvocationID     string `json:"invocation_id"`
+	RunUID           string `json:"run_uid"`
+	ContentType      string `json:"content_type"`
+	Input            string `json:"input,omitempty"`
+	InputB64         string `json:"input_b64,omitempty"`
+	DeadlineUnixNano int64  `json:"deadline_unix_nano,omitempty"`
+}
+
+type invokeResponse struct {
+	Output          *string                 `json:"output"`
+	OutputB64       string                  `json:"output_b64"`
+	ContentType     string                  `json:"content_type"`
+	Outputs         map[string]string       `json:"outputs"`
+	Stdout          string                  `json:"stdout"`
+	Stderr          string                  `json:"stderr"`
+	StdoutTruncated bool                    `json:"stdout_truncated"`
+	StderrTruncated bool                    `json:"stderr_truncated"`
+	Error           *language.FunctionError `json:"error"`
+}
+
+// Invoke implements language.Function.
+func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*language.Result, error) {
+	w, err := f.currentWorker(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req := invokeRequest{InvocationID: inv.ID, RunUID: inv.RunUID, ContentType: inv.ContentType}
+	if inv.ContentType == language.ContentTypeJSON {
+		req.Input = string(inv.Input)
+	} else {
+		req.InputB64 = base64.StdEncoding.EncodeToString(inv.Input)
+	}
+	if !inv.Deadline.IsZero() {
+		req.DeadlineUnixNano = inv.Deadline.UnixNano()
+	}
+	payload, err := json.Marshal(req)
+	if err != nil {
+		return nil, fmt.Errorf("encode request: %w", err)
+	}
+
+	// A Python handler cannot be interrupted safely, so the deadline kills
+	// the worker; the pipe read below then fails and a fresh worker replaces it.
+	stop := context.AfterFunc(ctx, w.group.Kill)
+	frame, err := func() ([]byte, error) {
+		if err := w.writer.WriteFrame(payload); err != nil {
+			return nil, err
+		}
+		return w.reader.ReadFrame()
+	}()
+	stop()
+	if err != nil {
+		f.replaceWorker(w)
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, fmt.Errorf("invocation interrupted: %w", ctxErr)
+		}
+		f.mu.Lock()
+		closed := f.closed
+		f.mu.Unlock()
+		if closed {
+			return nil, errClosed
+		}
+		// The handler took the worker down (os._exit, a crash, the OOM
+		// killer): that fails this invocation only.
+		return &language.Result{Error: &language.FunctionError{
+			Type:    "WorkerExited",
+			Message: "the worker process died during the invocation and is being restarted: " + w.exitDescription(),
+		}}, nil
+	}
+
+	var resp invokeResponse
+	if err := json.Unmarshal(frame, &resp); err != nil {
+		f.replaceWorker(w)
+		w.group.Kill()
+		return nil, fmt.Errorf("worker sent an unreadable response: %w", err)
+	}
+	res := &language.Result{
+		ContentType:     resp.ContentType,
+		Outputs:         resp.Outputs,
+		Stdout:          []byte(resp.Stdout),
+		Stderr:          []byte(resp.Stderr),
+		StdoutTruncated: resp.StdoutTruncated,
+		StderrTruncated: resp.StderrTruncated,
+		Error:           resp.Error,
+	}
+	switch {
+	case resp.Output != nil:
+		res.Output = []byte(*resp.Output)
+	case resp.OutputB64 != "":
+		if res.Output, err = base64.StdEncoding.DecodeString(resp.OutputB64); err != nil {
+			return nil, fmt.Errorf("worker sent undecodable output: %w", err)
+		}
+	}
+	return res, nil
+}
+
+// Failure implements language.Function.
+func (f *function) Failure() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.failure
+}
+
+// Close implements language.Function.
+func (f *function) Close() {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.closed = true
+	w := f.worker
+	f.worker = nil
+	restarted := f.restarted
+	f.mu.Unlock()
+	if w != nil {
+		w.close()
+	}
+	if restarted != nil {
+		<-restarted
+	}
+}

@@ -1,0 +1,204 @@
+# kruntimes warm Python function worker.
+#
+# Started once per registration by the Runtime Server. It imports the handler
+# module once, reports readiness, then serves invocations one at a time over
+# length-prefixed JSON frames: requests on fd 3, responses on fd 4. fd 1 and
+# fd 2 stay the worker's own logs; print() inside a handler is captured per
+# invocation instead.
+#
+# argv: worker.py WORKING_DIR HANDLER MAX_LOG_BYTES
+import base64
+import importlib
+import json
+import os
+import struct
+import sys
+import time
+import traceback
+
+REQ_FD = 3
+RESP_FD = 4
+MAX_MESSAGE = 4096
+MAX_STACK = 8192
+
+
+class EndOfRequests(Exception):
+    pass
+
+
+def read_exact(n):
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = os.read(REQ_FD, n - len(buf))
+        if not chunk:
+            raise EndOfRequests()
+        buf += chunk
+    return bytes(buf)
+
+
+def read_frame():
+    (length,) = struct.unpack(">I", read_exact(4))
+    return read_exact(length)
+
+
+def write_frame(payload):
+    data = memoryview(struct.pack(">I", len(payload)) + payload)
+    while data:
+        n = os.write(RESP_FD, data)
+        data = data[n:]
+
+
+def send(obj):
+    write_frame(json.dumps(obj, separators=(",", ":")).encode("utf-8"))
+
+
+def describe(exc):
+    return {
+        "type": type(exc).__name__,
+        "message": str(exc)[:MAX_MESSAGE],
+        "stack": traceback.format_exc()[-MAX_STACK:],
+    }
+
+
+class BoundedWriter:
+    """A text stream that keeps the first `limit` bytes written to it."""
+
+    encoding = "utf-8"
+    errors = "replace"
+
+    def __init__(self, limit):
+        self.limit = limit
+        self.parts = []
+        self.size = 0
+        self.truncated = False
+
+    def write(self, s):
+        if not isinstance(s, str):
+            raise TypeError("write() argument must be str, not %s" % type(s).__name__)
+        room = self.limit - self.size
+        if room <= 0:
+            self.truncated = self.truncated or bool(s)
+            return len(s)
+        b = s.encode("utf-8", "replace")
+        if len(b) > room:
+            b = b[:room]
+            self.truncated = True
+        self.parts.append(b)
+        self.size += len(b)
+        return len(s)
+
+    def writelines(self, lines):
+        for line in lines:
+            self.write(line)
+
+    def flush(self):
+        pass
+
+    def isatty(self):
+        return False
+
+    def writable(self):
+        return True
+
+    def value(self):
+        return b"".join(self.parts).decode("utf-8", "replace")
+
+
+class Context:
+    """What a handler learns about its invocation, and how it sets outputs."""
+
+    __slots__ = ("invocation_id", "run_uid", "deadline", "outputs")
+
+    def __init__(self, invocation_id, run_uid, deadline):
+        self.invocation_id = invocation_id
+        self.run_uid = run_uid
+        # Unix time in seconds, or None when the invocation has no deadline.
+        self.deadline = deadline
+        self.outputs = {}
+
+    def remaining_time(self):
+        """Seconds left before the deadline, or None when there is none."""
+        if self.deadline is None:
+            return None
+        return max(0.0, self.deadline - time.time())
+
+    def set_output(self, key, value):
+        self.outputs[str(key)] = str(value)
+
+
+def load_handler(working_dir, handler):
+    os.chdir(working_dir)
+    sys.path.insert(0, working_dir)
+    module_name, _, function_name = handler.rpartition(".")
+    if not module_name or not function_name:
+        raise ValueError("handler %r must be module.function" % handler)
+    module = importlib.import_module(module_name)
+    fn = getattr(module, function_name, None)
+    if fn is None:
+        raise AttributeError("module %r has no attribute %r" % (module_name, function_name))
+    if not callable(fn):
+        raise TypeError("%s is not callable" % handler)
+    return fn
+
+
+def invoke(fn, req, max_log):
+    content_type = req.get("content_type") or "application/json"
+    is_json = content_type == "application/json"
+    if is_json:
+        event = json.loads(req.get("input") or "null")
+    else:
+        event = base64.b64decode(req.get("input_b64") or "")
+    deadline_ns = req.get("deadline_unix_nano") or 0
+    ctx = Context(req.get("invocation_id", ""), req.get("run_uid", ""), deadline_ns / 1e9 if deadline_ns else None)
+
+    out, err = BoundedWriter(max_log), BoundedWriter(max_log)
+    saved = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = out, err
+    resp = {}
+    try:
+        result = fn(event, ctx)
+        if isinstance(result, (bytes, bytearray)):
+            resp["output_b64"] = base64.b64encode(bytes(result)).decode("ascii")
+            resp["content_type"] = "application/octet-stream"
+        else:
+            try:
+                resp["output"] = json.dumps(result, allow_nan=False, separators=(",", ":"))
+            except (TypeError, ValueError) as e:
+                resp["error"] = {"type": "OutputNotSerializable", "message": ("handler returned a value that is not JSON: %s" % e)[:MAX_MESSAGE], "stack": ""}
+            resp["content_type"] = "application/json"
+    except BaseException as e:  # noqa: B902 -- SystemExit from a handler is its failure too
+        resp["error"] = describe(e)
+    finally:
+        sys.stdout, sys.stderr = saved
+    resp["outputs"] = ctx.outputs
+    resp["stdout"] = out.value()
+    resp["stderr"] = err.value()
+    resp["stdout_truncated"] = out.truncated
+    resp["stderr_truncated"] = err.truncated
+    return resp
+
+
+def main():
+    working_dir, handler, max_log = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    # Programs a handler starts must not inherit the protocol pipes: a child
+    # writing to fd 4 would corrupt the framing, and one holding it open
+    # would hide the worker's death.
+    os.set_inheritable(REQ_FD, False)
+    os.set_inheritable(RESP_FD, False)
+    try:
+        fn = load_handler(working_dir, handler)
+    except BaseException as e:  # noqa: B902 -- any import failure is fatal for the registration
+        send({"type": "fatal", "error": describe(e)})
+        return 1
+    send({"type": "ready"})
+    while True:
+        try:
+            frame = read_frame()
+        except EndOfRequests:
+            return 0
+        req = json.loads(frame)
+        write_frame(json.dumps(invoke(fn, req, max_log), separators=(",", ":")).encode("utf-8"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,497 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/klog/v2"
+
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/runtimes/language"
+	"kruntimes.io/kruntimes/runtimes/outputs"
+)
+
+// Bounds of registration fields that are not covered by the invoke contract.
+const (
+	maxDigestBytes  = 256
+	maxHandlerBytes = 1024
+)
+
+var (
+	errGenerationEnded = errors.New("the registration generation ended")
+	errUnregistered    = errors.New("the registration was unregistered")
+)
+
+// registration is one generation of a function registration: a Run UID at
+// one attempt. A higher attempt replaces it with a new generation.
+type registration struct {
+	runUID       string
+	id           string
+	attempt      int64
+	digest       string
+	idleTimeout  time.Duration
+	registeredAt time.Time
+
+	// ctx ends with the generation; in-flight invocations derive from it so
+	// that unregistering or superseding interrupts them.
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	// loaded is closed once loading finished, successfully or not.
+	loaded chan struct{}
+	// slot holds a token while an invocation is in flight: one at a time,
+	// and no queue.
+	slot chan struct{}
+	// gone is closed once UnregisterFunction released the generation.
+	gone chan struct{}
+
+	mu           sync.Mutex
+	state        runtimev1.FunctionState
+	fn           language.Function
+	fatalError   string
+	ended        bool
+	draining     bool
+	inFlight     int32
+	lastActivity time.Time
+}
+
+// shutdown ends the generation: interrupts its invocation and releases the
+// function. It is idempotent.
+func (r *registration) shutdown() {
+	r.mu.Lock()
+	if r.ended {
+		r.mu.Unlock()
+		return
+	}
+	r.ended = true
+	fn := r.fn
+	r.mu.Unlock()
+	r.cancel(errGenerationEnded)
+	// A function still loading is closed by load when it finishes.
+	if fn != nil {
+		fn.Close()
+	}
+}
+
+func (r *registration) statusLocked() *runtimev1.RegistrationStatus {
+	st := &runtimev1.RegistrationStatus{
+		RunUid:               r.runUID,
+		RegistrationId:       r.id,
+		RegistrationAttempt:  r.attempt,
+		State:                r.state,
+		InFlight:             r.inFlight,
+		LastActivityUnixNano: r.lastActivity.UnixNano(),
+		FatalError:           r.fatalError,
+		RegisteredUnixNano:   r.registeredAt.UnixNano(),
+	}
+	if r.state == runtimev1.FunctionState_FUNCTION_STATE_READY && r.fn != nil {
+		if err := r.fn.Failure(); err != nil {
+			st.State = runtimev1.FunctionState_FUNCTION_STATE_FAILED
+			st.FatalError = truncateMessage(err.Error())
+		}
+	}
+	if r.draining {
+		st.State = runtimev1.FunctionState_FUNCTION_STATE_DRAINING
+	}
+	if r.idleTimeout > 0 && r.inFlight == 0 && st.State == runtimev1.FunctionState_FUNCTION_STATE_READY {
+		st.IdleDeadlineUnixNano = r.lastActivity.Add(r.idleTimeout).UnixNano()
+	}
+	return st
+}
+
+func (r *registration) status() *runtimev1.RegistrationStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.statusLocked()
+}
+
+func validateRunUID(uid string) error {
+	if uid == "" || len(uid) > maxIDBytes {
+		return status.Errorf(codes.InvalidArgument, "run_uid must be 1..%d bytes: pass the Run's metadata.uid", maxIDBytes)
+	}
+	return nil
+}
+
+// RegisterFunction implements runtimev1.FunctionRuntimeServer.
+func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFunctionRequest) (*runtimev1.RegistrationStatus, error) {
+	if err := validateRunUID(req.GetRunUid()); err != nil {
+		return nil, err
+	}
+	switch {
+	case req.GetRegistrationAttempt() < 1:
+		return nil, status.Error(codes.InvalidArgument, "registration_attempt must be >= 1: pass Run.status.attempt")
+	case req.GetRegistrationDigest() == "" || len(req.GetRegistrationDigest()) > maxDigestBytes:
+		return nil, status.Errorf(codes.InvalidArgument, "registration_digest must be 1..%d bytes", maxDigestBytes)
+	case !filepath.IsAbs(req.GetWorkingDir()):
+		return nil, status.Errorf(codes.InvalidArgument, "working_dir %q must be an absolute path", req.GetWorkingDir())
+	case req.GetHandler() == "" || len(req.GetHandler()) > maxHandlerBytes:
+		return nil, status.Errorf(codes.InvalidArgument, "handler must be 1..%d bytes", maxHandlerBytes)
+	case req.GetIdleTimeoutSeconds() < 0:
+		return nil, status.Error(codes.InvalidArgument, "idle_timeout_seconds must not be negative")
+	}
+	env, err := envPairs(req.GetEnv())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	uid, attempt := req.GetRunUid(), req.GetRegistrationAttempt()
+	logger := klog.FromContext(ctx).WithValues("runUID", uid, "attempt", attempt)
+
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, status.Error(codes.Unavailable, "the Runtime Server is shutting down; retry on another Pod")
+	}
+	var superseded *registration
+	if cur, ok := s.regs[uid]; ok {
+		switch {
+		case attempt == cur.attempt && req.GetRegistrationDigest() == cur.digest:
+			s.mu.Unlock()
+			return s.awaitLoaded(ctx, cur)
+		case attempt == cur.attempt:
+			s.mu.Unlock()
+			return nil, status.Errorf(codes.AlreadyExists, "Run %s attempt %d is already registered with a different configuration; register a higher attempt to replace it", uid, attempt)
+		case attempt < cur.attempt:
+			s.mu.Unlock()
+			return nil, status.Errorf(codes.FailedPrecondition, "Run %s is registered at attempt %d; attempt %d is stale and must not run", uid, cur.attempt, attempt)
+		}
+		superseded = cur
+	} else if retired, ok := s.retired[uid]; ok && attempt < retired {
+		s.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "Run %s was already unregistered at attempt %d; attempt %d is stale and must not run", uid, retired, attempt)
+	}
+	now := s.opts.Now()
+	regCtx, cancel := context.WithCancelCause(context.Background())
+	reg := &registration{
+		runUID:       uid,
+		id:           randomID(registrationIDPrefix, registrationIDRandomBytes),
+		attempt:      attempt,
+		digest:       req.GetRegistrationDigest(),
+		idleTimeout:  time.Duration(req.GetIdleTimeoutSeconds()) * time.Second,
+		registeredAt: now,
+		ctx:          regCtx,
+		cancel:       cancel,
+		loaded:       make(chan struct{}),
+		slot:         make(chan struct{}, 1),
+		gone:         make(chan struct{}),
+		state:        runtimev1.FunctionState_FUNCTION_STATE_REGISTERING,
+		lastActivity: now,
+	}
+	s.regs[uid] = reg
+	s.mu.Unlock()
+
+	if superseded != nil {
+		logger.Info("Superseding registration", "oldAttempt", superseded.attempt)
+		superseded.shutdown()
+	}
+	spec := language.FunctionSpec{RunUID: uid, WorkingDir: req.GetWorkingDir(), Handler: req.GetHandler(), Env: s.env(env...)}
+	// Loading outlives this call on purpose: a caller that times out retries
+	// with the same attempt and digest and waits for the same load.
+	go s.load(klog.NewContext(context.Background(), logger), reg, spec)
+	return s.awaitLoaded(ctx, reg)
+}
+
+func (s *Server) load(ctx context.Context, reg *registration, spec language.FunctionSpec) {
+	logger := klog.FromContext(ctx)
+	ctx, cancel := context.WithTimeout(ctx, s.opts.RegisterTimeout)
+	defer cancel()
+	stop := context.AfterFunc(reg.ctx, cancel)
+	defer stop()
+	fn, err := s.opts.Functions.LoadFunction(ctx, spec)
+
+	reg.mu.Lock()
+	defer close(reg.loaded)
+	defer reg.mu.Unlock()
+	if reg.ended {
+		if fn != nil {
+			fn.Close()
+		}
+		// Callers still waiting must not read REGISTERING as "try again".
+		reg.state = runtimev1.FunctionState_FUNCTION_STATE_FAILED
+		reg.fatalError = "the registration was unregistered or superseded while it was loading"
+		return
+	}
+	if err != nil {
+		reg.state = runtimev1.FunctionState_FUNCTION_STATE_FAILED
+		reg.fatalError = truncateMessage(err.Error())
+		logger.Info("Function registration failed", "registrationID", reg.id)
+		return
+	}
+	reg.fn = fn
+	reg.state = runtimev1.FunctionState_FUNCTION_STATE_READY
+	logger.V(2).Info("Function registered", "registrationID", reg.id)
+}
+
+func (s *Server) awaitLoaded(ctx context.Context, reg *registration) (*runtimev1.RegistrationStatus, error) {
+	select {
+	case <-reg.loaded:
+		return reg.status(), nil
+	case <-ctx.Done():
+		return nil, status.Errorf(status.FromContextError(ctx.Err()).Code(),
+			"Run %s attempt %d is still registering; call RegisterFunction again with the same attempt and digest to wait for it", reg.runUID, reg.attempt)
+	}
+}
+
+// lookupRegistration finds the current generation for a Run UID and checks
+// that the caller holds its ID.
+func (s *Server) lookupRegistration(uid, id string) (*registration, error) {
+	if err := validateRunUID(uid); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	reg, ok := s.regs[uid]
+	s.mu.Unlock()
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "Run %s has no function registration here; call RegisterFunction first", uid)
+	}
+	if reg.id != id {
+		return reg, status.Errorf(codes.FailedPrecondition, "registration ID %q is stale: Run %s is registered at attempt %d under another ID; use the ID RegisterFunction returned", id, uid, reg.attempt)
+	}
+	return reg, nil
+}
+
+// FunctionStatus implements runtimev1.FunctionRuntimeServer.
+func (s *Server) FunctionStatus(_ context.Context, req *runtimev1.FunctionStatusRequest) (*runtimev1.RegistrationStatus, error) {
+	reg, err := s.lookupRegistration(req.GetRunUid(), req.GetRegistrationId())
+	if err != nil {
+		return nil, err
+	}
+	return reg.status(), nil
+}
+
+// InvokeFunction implements runtimev1.FunctionRuntimeServer.
+func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFunctionRequest) (*runtimev1.InvokeFunctionResponse, error) {
+	invocationID := req.GetInvocationId()
+	if len(invocationID) > language.MaxInvocationIDBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "invocation_id has %d bytes; at most %d are allowed", len(invocationID), language.MaxInvocationIDBytes)
+	}
+	if invocationID == "" {
+		invocationID = randomID("", generatedInvocationIDBytes)
+	}
+	if len(req.GetInput()) > language.MaxInputBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), language.MaxInputBytes)
+	}
+	contentType := req.GetContentType()
+	if contentType == "" {
+		contentType = language.ContentTypeJSON
+	}
+	if contentType == language.ContentTypeJSON && !json.Valid(req.GetInput()) {
+		return nil, status.Error(codes.InvalidArgument, "input is not valid JSON; send a JSON document or another content_type")
+	}
+	if req.GetTimeoutMillis() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "timeout_millis must not be negative")
+	}
+	reg, err := s.lookupRegistration(req.GetRunUid(), req.GetRegistrationId())
+	if err != nil {
+		return nil, err
+	}
+
+	select {
+	case reg.slot <- struct{}{}:
+	default:
+		return nil, status.Errorf(codes.ResourceExhausted, "Run %s already has an invocation in flight; retry after it completes", reg.runUID)
+	}
+	defer func() { <-reg.slot }()
+
+	reg.mu.Lock()
+	fn, st := reg.fn, reg.statusLocked()
+	switch {
+	case reg.ended:
+		reg.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "registration ID %q is stale: its generation ended", reg.id)
+	case st.GetState() == runtimev1.FunctionState_FUNCTION_STATE_DRAINING:
+		reg.mu.Unlock()
+		return nil, status.Errorf(codes.Unavailable, "Run %s is being unregistered and accepts no new invocations", reg.runUID)
+	case st.GetState() == runtimev1.FunctionState_FUNCTION_STATE_REGISTERING:
+		reg.mu.Unlock()
+		return nil, status.Errorf(codes.Unavailable, "Run %s is still registering; retry once RegisterFunction returned READY", reg.runUID)
+	case st.GetState() == runtimev1.FunctionState_FUNCTION_STATE_FAILED:
+		reg.mu.Unlock()
+		return nil, status.Errorf(codes.FailedPrecondition, "Run %s registration FAILED (%s); register a higher attempt", reg.runUID, st.GetFatalError())
+	}
+	started := s.opts.Now()
+	reg.inFlight++
+	reg.lastActivity = started
+	reg.mu.Unlock()
+	defer func() {
+		reg.mu.Lock()
+		reg.inFlight--
+		reg.lastActivity = s.opts.Now()
+		reg.mu.Unlock()
+	}()
+
+	invCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if ms := req.GetTimeoutMillis(); ms > 0 {
+		var cancelTimeout context.CancelFunc
+		invCtx, cancelTimeout = context.WithTimeout(invCtx, time.Duration(ms)*time.Millisecond)
+		defer cancelTimeout()
+	}
+	stop := context.AfterFunc(reg.ctx, func() { cancel(context.Cause(reg.ctx)) })
+	defer stop()
+
+	deadline, _ := invCtx.Deadline()
+	inv := language.Invocation{ID: invocationID, RunUID: reg.runUID, Input: req.GetInput(), ContentType: contentType, Deadline: deadline}
+	logger := klog.FromContext(ctx)
+	res, err := fn.Invoke(invCtx, inv)
+	duration := time.Since(started)
+	if err != nil {
+		code, msg := invokeErrorStatus(ctx, invCtx, reg, fn, err)
+		logger.V(2).Info("Invocation failed", "runUID", reg.runUID, "invocationID", invocationID, "code", code.String())
+		return nil, status.Errorf(code, "invocation %s: %s", invocationID, msg)
+	}
+	if logger.V(4).Enabled() {
+		logger.V(4).Info("Invocation completed", "runUID", reg.runUID, "invocationID", invocationID, "duration", duration, "functionError", res.Error != nil)
+	}
+	return boundResult(invocationID, contentType, duration, res), nil
+}
+
+// invokeErrorStatus maps why an invocation produced no result to a code and
+// a message that tells runtimed what happened to the registration.
+func invokeErrorStatus(rpcCtx, invCtx context.Context, reg *registration, fn language.Function, err error) (codes.Code, string) {
+	switch {
+	case reg.ctx.Err() != nil || errors.Is(context.Cause(invCtx), errUnregistered):
+		return codes.Aborted, "the registration was unregistered or superseded during the invocation; its outcome is unknown"
+	case errors.Is(invCtx.Err(), context.DeadlineExceeded):
+		return codes.DeadlineExceeded, "the invocation exceeded its deadline and was stopped; the registration stays usable"
+	case rpcCtx.Err() != nil:
+		return status.FromContextError(rpcCtx.Err()).Code(), "the caller went away; the invocation was stopped"
+	case fn.Failure() != nil:
+		return codes.FailedPrecondition, truncateMessage("the registration FAILED: " + fn.Failure().Error() + "; register a higher attempt")
+	default:
+		return codes.Internal, truncateMessage(err.Error())
+	}
+}
+
+// boundResult applies the invoke contract's bounds to what the handler
+// produced. Exceeding them is the handler's failure, so it becomes a function
+// error rather than an RPC error.
+func boundResult(invocationID, contentType string, duration time.Duration, res *language.Result) *runtimev1.InvokeFunctionResponse {
+	resp := &runtimev1.InvokeFunctionResponse{
+		InvocationId:    invocationID,
+		Output:          res.Output,
+		ContentType:     res.ContentType,
+		Outputs:         res.Outputs,
+		Stdout:          []byte(language.Truncate(string(res.Stdout), language.MaxInvocationLogBytes, false)),
+		Stderr:          []byte(language.Truncate(string(res.Stderr), language.MaxInvocationLogBytes, true)),
+		StdoutTruncated: res.StdoutTruncated || len(res.Stdout) > language.MaxInvocationLogBytes,
+		StderrTruncated: res.StderrTruncated || len(res.Stderr) > language.MaxInvocationLogBytes,
+		DurationNanos:   duration.Nanoseconds(),
+	}
+	if resp.ContentType == "" {
+		resp.ContentType = contentType
+	}
+	ferr := res.Error
+	if ferr == nil && len(resp.Output) > language.MaxOutputBytes {
+		ferr = &language.FunctionError{Type: "OutputTooLarge", Message: fmt.Sprintf("the handler returned %d bytes; at most %d are allowed", len(resp.Output), language.MaxOutputBytes)}
+	}
+	if ferr == nil {
+		if err := outputs.Validate(resp.Outputs); err != nil {
+			ferr = &language.FunctionError{Type: outputs.Reason(err), Message: err.Error()}
+		}
+	}
+	if ferr != nil {
+		resp.Output = nil
+		resp.Outputs = nil
+		resp.Error = &runtimev1.FunctionError{
+			Type:    language.Truncate(ferr.Type, maxIDBytes, false),
+			Message: language.Truncate(ferr.Message, language.MaxErrorMessageBytes, false),
+			Stack:   language.Truncate(ferr.Stack, language.MaxErrorStackBytes, true),
+		}
+	}
+	return resp
+}
+
+// UnregisterFunction implements runtimev1.FunctionRuntimeServer.
+func (s *Server) UnregisterFunction(ctx context.Context, req *runtimev1.UnregisterFunctionRequest) (*runtimev1.UnregisterFunctionResponse, error) {
+	reg, err := s.lookupRegistration(req.GetRunUid(), req.GetRegistrationId())
+	if status.Code(err) == codes.NotFound {
+		return &runtimev1.UnregisterFunctionResponse{}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if req.GetDrainTimeoutMillis() < 0 {
+		return nil, status.Error(codes.InvalidArgument, "drain_timeout_millis must not be negative")
+	}
+	logger := klog.FromContext(ctx).WithValues("runUID", reg.runUID, "registrationID", reg.id)
+
+	reg.mu.Lock()
+	if reg.draining {
+		reg.mu.Unlock()
+		// Another Unregister is releasing this generation; answer when it did.
+		select {
+		case <-reg.gone:
+			return &runtimev1.UnregisterFunctionResponse{}, nil
+		case <-ctx.Done():
+			return nil, status.Errorf(status.FromContextError(ctx.Err()).Code(), "Run %s is still draining; call UnregisterFunction again", reg.runUID)
+		}
+	}
+	reg.draining = true
+	reg.mu.Unlock()
+
+	drain := s.opts.DefaultDrainTimeout
+	if ms := req.GetDrainTimeoutMillis(); ms > 0 {
+		drain = time.Duration(ms) * time.Millisecond
+	}
+	if req.GetCancelInFlight() {
+		drain = 0
+	}
+	resp := &runtimev1.UnregisterFunctionResponse{}
+	// Taking the slot proves nothing is in flight, and keeps it that way.
+	acquired := false
+	select {
+	case reg.slot <- struct{}{}:
+		acquired = true
+	default:
+	}
+	if !acquired && drain > 0 {
+		timer := time.NewTimer(drain)
+		select {
+		case reg.slot <- struct{}{}:
+			acquired = true
+		case <-timer.C:
+		case <-ctx.Done():
+		}
+		timer.Stop()
+	}
+	if !acquired {
+		logger.V(2).Info("Cancelling the in-flight invocation", "drainTimeout", drain)
+		reg.cancel(errUnregistered)
+		// Adapters stop promptly once their context ends.
+		reg.slot <- struct{}{}
+		resp.CancelledInFlight = true
+	}
+
+	s.mu.Lock()
+	if s.regs[reg.runUID] == reg {
+		delete(s.regs, reg.runUID)
+		s.retireLocked(reg.runUID, reg.attempt)
+	}
+	s.mu.Unlock()
+	reg.shutdown()
+	close(reg.gone)
+	logger.V(2).Info("Function unregistered", "cancelledInFlight", resp.GetCancelledInFlight())
+	return resp, nil
+}
+
+// retireLocked remembers an unregistered attempt. The memory is bounded: a
+// Run forgotten here can at worst be registered again at an old attempt,
+// which runtimed's own fencing already prevents.
+func (s *Server) retireLocked(uid string, attempt int64) {
+	if _, ok := s.retired[uid]; !ok {
+		s.retiredOrder = append(s.retiredOrder, uid)
+	}
+	if attempt > s.retired[uid] {
+		s.retired[uid] = attempt
+	}
+	for len(s.retiredOrder) > maxRetiredRegistrations {
+		delete(s.retired, s.retiredOrder[0])
+		s.retiredOrder = s.retiredOrder[1:]
+	}
+}
