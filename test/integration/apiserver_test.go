@@ -23,64 +23,65 @@ import (
 // checks what the server owns: defaults, the initial status, status changes
 // only through runs/status, microsecond timestamps.
 func TestRunLifecycleThroughTheAPI(t *testing.T) {
-	s := startServer(t, "")
-	ctx := context.Background()
-	runs := s.client.KruntimesV1alpha1().Runs(namespace)
+	forEachBackend(t, func(t *testing.T, s *testServer) {
+		ctx := context.Background()
+		runs := s.client.KruntimesV1alpha1().Runs(namespace)
 
-	sent := taskRun("lifecycle")
-	sent.Status.Phase = lifecycle.Succeeded // ignored: status starts Pending
-	created, err := runs.Create(ctx, sent, metav1.CreateOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, lifecycle.Pending, created.Status.Phase)
-	assert.Equal(t, int32(1), created.Status.Attempt)
-	require.NotNil(t, created.Spec.RetryPolicy, "retryPolicy is defaulted")
-	assert.Equal(t, int32(1), created.Spec.RetryPolicy.MaxAttempts)
-	assert.Equal(t, int64(1), created.Generation)
-
-	// A status sent to the main resource is ignored; metadata changes land.
-	changed := created.DeepCopy()
-	changed.Labels = map[string]string{"team": "a"}
-	changed.Status.Phase = lifecycle.Running
-	changed.Spec.TTLSecondsAfterFinished = ptr[int32](60)
-	updated, err := runs.Update(ctx, changed, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, lifecycle.Pending, updated.Status.Phase)
-	assert.Equal(t, "a", updated.Labels["team"])
-	assert.Equal(t, int32(60), *updated.Spec.TTLSecondsAfterFinished)
-
-	// A status update cannot change the spec.
-	walk := updated
-	for _, step := range steps(scheduled, running) {
-		step(&walk.Status)
-		walk.Spec.Runtime = "python"
-		walk, err = runs.UpdateStatus(ctx, walk, metav1.UpdateOptions{})
+		sent := taskRun("lifecycle")
+		sent.Status.Phase = lifecycle.Succeeded // ignored: status starts Pending
+		created, err := runs.Create(ctx, sent, metav1.CreateOptions{})
 		require.NoError(t, err)
-		assert.Equal(t, "bash", walk.Spec.Runtime, "runs/status ignores spec changes")
-	}
-	walk.Status.Phase = lifecycle.Succeeded
-	walk.Status.ExitCode = ptr[int32](0)
-	walk.Status.Outputs = map[string]string{"answer": "42"}
-	completion := metav1.NewMicroTime(time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC))
-	walk.Status.CompletionTime = &completion
-	done, err := runs.UpdateStatus(ctx, walk, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, lifecycle.Succeeded, done.Status.Phase)
-	assert.Equal(t, "42", done.Status.Outputs["answer"])
-	assert.Equal(t, 123456000, done.Status.CompletionTime.Nanosecond(), "timestamps keep microseconds")
+		assert.Equal(t, lifecycle.Pending, created.Status.Phase)
+		assert.Equal(t, int32(1), created.Status.Attempt)
+		require.NotNil(t, created.Spec.RetryPolicy, "retryPolicy is defaulted")
+		assert.Equal(t, int32(1), created.Spec.RetryPolicy.MaxAttempts)
+		assert.Equal(t, int64(1), created.Generation)
 
-	// cancelRequested false → true is allowed.
-	cancel := done.DeepCopy()
-	cancel.Spec.CancelRequested = true
-	_, err = runs.Update(ctx, cancel, metav1.UpdateOptions{})
-	require.NoError(t, err)
+		// A status sent to the main resource is ignored; metadata changes land.
+		changed := created.DeepCopy()
+		changed.Labels = map[string]string{"team": "a"}
+		changed.Status.Phase = lifecycle.Running
+		changed.Spec.TTLSecondsAfterFinished = ptr[int32](60)
+		updated, err := runs.Update(ctx, changed, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, lifecycle.Pending, updated.Status.Phase)
+		assert.Equal(t, "a", updated.Labels["team"])
+		assert.Equal(t, int32(60), *updated.Spec.TTLSecondsAfterFinished)
 
-	list, err := runs.List(ctx, metav1.ListOptions{})
-	require.NoError(t, err)
-	require.Len(t, list.Items, 1)
+		// A status update cannot change the spec.
+		walk := updated
+		for _, step := range steps(scheduled, running) {
+			step(&walk.Status)
+			walk.Spec.Runtime = "python"
+			walk, err = runs.UpdateStatus(ctx, walk, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			assert.Equal(t, "bash", walk.Spec.Runtime, "runs/status ignores spec changes")
+		}
+		walk.Status.Phase = lifecycle.Succeeded
+		walk.Status.ExitCode = ptr[int32](0)
+		walk.Status.Outputs = map[string]string{"answer": "42"}
+		completion := metav1.NewMicroTime(time.Date(2026, 1, 2, 3, 4, 5, 123456000, time.UTC))
+		walk.Status.CompletionTime = &completion
+		done, err := runs.UpdateStatus(ctx, walk, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, lifecycle.Succeeded, done.Status.Phase)
+		assert.Equal(t, "42", done.Status.Outputs["answer"])
+		assert.Equal(t, 123456000, done.Status.CompletionTime.Nanosecond(), "timestamps keep microseconds")
 
-	require.NoError(t, runs.Delete(ctx, "lifecycle", metav1.DeleteOptions{}))
-	_, err = runs.Get(ctx, "lifecycle", metav1.GetOptions{})
-	assert.True(t, apierrors.IsNotFound(err))
+		// cancelRequested false → true is allowed.
+		cancel := done.DeepCopy()
+		cancel.Spec.CancelRequested = true
+		_, err = runs.Update(ctx, cancel, metav1.UpdateOptions{})
+		require.NoError(t, err)
+
+		list, err := runs.List(ctx, metav1.ListOptions{})
+		require.NoError(t, err)
+		require.Len(t, list.Items, 1)
+
+		require.NoError(t, runs.Delete(ctx, "lifecycle", metav1.DeleteOptions{}))
+		_, err = runs.Get(ctx, "lifecycle", metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(err))
+	})
 }
 
 // TestFunctionRunBecomesReady covers the function path of the phase table and
@@ -116,54 +117,55 @@ func TestFunctionRunBecomesReady(t *testing.T) {
 // status.phase and status.assignedPod; a Run that moves into the selection
 // arrives on the watch as ADDED.
 func TestFieldSelectors(t *testing.T) {
-	s := startServer(t, "")
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	runs := s.client.KruntimesV1alpha1().Runs(namespace)
+	forEachBackend(t, func(t *testing.T, s *testServer) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		runs := s.client.KruntimesV1alpha1().Runs(namespace)
 
-	bash, err := runs.Create(ctx, taskRun("bash-1"), metav1.CreateOptions{})
-	require.NoError(t, err)
-	py := taskRun("python-1")
-	py.Spec.Runtime = "python"
-	_, err = runs.Create(ctx, py, metav1.CreateOptions{})
-	require.NoError(t, err)
+		bash, err := runs.Create(ctx, taskRun("bash-1"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		py := taskRun("python-1")
+		py.Spec.Runtime = "python"
+		_, err = runs.Create(ctx, py, metav1.CreateOptions{})
+		require.NoError(t, err)
 
-	names := func(selector string) []string {
-		list, err := runs.List(ctx, metav1.ListOptions{FieldSelector: selector})
-		require.NoError(t, err, selector)
-		var out []string
-		for _, r := range list.Items {
-			out = append(out, r.Name)
+		names := func(selector string) []string {
+			list, err := runs.List(ctx, metav1.ListOptions{FieldSelector: selector})
+			require.NoError(t, err, selector)
+			var out []string
+			for _, r := range list.Items {
+				out = append(out, r.Name)
+			}
+			return out
 		}
-		return out
-	}
-	assert.Equal(t, []string{"bash-1"}, names("spec.runtime=bash"))
-	assert.ElementsMatch(t, []string{"bash-1", "python-1"}, names("status.phase=Pending"))
-	assert.Empty(t, names("status.assignedPod=pod-a"))
+		assert.Equal(t, []string{"bash-1"}, names("spec.runtime=bash"))
+		assert.ElementsMatch(t, []string{"bash-1", "python-1"}, names("status.phase=Pending"))
+		assert.Empty(t, names("status.assignedPod=pod-a"))
 
-	w, err := runs.Watch(ctx, metav1.ListOptions{
-		FieldSelector:   fields.OneTermEqualSelector(lifecycle.FieldStatusAssignedPod, "pod-a").String(),
-		ResourceVersion: bash.ResourceVersion,
+		w, err := runs.Watch(ctx, metav1.ListOptions{
+			FieldSelector:   fields.OneTermEqualSelector(lifecycle.FieldStatusAssignedPod, "pod-a").String(),
+			ResourceVersion: bash.ResourceVersion,
+		})
+		require.NoError(t, err)
+		defer w.Stop()
+
+		scheduled(&bash.Status)
+		bash, err = runs.UpdateStatus(ctx, bash, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"bash-1"}, names("status.assignedPod=pod-a"))
+		assert.Equal(t, []string{"bash-1"}, names("status.phase=Scheduled"))
+
+		select {
+		case ev := <-w.ResultChan():
+			require.Equal(t, watch.Added, ev.Type, "a Run moving into the selection is ADDED")
+			assert.Equal(t, "bash-1", ev.Object.(*v1alpha1.Run).Name)
+		case <-ctx.Done():
+			t.Fatal("the watch saw no event")
+		}
+
+		_, err = runs.List(ctx, metav1.ListOptions{FieldSelector: "spec.handler=x"})
+		assert.True(t, apierrors.IsBadRequest(err), "an unsupported field selector is a 400, got %v", err)
 	})
-	require.NoError(t, err)
-	defer w.Stop()
-
-	scheduled(&bash.Status)
-	bash, err = runs.UpdateStatus(ctx, bash, metav1.UpdateOptions{})
-	require.NoError(t, err)
-	assert.Equal(t, []string{"bash-1"}, names("status.assignedPod=pod-a"))
-	assert.Equal(t, []string{"bash-1"}, names("status.phase=Scheduled"))
-
-	select {
-	case ev := <-w.ResultChan():
-		require.Equal(t, watch.Added, ev.Type, "a Run moving into the selection is ADDED")
-		assert.Equal(t, "bash-1", ev.Object.(*v1alpha1.Run).Name)
-	case <-ctx.Done():
-		t.Fatal("the watch saw no event")
-	}
-
-	_, err = runs.List(ctx, metav1.ListOptions{FieldSelector: "spec.handler=x"})
-	assert.True(t, apierrors.IsBadRequest(err), "an unsupported field selector is a 400, got %v", err)
 }
 
 // TestTableColumns: kubectl get asks for a Table and prints these columns.
@@ -229,30 +231,31 @@ func TestOpenAPIIsPublished(t *testing.T) {
 // TestServerSideApply: spec through the main resource, status through
 // runs/status, each with its own field manager.
 func TestServerSideApply(t *testing.T) {
-	s := startServer(t, "")
-	ctx := context.Background()
-	runs := s.client.KruntimesV1alpha1().Runs(namespace)
-	apply := applyv1alpha1.Run("applied", namespace).
-		WithLabels(map[string]string{"app": "demo"}).
-		WithSpec(applyv1alpha1.RunSpec().
-			WithRuntime("bash").
-			WithSource(applyv1alpha1.RunSource().WithInline("echo hi")).
-			WithMode(applyv1alpha1.RunMode().WithTask(applyv1alpha1.TaskMode().WithArgs("a", "b"))))
-	run, err := runs.Apply(ctx, apply, metav1.ApplyOptions{FieldManager: "user", Force: true})
-	require.NoError(t, err)
-	assert.Equal(t, []string{"a", "b"}, run.Spec.Mode.Task.Args)
-	assert.Equal(t, lifecycle.Pending, run.Status.Phase)
+	forEachBackend(t, func(t *testing.T, s *testServer) {
+		ctx := context.Background()
+		runs := s.client.KruntimesV1alpha1().Runs(namespace)
+		apply := applyv1alpha1.Run("applied", namespace).
+			WithLabels(map[string]string{"app": "demo"}).
+			WithSpec(applyv1alpha1.RunSpec().
+				WithRuntime("bash").
+				WithSource(applyv1alpha1.RunSource().WithInline("echo hi")).
+				WithMode(applyv1alpha1.RunMode().WithTask(applyv1alpha1.TaskMode().WithArgs("a", "b"))))
+		run, err := runs.Apply(ctx, apply, metav1.ApplyOptions{FieldManager: "user", Force: true})
+		require.NoError(t, err)
+		assert.Equal(t, []string{"a", "b"}, run.Spec.Mode.Task.Args)
+		assert.Equal(t, lifecycle.Pending, run.Status.Phase)
 
-	status := applyv1alpha1.Run("applied", namespace).WithStatus(applyv1alpha1.RunStatus().
-		WithPhase(lifecycle.Scheduled).WithAttempt(1).WithAssignedPod("pod-a").WithAssignedPodUID("uid-a"))
-	run, err = runs.ApplyStatus(ctx, status, metav1.ApplyOptions{FieldManager: "scheduler", Force: true})
-	require.NoError(t, err)
-	assert.Equal(t, lifecycle.Scheduled, run.Status.Phase)
-	assert.Equal(t, "pod-a", run.Status.AssignedPod)
+		status := applyv1alpha1.Run("applied", namespace).WithStatus(applyv1alpha1.RunStatus().
+			WithPhase(lifecycle.Scheduled).WithAttempt(1).WithAssignedPod("pod-a").WithAssignedPodUID("uid-a"))
+		run, err = runs.ApplyStatus(ctx, status, metav1.ApplyOptions{FieldManager: "scheduler", Force: true})
+		require.NoError(t, err)
+		assert.Equal(t, lifecycle.Scheduled, run.Status.Phase)
+		assert.Equal(t, "pod-a", run.Status.AssignedPod)
 
-	// Re-applying the same spec is a no-op, not an immutability error.
-	_, err = runs.Apply(ctx, apply, metav1.ApplyOptions{FieldManager: "user", Force: true})
-	require.NoError(t, err)
+		// Re-applying the same spec is a no-op, not an immutability error.
+		_, err = runs.Apply(ctx, apply, metav1.ApplyOptions{FieldManager: "user", Force: true})
+		require.NoError(t, err)
+	})
 }
 
 // TestRuntimes: defaults, validation and status of Runtimes.

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/util/wait"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -33,7 +35,7 @@ type testServer struct {
 // startServer runs a standalone kruntimes-apiserver on a free loopback port
 // with its embedded storage in dataDir (a fresh directory when empty) and
 // stops it when the test ends. It returns once the server is ready.
-func startServer(t *testing.T, dataDir string) *testServer {
+func startServer(t *testing.T, dataDir string, extraArgs ...string) *testServer {
 	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
@@ -44,13 +46,13 @@ func startServer(t *testing.T, dataDir string) *testServer {
 	o := options.NewServerOptions(os.Stdout, os.Stderr)
 	fs := pflag.NewFlagSet("kruntimes-apiserver", pflag.ContinueOnError)
 	o.AddFlags(fs)
-	require.NoError(t, fs.Parse([]string{
+	require.NoError(t, fs.Parse(append([]string{
 		"--standalone",
 		"--standalone-kubeconfig=" + kubeconfig,
 		"--storage-path=" + dataDir,
 		"--cert-dir=" + filepath.Join(workDir, "certs"),
 		"--bind-address=127.0.0.1",
-	}))
+	}, extraArgs...)))
 	listener, _, err := genericoptions.CreateListener("tcp", "127.0.0.1:0", net.ListenConfig{})
 	require.NoError(t, err)
 	o.RecommendedOptions.SecureServing.Listener = listener
@@ -129,4 +131,22 @@ func (s *testServer) raw(t *testing.T, method, path, contentType string, body []
 	data, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return resp.StatusCode, data
+}
+
+// startEtcd3Server runs the server on the etcd3 backend, against an etcd
+// embedded in the test process.
+func startEtcd3Server(t *testing.T) *testServer {
+	t.Helper()
+	etcd := testserver.RunEtcd(t, nil)
+	return startServer(t, "", "--storage-backend=etcd3", "--etcd-servers="+strings.Join(etcd.Endpoints(), ","))
+}
+
+// forEachBackend runs test against a fresh server on every storage backend.
+func forEachBackend(t *testing.T, test func(t *testing.T, s *testServer)) {
+	for name, start := range map[string]func(*testing.T) *testServer{
+		"embedded": func(t *testing.T) *testServer { return startServer(t, "") },
+		"etcd3":    startEtcd3Server,
+	} {
+		t.Run(name, func(t *testing.T) { test(t, start(t)) })
+	}
 }

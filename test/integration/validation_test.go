@@ -164,43 +164,44 @@ func steps(s ...func(*v1alpha1.RunStatus)) []func(*v1alpha1.RunStatus) { return 
 // TestInvalidRunsAreRejected: every invalid create, update and status update
 // gets a 422 naming the field, and the stored Run stays exactly as it was.
 func TestInvalidRunsAreRejected(t *testing.T) {
-	s := startServer(t, "")
-	ctx := context.Background()
-	runs := s.client.KruntimesV1alpha1().Runs(namespace)
-	cases := invalidRunCases()
-	require.GreaterOrEqual(t, len(cases), 25)
-	for i, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			run := tc.run("")
-			run.Name = fmt.Sprintf("invalid-%d", i)
-			if tc.op == "create" {
-				tc.change(run)
-				_, err := runs.Create(ctx, run, metav1.CreateOptions{})
-				assertInvalidField(t, err, tc.field)
-				_, err = runs.Get(ctx, run.Name, metav1.GetOptions{})
-				assert.True(t, apierrors.IsNotFound(err), "a rejected create must store nothing, got %v", err)
-				return
-			}
-			stored, err := runs.Create(ctx, run, metav1.CreateOptions{})
-			require.NoError(t, err)
-			for _, step := range tc.steps {
-				step(&stored.Status)
-				stored, err = runs.UpdateStatus(ctx, stored, metav1.UpdateOptions{})
+	forEachBackend(t, func(t *testing.T, s *testServer) {
+		ctx := context.Background()
+		runs := s.client.KruntimesV1alpha1().Runs(namespace)
+		cases := invalidRunCases()
+		require.GreaterOrEqual(t, len(cases), 25)
+		for i, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				run := tc.run("")
+				run.Name = fmt.Sprintf("invalid-%d", i)
+				if tc.op == "create" {
+					tc.change(run)
+					_, err := runs.Create(ctx, run, metav1.CreateOptions{})
+					assertInvalidField(t, err, tc.field)
+					_, err = runs.Get(ctx, run.Name, metav1.GetOptions{})
+					assert.True(t, apierrors.IsNotFound(err), "a rejected create must store nothing, got %v", err)
+					return
+				}
+				stored, err := runs.Create(ctx, run, metav1.CreateOptions{})
 				require.NoError(t, err)
-			}
-			changed := stored.DeepCopy()
-			tc.change(changed)
-			if tc.op == "update" {
-				_, err = runs.Update(ctx, changed, metav1.UpdateOptions{})
-			} else {
-				_, err = runs.UpdateStatus(ctx, changed, metav1.UpdateOptions{})
-			}
-			assertInvalidField(t, err, tc.field)
-			after, err := runs.Get(ctx, run.Name, metav1.GetOptions{})
-			require.NoError(t, err)
-			assert.Equal(t, stored, after, "a rejected change must leave the Run untouched")
-		})
-	}
+				for _, step := range tc.steps {
+					step(&stored.Status)
+					stored, err = runs.UpdateStatus(ctx, stored, metav1.UpdateOptions{})
+					require.NoError(t, err)
+				}
+				changed := stored.DeepCopy()
+				tc.change(changed)
+				if tc.op == "update" {
+					_, err = runs.Update(ctx, changed, metav1.UpdateOptions{})
+				} else {
+					_, err = runs.UpdateStatus(ctx, changed, metav1.UpdateOptions{})
+				}
+				assertInvalidField(t, err, tc.field)
+				after, err := runs.Get(ctx, run.Name, metav1.GetOptions{})
+				require.NoError(t, err)
+				assert.Equal(t, stored, after, "a rejected change must leave the Run untouched")
+			})
+		}
+	})
 }
 
 func assertInvalidField(t *testing.T, err error, field string) {

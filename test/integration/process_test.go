@@ -1,0 +1,126 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+)
+
+var (
+	buildOnce   sync.Once
+	builtBinary string
+	buildErr    error
+)
+
+// apiserverBinary builds cmd/kruntimes-apiserver once per test binary.
+func apiserverBinary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "kruntimes-apiserver-bin")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBinary = filepath.Join(dir, "kruntimes-apiserver")
+		out, err := exec.Command("go", "build", "-o", builtBinary, "kruntimes.io/kruntimes/cmd/kruntimes-apiserver").CombinedOutput()
+		if err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	require.NoError(t, buildErr)
+	return builtBinary
+}
+
+// serverProcess is kruntimes-apiserver running as its own process.
+type serverProcess struct {
+	cmd    *exec.Cmd
+	config *rest.Config
+	client versioned.Interface
+	exited chan error
+}
+
+// startServerProcess runs the built server standalone on dataDir and waits
+// until it is ready. The test's cleanup kills it if it is still running.
+func startServerProcess(t *testing.T, dataDir string) *serverProcess {
+	t.Helper()
+	workDir := t.TempDir()
+	kubeconfig := filepath.Join(workDir, "kubeconfig")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	port := l.Addr().(*net.TCPAddr).Port
+	require.NoError(t, l.Close())
+
+	cmd := exec.Command(apiserverBinary(t),
+		"--standalone", "--standalone-kubeconfig="+kubeconfig,
+		"--storage-path="+dataDir, "--cert-dir="+filepath.Join(workDir, "certs"),
+		"--bind-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port), "-v=0")
+	logFile, err := os.Create(filepath.Join(workDir, "server.log"))
+	require.NoError(t, err)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	require.NoError(t, cmd.Start())
+	p := &serverProcess{cmd: cmd, exited: make(chan error, 1)}
+	go func() { p.exited <- cmd.Wait(); logFile.Close() }()
+	t.Cleanup(func() { p.kill() })
+
+	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-p.exited:
+			p.exited <- err
+			log, _ := os.ReadFile(logFile.Name())
+			return false, fmt.Errorf("server exited early: %v\n%s", err, log)
+		default:
+		}
+		if _, err := os.Stat(kubeconfig); err != nil {
+			return false, nil
+		}
+		config, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+		if err != nil {
+			return false, err
+		}
+		httpClient, err := rest.HTTPClientFor(config)
+		if err != nil {
+			return false, err
+		}
+		resp, err := httpClient.Get(config.Host + "/readyz")
+		if err != nil {
+			return false, nil
+		}
+		resp.Body.Close()
+		p.config = config
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	require.NoError(t, err, "server process did not become ready")
+	p.config.QPS, p.config.Burst = 5000, 5000
+	p.client, err = versioned.NewForConfig(p.config)
+	require.NoError(t, err)
+	return p
+}
+
+// kill sends SIGKILL, as a crash or an OOM kill would, and waits for the exit.
+func (p *serverProcess) kill() {
+	if p.cmd.Process == nil {
+		return
+	}
+	_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+	case <-time.After(30 * time.Second):
+	}
+}
