@@ -35,7 +35,7 @@ type testServer struct {
 // startServer runs a standalone kruntimes-apiserver on a free loopback port
 // with its embedded storage in dataDir (a fresh directory when empty) and
 // stops it when the test ends. It returns once the server is ready.
-func startServer(t *testing.T, dataDir string, extraArgs ...string) *testServer {
+func startServer(t testing.TB, dataDir string, extraArgs ...string) *testServer {
 	t.Helper()
 	if dataDir == "" {
 		dataDir = t.TempDir()
@@ -113,7 +113,7 @@ func startServer(t *testing.T, dataDir string, extraArgs ...string) *testServer 
 
 // raw sends one HTTP request to the server with the admin credentials and
 // returns the status code and body.
-func (s *testServer) raw(t *testing.T, method, path, contentType string, body []byte, header http.Header) (int, []byte) {
+func (s *testServer) raw(t testing.TB, method, path, contentType string, body []byte, header http.Header) (int, []byte) {
 	t.Helper()
 	httpClient, err := rest.HTTPClientFor(s.config)
 	require.NoError(t, err)
@@ -135,9 +135,12 @@ func (s *testServer) raw(t *testing.T, method, path, contentType string, body []
 
 // startEtcd3Server runs the server on the etcd3 backend, against an etcd
 // embedded in the test process.
-func startEtcd3Server(t *testing.T) *testServer {
+func startEtcd3Server(t testing.TB, noFsync bool) *testServer {
 	t.Helper()
-	etcd := testserver.RunEtcd(t, nil)
+	cfg := testserver.NewTestConfig(t)
+	// The test config skips fsync; benchmarks compare durable writes.
+	cfg.UnsafeNoFsync = noFsync
+	etcd := testserver.RunEtcd(t, cfg)
 	return startServer(t, "", "--storage-backend=etcd3", "--etcd-servers="+strings.Join(etcd.Endpoints(), ","))
 }
 
@@ -145,7 +148,7 @@ func startEtcd3Server(t *testing.T) *testServer {
 func forEachBackend(t *testing.T, test func(t *testing.T, s *testServer)) {
 	for name, start := range map[string]func(*testing.T) *testServer{
 		"embedded": func(t *testing.T) *testServer { return startServer(t, "") },
-		"etcd3":    startEtcd3Server,
+		"etcd3":    func(t *testing.T) *testServer { return startEtcd3Server(t, true) },
 	} {
 		t.Run(name, func(t *testing.T) { test(t, start(t)) })
 	}

@@ -1,0 +1,95 @@
+package retry
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"time"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+)
+
+// Backoff defaults, used where the policy leaves a field unset.
+const (
+	DefaultInitialDelay = time.Second
+	DefaultMaxDelay     = 5 * time.Minute
+	DefaultFactor       = 2.0
+)
+
+// Failure describes why an attempt ended.
+type Failure struct {
+	// Reason is a CamelCase reason such as ExecutionLost or NonZeroExit.
+	Reason string
+	// Cancelled is set when the user asked for cancellation: never retried.
+	Cancelled bool
+}
+
+// Decision is what to do after a failed attempt.
+type Decision struct {
+	// Retry says whether another attempt starts.
+	Retry bool
+	// Delay is how long to wait before the next attempt; zero when !Retry.
+	Delay time.Duration
+	// NextAttempt is the attempt number of the retry.
+	NextAttempt int32
+	// Why explains the decision for the Run's message.
+	Why string
+}
+
+// Decide returns whether attempt (1-based) of a Run with policy is retried
+// after failure, given the Run's deadline (zero when it has none) and now.
+// A cancelled Run and a Run whose deadline has passed are never retried.
+func Decide(policy *v1alpha1.RetryPolicy, attempt int32, failure Failure, deadline, now time.Time) Decision {
+	maxAttempts := int32(1)
+	if policy != nil && policy.MaxAttempts > 0 {
+		maxAttempts = policy.MaxAttempts
+	}
+	switch {
+	case failure.Cancelled || failure.Reason == lifecycle.ReasonCancelled:
+		return Decision{Why: "cancelled Runs are not retried"}
+	case !deadline.IsZero() && !now.Before(deadline):
+		return Decision{Why: "the Run's timeout has passed"}
+	case attempt >= maxAttempts:
+		return Decision{Why: fmt.Sprintf("attempt %d of %d failed (%s); no attempts left", attempt, maxAttempts, failure.Reason)}
+	case policy != nil && len(policy.RetryableReasons) > 0 && !slices.Contains(policy.RetryableReasons, failure.Reason):
+		return Decision{Why: fmt.Sprintf("reason %s is not in retryPolicy.retryableReasons", failure.Reason)}
+	}
+	delay := Delay(policy, attempt)
+	if !deadline.IsZero() && now.Add(delay).After(deadline) {
+		return Decision{Why: fmt.Sprintf("the next attempt would start after the Run's timeout (backoff %s)", delay)}
+	}
+	return Decision{
+		Retry:       true,
+		Delay:       delay,
+		NextAttempt: attempt + 1,
+		Why:         fmt.Sprintf("attempt %d of %d failed (%s); retrying in %s", attempt, maxAttempts, failure.Reason, delay),
+	}
+}
+
+// Delay is the exponential backoff before the attempt after attempt:
+// initial × factor^(attempt-1), capped at max.
+func Delay(policy *v1alpha1.RetryPolicy, attempt int32) time.Duration {
+	initial, maxDelay, factor := DefaultInitialDelay, DefaultMaxDelay, DefaultFactor
+	if policy != nil && policy.Backoff != nil {
+		b := policy.Backoff
+		if b.Initial != nil {
+			initial = b.Initial.Duration
+		}
+		if b.Max != nil {
+			maxDelay = b.Max.Duration
+		}
+		if f, err := strconv.ParseFloat(b.Factor, 64); err == nil && f >= 1 {
+			factor = f
+		}
+	}
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := float64(initial) * math.Pow(factor, float64(attempt-1))
+	if d >= float64(maxDelay) || math.IsInf(d, 0) || math.IsNaN(d) {
+		return maxDelay
+	}
+	return time.Duration(d)
+}

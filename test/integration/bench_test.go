@@ -1,0 +1,143 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+)
+
+// BenchmarkRunWrites measures, through the apiserver, a Run create followed
+// by a status update (the first two writes of every Run's life) from 1, 16
+// and 64 concurrent writers, on each backend with durable (fsynced) writes,
+// and how long a watcher waits for the status update. Report, don't assert:
+//
+//	go test ./test/integration -run '^$' -bench BenchmarkRunWrites -benchtime 2000x
+func BenchmarkRunWrites(b *testing.B) {
+	backends := []struct {
+		name  string
+		start func(testing.TB) *testServer
+	}{
+		{"embedded", func(tb testing.TB) *testServer { return startServer(tb, "") }},
+		{"etcd3", func(tb testing.TB) *testServer { return startEtcd3Server(tb, false) }},
+	}
+	for _, backend := range backends {
+		b.Run(backend.name, func(b *testing.B) {
+			s := backend.start(b)
+			round := 0
+			for _, writers := range []int{1, 16, 64} {
+				b.Run(fmt.Sprintf("writers=%d", writers), func(b *testing.B) {
+					round++
+					benchmarkRunWrites(b, s, fmt.Sprintf("bench-%d", round), writers)
+				})
+			}
+		})
+	}
+}
+
+func benchmarkRunWrites(b *testing.B, s *testServer, ns string, writers int) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	runs := s.client.KruntimesV1alpha1().Runs(ns)
+	w, err := runs.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+
+	var (
+		sent      sync.Map // name → time the status update was sent
+		delivered atomic.Int64
+		deliverMu sync.Mutex
+		delivery  []time.Duration
+	)
+	go func() {
+		for ev := range w.ResultChan() {
+			run, ok := ev.Object.(*v1alpha1.Run)
+			if !ok || ev.Type != watch.Modified || run.Status.Phase != lifecycle.Scheduled {
+				continue
+			}
+			if t0, ok := sent.Load(run.Name); ok {
+				d := time.Since(t0.(time.Time))
+				deliverMu.Lock()
+				delivery = append(delivery, d)
+				deliverMu.Unlock()
+			}
+			delivered.Add(1)
+		}
+	}()
+
+	var (
+		next      atomic.Int64
+		latencyMu sync.Mutex
+		latencies = make([]time.Duration, 0, 2*b.N)
+		wg        sync.WaitGroup
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for g := 0; g < writers; g++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			local := make([]time.Duration, 0, 2*b.N/writers+2)
+			for {
+				i := next.Add(1)
+				if i > int64(b.N) {
+					break
+				}
+				run := taskRun(fmt.Sprintf("run-%d", i))
+				run.Namespace = ns
+				t0 := time.Now()
+				created, err := runs.Create(ctx, run, metav1.CreateOptions{})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				t1 := time.Now()
+				scheduled(&created.Status)
+				sent.Store(created.Name, t1)
+				if _, err := runs.UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+					b.Error(err)
+					return
+				}
+				local = append(local, t1.Sub(t0), time.Since(t1))
+			}
+			latencyMu.Lock()
+			latencies = append(latencies, local...)
+			latencyMu.Unlock()
+		}()
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	b.StopTimer()
+	_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return delivered.Load() >= int64(b.N), nil
+	})
+
+	b.ReportMetric(float64(2*b.N)/elapsed.Seconds(), "writes/s")
+	b.ReportMetric(percentile(latencies, 50).Seconds()*1000, "p50-write-ms")
+	b.ReportMetric(percentile(latencies, 99).Seconds()*1000, "p99-write-ms")
+	deliverMu.Lock()
+	b.ReportMetric(percentile(delivery, 50).Seconds()*1000, "p50-watch-ms")
+	b.ReportMetric(percentile(delivery, 99).Seconds()*1000, "p99-watch-ms")
+	deliverMu.Unlock()
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[(len(s)-1)*p/100]
+}
