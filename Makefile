@@ -5,20 +5,31 @@ BIN := $(CURDIR)/bin
 # Tests start real servers; CI machines have 2 cores.
 GOTEST_FLAGS ?= -race -timeout 30m
 
-.PHONY: all build test unit verify generate verify-codegen proto verify-proto fmt vet run clean
+.PHONY: all build test unit e2e verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube
 
 all: build
 
-## build: compile kruntimes-apiserver and kruntimes-runtime into bin/.
+## build: compile the kruntimes commands into bin/.
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## test: verify generated code and formatting, then run every test suite.
-test: verify unit
+## test: verify generated code and formatting, then run every test suite,
+## e2e included (it needs the Kubernetes binaries, built once and cached).
+test: verify kube-binaries
+	KRUNTIMES_E2E_REQUIRE=1 $(GO) test $(GOTEST_FLAGS) ./...
 
-## unit: unit, integration and storage conformance tests (real servers on loopback).
+## unit: every test; the e2e suite skips when the Kubernetes binaries are missing.
 unit:
 	$(GO) test $(GOTEST_FLAGS) ./...
+
+## e2e: only the e2e suite, against the local cluster.
+e2e: kube-binaries
+	KRUNTIMES_E2E_REQUIRE=1 $(GO) test $(GOTEST_FLAGS) ./test/e2e/...
+
+## kube-binaries: kube-apiserver, kube-controller-manager, kubectl and etcd
+## from the Kubernetes v1.37.2 modules into bin/ (~15 min the first time; cached).
+kube-binaries:
+	hack/build-kube.sh
 
 ## verify: gofmt, go vet, and generated code (API codegen, protobuf) up to date.
 verify: fmt vet verify-codegen verify-proto
@@ -44,12 +55,26 @@ proto:
 verify-proto:
 	hack/verify-proto.sh
 
-## run: start kruntimes-apiserver standalone on 127.0.0.1:8443 and write .local/kubeconfig.
-run: build
-	@mkdir -p .local
-	@echo "kruntimes-apiserver: https://127.0.0.1:8443 — in another shell: export KUBECONFIG=$(CURDIR)/.local/kubeconfig"
-	$(BIN)/kruntimes-apiserver --standalone --standalone-kubeconfig=.local/kubeconfig \
-		--storage-path=.local/data --cert-dir=.local/certs --bind-address=127.0.0.1 --secure-port=8443
+## run: start the local cluster (etcd, kube-apiserver, kube-controller-manager,
+## a node agent, kruntimes-apiserver behind an APIService) in the foreground;
+## writes .local/kubeconfig.
+run: kube-binaries
+	$(GO) build -o $(BIN)/localcluster ./hack/localcluster/cmd/localcluster
+	$(BIN)/localcluster
 
+## run-standalone: kruntimes-apiserver alone on 127.0.0.1:8443, no cluster;
+## writes .local/standalone/kubeconfig.
+run-standalone: build
+	@mkdir -p .local/standalone
+	@echo "kruntimes-apiserver: https://127.0.0.1:8443 — in another shell: export KUBECONFIG=$(CURDIR)/.local/standalone/kubeconfig"
+	$(BIN)/kruntimes-apiserver --standalone --standalone-kubeconfig=.local/standalone/kubeconfig \
+		--storage-path=.local/standalone/data --cert-dir=.local/standalone/certs --bind-address=127.0.0.1 --secure-port=8443
+
+## clean: remove local state and kruntimes binaries (keeps the Kubernetes binaries).
 clean:
-	rm -rf $(BIN) .local
+	rm -rf .local
+	cd $(BIN) 2>/dev/null && rm -f kruntimes-apiserver kruntimes-runtime localcluster e2e-testserver || true
+
+## clean-kube: also remove the cached Kubernetes binaries.
+clean-kube: clean
+	rm -rf $(BIN)

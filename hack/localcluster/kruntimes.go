@@ -1,0 +1,394 @@
+package localcluster
+
+import (
+	"bytes"
+	"context"
+	"crypto/x509"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/wait"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/utils/ptr"
+)
+
+// Names the kruntimes-apiserver is registered under; artifacts/ uses the same.
+const (
+	KruntimesNamespace   = "kruntimes-system"
+	KruntimesService     = "kruntimes-apiserver"
+	KruntimesAPIService  = "v1alpha1.kruntimes.io"
+	kruntimesGroup       = "kruntimes.io"
+	kruntimesVersion     = "v1alpha1"
+	kruntimesPackage     = "./cmd/kruntimes-apiserver"
+	kruntimesBinary      = "kruntimes-apiserver"
+	kruntimesTokenExpiry = 24 * time.Hour
+)
+
+var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
+
+// artifactKinds are the kinds applied from artifacts/ for the local cluster.
+// The apiserver's Deployment and Service are not: the apiserver runs as a
+// local process behind an ExternalName Service instead.
+var artifactKinds = map[string]bool{
+	"Namespace": true, "ServiceAccount": true,
+	"ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
+}
+
+// startKruntimes builds kruntimes-apiserver, runs it as its ServiceAccount
+// with delegated authn/authz, and registers it through a real APIService.
+func (c *Cluster) startKruntimes(ctx context.Context, logDir string, client kubernetes.Interface) error {
+	if c.cfg.Kruntimes == KruntimesDisabled {
+		c.KruntimesSkipReason = "disabled"
+		c.progress("kruntimes-apiserver: disabled")
+		return nil
+	}
+	c.progress("building kruntimes-apiserver (%s)", kruntimesPackage)
+	if err := c.buildRepoBinary(ctx, kruntimesPackage, kruntimesBinary); err != nil {
+		return err
+	}
+	if err := c.runKruntimes(ctx, logDir, client); err != nil {
+		return err
+	}
+	c.KruntimesRunning = true
+	return nil
+}
+
+func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubernetes.Interface) error {
+	dir := filepath.Join(c.cfg.StateDir, "kruntimes-apiserver")
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		return err
+	}
+	c.progress("kruntimes-apiserver: namespace, ServiceAccount and RBAC (artifacts/)")
+	if err := c.applyArtifacts(ctx, client); err != nil {
+		return err
+	}
+
+	// Serving pair signed by the cluster CA, valid for the name the
+	// aggregator dials (<service>.<namespace>.svc) and for loopback.
+	ca, err := c.loadClusterCA()
+	if err != nil {
+		return err
+	}
+	svcName := KruntimesService + "." + KruntimesNamespace + ".svc"
+	servingCert, servingKey := filepath.Join(dir, "serving.crt"), filepath.Join(dir, "serving.key")
+	if err := ca.issue(servingCert, servingKey, leafSpec{
+		commonName: svcName,
+		dnsNames:   []string{svcName, svcName + ".cluster.local", KruntimesService + "." + KruntimesNamespace, "localhost"},
+		ips:        []net.IP{net.ParseIP("127.0.0.1")},
+		usages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}); err != nil {
+		return err
+	}
+
+	// Run as the ServiceAccount so the RBAC from artifacts/ is what is tested.
+	tr, err := client.CoreV1().ServiceAccounts(KruntimesNamespace).CreateToken(ctx, KruntimesService, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(kruntimesTokenExpiry.Seconds()))},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return fmt.Errorf("requesting a token for ServiceAccount %s/%s: %w", KruntimesNamespace, KruntimesService, err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	saConfig := &rest.Config{Host: c.APIServerURL, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAFile: c.pki.clusterCA()}}
+	if err := writeKubeconfig(kubeconfig, saConfig, "kruntimes-local", "system:serviceaccount:"+KruntimesNamespace+":"+KruntimesService); err != nil {
+		return err
+	}
+
+	ports, err := freePorts(1)
+	if err != nil {
+		return err
+	}
+	port := ports[0]
+	c.progress("kruntimes-apiserver on https://127.0.0.1:%d (embedded storage in %s)", port, filepath.Join(dir, "data"))
+	args := []string{
+		"--secure-port=" + strconv.Itoa(port),
+		"--bind-address=127.0.0.1",
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--tls-cert-file=" + servingCert,
+		"--tls-private-key-file=" + servingKey,
+		"--authentication-kubeconfig=" + kubeconfig,
+		"--authorization-kubeconfig=" + kubeconfig,
+		"--kubeconfig=" + kubeconfig,
+		"--storage-backend=embedded",
+		"--storage-path=" + filepath.Join(dir, "data"),
+	}
+	proc, err := startComponent(ctx, logDir, kruntimesBinary, c.binary(kruntimesBinary), args...)
+	if err != nil {
+		return err
+	}
+	c.components = append(c.components, proc)
+	caPEM, err := os.ReadFile(c.pki.clusterCA())
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(caPEM)
+	if err := c.waitHTTP(ctx, proc, fmt.Sprintf("https://127.0.0.1:%d/readyz", port), tlsWithRoots(pool)); err != nil {
+		return err
+	}
+
+	c.progress("registering APIService %s (ExternalName Service %s/%s → localhost:%d)", KruntimesAPIService, KruntimesNamespace, KruntimesService, port)
+	if err := ensureExternalNameService(ctx, client, port); err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(c.AdminConfig)
+	if err != nil {
+		return err
+	}
+	if err := ensureAPIService(ctx, dyn, port, caPEM); err != nil {
+		return err
+	}
+	c.progress("waiting for APIService %s to become Available", KruntimesAPIService)
+	return WaitAPIServiceAvailable(ctx, dyn, KruntimesAPIService, 3*time.Minute, proc.running)
+}
+
+// buildRepoBinary builds a main package of this repository into bin/.
+func (c *Cluster) buildRepoBinary(ctx context.Context, pkg, name string) error {
+	if _, err := os.Stat(filepath.Join(c.cfg.RepoRoot, pkg)); err != nil {
+		return fmt.Errorf("%s does not exist", pkg)
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", c.binary(name), pkg)
+	cmd.Dir = c.cfg.RepoRoot
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("go build %s: %w\n%s", pkg, err, firstLines(string(out), 15))
+	}
+	return nil
+}
+
+// BuildRepoBinaries builds the binaries container images map to, skipping
+// packages that do not exist yet; it returns what was built and what failed.
+func BuildRepoBinaries(ctx context.Context, repoRoot string, packages map[string]string) (built []string, failed map[string]error) {
+	c := &Cluster{cfg: Config{RepoRoot: repoRoot}}
+	failed = map[string]error{}
+	for name, pkg := range packages {
+		if _, err := os.Stat(filepath.Join(repoRoot, pkg)); err != nil {
+			continue
+		}
+		if err := c.buildRepoBinary(ctx, pkg, name); err != nil {
+			failed[name] = err
+			continue
+		}
+		built = append(built, name)
+	}
+	return built, failed
+}
+
+func (c *Cluster) loadClusterCA() (*authority, error) {
+	certPEM, err := os.ReadFile(c.pki.clusterCA())
+	if err != nil {
+		return nil, err
+	}
+	keyPEM, err := os.ReadFile(c.pki.path("ca.key"))
+	if err != nil {
+		return nil, err
+	}
+	return parseAuthority(certPEM, keyPEM)
+}
+
+// applyArtifacts creates the namespace, ServiceAccount and RBAC objects from
+// artifacts/, so the local cluster tests the manifests users apply.
+func (c *Cluster) applyArtifacts(ctx context.Context, client kubernetes.Interface) error {
+	objs, err := readArtifacts(filepath.Join(c.cfg.RepoRoot, "artifacts"))
+	if err != nil {
+		return err
+	}
+	if len(objs) == 0 {
+		return fmt.Errorf("no Namespace, ServiceAccount or RBAC manifests under %s", filepath.Join(c.cfg.RepoRoot, "artifacts"))
+	}
+	dyn, err := dynamic.NewForConfig(c.AdminConfig)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(client.Discovery()))
+	// Namespaces first so namespaced objects find theirs.
+	for _, pass := range []bool{true, false} {
+		for _, obj := range objs {
+			if (obj.GetKind() == "Namespace") != pass {
+				continue
+			}
+			if err := applyObject(ctx, dyn, mapper, obj); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func applyObject(ctx context.Context, dyn dynamic.Interface, mapper *restmapper.DeferredDiscoveryRESTMapper, obj *unstructured.Unstructured) error {
+	gvk := obj.GroupVersionKind()
+	mapping, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("mapping %s: %w", gvk, err)
+	}
+	var ri dynamic.ResourceInterface = dyn.Resource(mapping.Resource)
+	if ns := obj.GetNamespace(); ns != "" {
+		ri = dyn.Resource(mapping.Resource).Namespace(ns)
+	}
+	_, err = ri.Apply(ctx, obj.GetName(), obj, metav1.ApplyOptions{FieldManager: "localcluster", Force: true})
+	if err != nil {
+		return fmt.Errorf("applying %s %s: %w", gvk.Kind, obj.GetName(), err)
+	}
+	return nil
+}
+
+// readArtifacts reads every YAML document under dir whose kind is in
+// artifactKinds.
+func readArtifacts(dir string) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	err := filepath.WalkDir(dir, func(path string, d os.DirEntry, err error) error {
+		if errors.Is(err, os.ErrNotExist) {
+			return filepath.SkipAll
+		}
+		if err != nil {
+			return err
+		}
+		if d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			obj := &unstructured.Unstructured{}
+			if err := dec.Decode(&obj.Object); err != nil {
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return fmt.Errorf("%s: %w", path, err)
+			}
+			if artifactKinds[obj.GetKind()] {
+				objs = append(objs, obj)
+			}
+		}
+	})
+	return objs, err
+}
+
+func ensureExternalNameService(ctx context.Context, client kubernetes.Interface, port int) error {
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: KruntimesService, Namespace: KruntimesNamespace},
+		Spec: corev1.ServiceSpec{
+			// The aggregator resolves an ExternalName Service to
+			// https://<externalName>:<APIService port>; EndpointSlices
+			// would reject a loopback address.
+			Type:         corev1.ServiceTypeExternalName,
+			ExternalName: "localhost",
+			Ports:        []corev1.ServicePort{{Name: "https", Port: int32(port), Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	services := client.CoreV1().Services(KruntimesNamespace)
+	existing, err := services.Get(ctx, svc.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		_, err = services.Create(ctx, svc, metav1.CreateOptions{})
+		return err
+	case err != nil:
+		return err
+	case existing.Spec.Type != corev1.ServiceTypeExternalName:
+		if err := services.Delete(ctx, svc.Name, metav1.DeleteOptions{}); err != nil {
+			return err
+		}
+		_, err = services.Create(ctx, svc, metav1.CreateOptions{})
+		return err
+	}
+	existing.Spec = svc.Spec
+	_, err = services.Update(ctx, existing, metav1.UpdateOptions{})
+	return err
+}
+
+func ensureAPIService(ctx context.Context, dyn dynamic.Interface, port int, caBundle []byte) error {
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "apiregistration.k8s.io/v1",
+		"kind":       "APIService",
+		"metadata":   map[string]any{"name": KruntimesAPIService},
+		"spec": map[string]any{
+			"group":                kruntimesGroup,
+			"version":              kruntimesVersion,
+			"groupPriorityMinimum": int64(1000),
+			"versionPriority":      int64(15),
+			"service": map[string]any{
+				"namespace": KruntimesNamespace,
+				"name":      KruntimesService,
+				"port":      int64(port),
+			},
+		},
+	}}
+	// []byte fields travel as base64 strings in JSON.
+	if err := unstructured.SetNestedField(obj.Object, encodeBase64(caBundle), "spec", "caBundle"); err != nil {
+		return err
+	}
+	_, err := dyn.Resource(apiServiceGVR).Apply(ctx, KruntimesAPIService, obj, metav1.ApplyOptions{FieldManager: "localcluster", Force: true})
+	return err
+}
+
+// WaitAPIServiceAvailable polls until the APIService's Available condition
+// is True. alive, when set, aborts the wait if it returns an error.
+func WaitAPIServiceAvailable(ctx context.Context, dyn dynamic.Interface, name string, timeout time.Duration, alive func() error) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+		if alive != nil {
+			if err := alive(); err != nil {
+				return false, err
+			}
+		}
+		obj, err := dyn.Resource(apiServiceGVR).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			last = err.Error()
+			return false, nil
+		}
+		conds, _, _ := unstructured.NestedSlice(obj.Object, "status", "conditions")
+		for _, c := range conds {
+			m, _ := c.(map[string]any)
+			if m["type"] == "Available" {
+				last = fmt.Sprintf("%v: %v", m["reason"], m["message"])
+				return m["status"] == "True", nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("APIService %s not Available (%s): %w", name, last, err)
+	}
+	return nil
+}
+
+func firstLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = append(lines[:n], "…")
+	}
+	return strings.Join(lines, "\n")
+}
+
+func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
+
+// ImagePackages maps each binary a container image may run on the local node
+// (see nodeagent.ImageBinaries) to the main package that builds it.
+var ImagePackages = map[string]string{
+	"runtimed":          "./cmd/runtimed",
+	"kruntimes-runtime": "./cmd/kruntimes-runtime",
+	"krt":               "./cmd/krt",
+	"e2e-testserver":    "./test/e2e/testserver",
+}

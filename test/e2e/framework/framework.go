@@ -1,0 +1,191 @@
+package framework
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"kruntimes.io/kruntimes/hack/localcluster"
+)
+
+// RequireEnv, set to 1, turns every reason to skip into a failure. CI sets it.
+const RequireEnv = "KRUNTIMES_E2E_REQUIRE"
+
+// KeepEnv, set to 1, keeps the cluster's state directory after the run.
+const KeepEnv = "KRUNTIMES_E2E_KEEP"
+
+// Framework is the cluster shared by every test of one go test invocation.
+type Framework struct {
+	RepoRoot    string
+	Kubeconfig  string
+	Cluster     *localcluster.Cluster
+	AdminConfig *rest.Config
+	Client      kubernetes.Interface
+	Dynamic     dynamic.Interface
+}
+
+var (
+	shared     *Framework
+	skipReason string
+)
+
+// Required reports whether missing prerequisites fail instead of skip.
+func Required() bool { return os.Getenv(RequireEnv) == "1" }
+
+// Main is called from TestMain: it starts the cluster, runs the tests and
+// stops the cluster. When the Kubernetes binaries are missing it runs the
+// tests anyway so that each one reports a clear skip.
+func Main(m *testing.M) int {
+	ctx := klog.NewContext(context.Background(), klog.Background().WithName("e2e"))
+	f, reason, err := start(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: starting the local cluster: %v\n", err)
+		return 1
+	}
+	if reason != "" {
+		if Required() {
+			fmt.Fprintf(os.Stderr, "e2e: %s (and %s=1)\n", reason, RequireEnv)
+			return 1
+		}
+		fmt.Fprintf(os.Stderr, "e2e: skipping: %s\n", reason)
+		skipReason = reason
+		return m.Run()
+	}
+	shared = f
+	code := m.Run()
+	f.Cluster.Stop(ctx)
+	if code == 0 && os.Getenv(KeepEnv) != "1" {
+		_ = os.RemoveAll(f.Cluster.Config().StateDir)
+	} else {
+		fmt.Fprintf(os.Stderr, "e2e: cluster state and logs kept in %s\n", f.Cluster.Config().StateDir)
+	}
+	return code
+}
+
+func start(ctx context.Context) (*Framework, string, error) {
+	wd, err := os.Getwd()
+	if err != nil {
+		return nil, "", err
+	}
+	root, err := localcluster.RepoRoot(wd)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl"} {
+		if _, err := os.Stat(filepath.Join(root, "bin", b)); err != nil {
+			return nil, fmt.Sprintf("bin/%s is missing; run hack/build-kube.sh (about 15 minutes cold)", b), nil
+		}
+	}
+	built, failed := localcluster.BuildRepoBinaries(ctx, root, localcluster.ImagePackages)
+	fmt.Fprintf(os.Stderr, "e2e: built image binaries %v\n", built)
+	if err, ok := failed["e2e-testserver"]; ok {
+		return nil, "", fmt.Errorf("building the e2e test server: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, ".local"), 0o755); err != nil {
+		return nil, "", err
+	}
+	stateDir, err := os.MkdirTemp(filepath.Join(root, ".local"), "e2e-")
+	if err != nil {
+		return nil, "", err
+	}
+	mode := localcluster.KruntimesRequired
+	started := time.Now()
+	cluster, err := localcluster.Start(ctx, localcluster.Config{
+		RepoRoot: root,
+		StateDir: stateDir,
+		// A block of its own per run, so a make run cluster and parallel
+		// suites do not hand out the same Pod IPs.
+		PodIPBase: net.IPv4(127, byte(101+os.Getpid()%100), 0, 0),
+		Kruntimes: mode,
+		Progress:  os.Stderr,
+	})
+	if err != nil {
+		return nil, "", fmt.Errorf("%w (state and logs in %s)", err, stateDir)
+	}
+	fmt.Fprintf(os.Stderr, "e2e: cluster up in %s\n", time.Since(started).Round(time.Millisecond))
+	client, err := kubernetes.NewForConfig(cluster.AdminConfig)
+	if err != nil {
+		return nil, "", err
+	}
+	dyn, err := dynamic.NewForConfig(cluster.AdminConfig)
+	if err != nil {
+		return nil, "", err
+	}
+	return &Framework{
+		RepoRoot:    root,
+		Kubeconfig:  cluster.Config().KubeconfigPath,
+		Cluster:     cluster,
+		AdminConfig: cluster.AdminConfig,
+		Client:      client,
+		Dynamic:     dyn,
+	}, "", nil
+}
+
+// Get returns the shared cluster, or skips t when it could not be started
+// for a reason that Main reported.
+func Get(t testing.TB) *Framework {
+	t.Helper()
+	if shared == nil {
+		if skipReason == "" {
+			t.Fatal("framework.Main was not called from TestMain")
+		}
+		t.Skip(skipReason)
+	}
+	return shared
+}
+
+// RequireKruntimes skips (or, with KRUNTIMES_E2E_REQUIRE=1, fails) t when
+// kruntimes-apiserver is not running behind its APIService.
+func (f *Framework) RequireKruntimes(t testing.TB) {
+	t.Helper()
+	if f.Cluster.KruntimesRunning {
+		return
+	}
+	msg := "kruntimes-apiserver is not running: " + firstLine(f.Cluster.KruntimesSkipReason)
+	if Required() {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+}
+
+// Kubectl runs bin/kubectl against the cluster and returns stdout; a
+// non-zero exit is returned as an error that includes stderr.
+func (f *Framework) Kubectl(ctx context.Context, args ...string) (string, error) {
+	return f.KubectlWithInput(ctx, "", args...)
+}
+
+// KubectlWithInput is Kubectl with stdin.
+func (f *Framework) KubectlWithInput(ctx context.Context, stdin string, args ...string) (string, error) {
+	cmd := f.KubectlCommand(ctx, args...)
+	cmd.Stdin = strings.NewReader(stdin)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, stderr.String())
+	}
+	return stdout.String(), nil
+}
+
+// KubectlCommand prepares bin/kubectl with the admin kubeconfig.
+func (f *Framework) KubectlCommand(ctx context.Context, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, filepath.Join(f.RepoRoot, "bin", "kubectl"), append([]string{"--kubeconfig=" + f.Kubeconfig}, args...)...)
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}

@@ -1,0 +1,87 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"kruntimes.io/kruntimes/hack/localcluster/nodeagent"
+	"kruntimes.io/kruntimes/test/e2e/framework"
+)
+
+// The API-access volume the ServiceAccount admission plugin adds holds a
+// token from TokenRequest bound to the Pod, the cluster CA and the namespace.
+func TestPodGetsBoundServiceAccountToken(t *testing.T) {
+	f := framework.Get(t)
+	ns := f.CreateNamespace(t, "satoken")
+	ctx := framework.Context(t, 2*time.Minute)
+	deploy := testServerDeployment("token")
+	_, err := f.Client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pod := waitForReadyPod(ctx, t, f, ns, "app=token", "")
+
+	var volume string
+	for _, v := range pod.Spec.Volumes {
+		if v.Projected != nil {
+			volume = v.Name
+		}
+	}
+	require.NotEmpty(t, volume, "ServiceAccount admission added a projected volume")
+	dir := nodeagent.VolumeDir(filepath.Join(f.Cluster.Config().StateDir, "pods"), pod.UID, volume)
+	var token []byte
+	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(context.Context) (bool, error) {
+		token, err = os.ReadFile(filepath.Join(dir, "token"))
+		return err == nil && len(token) > 0, nil
+	})
+	require.NoError(t, err, "token file in %s", dir)
+	for _, name := range []string{"ca.crt", "namespace"} {
+		_, err := os.Stat(filepath.Join(dir, name))
+		assert.NoError(t, err, name)
+	}
+
+	review, err := f.Client.AuthenticationV1().TokenReviews().Create(ctx, &authenticationv1.TokenReview{
+		Spec: authenticationv1.TokenReviewSpec{Token: string(token)},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	require.True(t, review.Status.Authenticated, review.Status.Error)
+	assert.Equal(t, "system:serviceaccount:"+ns+":default", review.Status.User.Username)
+	assert.Equal(t, []string{pod.Name}, []string(review.Status.User.Extra["authentication.kubernetes.io/pod-name"]))
+}
+
+// Containers of one Pod share its emptyDir volumes, and learn where they are.
+func TestEmptyDirIsSharedWithinAPod(t *testing.T) {
+	f := framework.Get(t)
+	ns := f.CreateNamespace(t, "emptydir")
+	ctx := framework.Context(t, 2*time.Minute)
+	deploy := testServerDeployment("shared")
+	spec := &deploy.Spec.Template.Spec
+	spec.Volumes = []corev1.Volume{{Name: "scratch", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	spec.Containers[0].VolumeMounts = []corev1.VolumeMount{{Name: "scratch", MountPath: "/scratch"}}
+	spec.Containers[0].Args = append(spec.Containers[0].Args, "--touch=$(KRUNTIMES_VOLUME_SCRATCH)/server")
+	second := *spec.Containers[0].DeepCopy()
+	second.Name = "second"
+	second.Args = []string{"--listen=$(POD_IP):8081", "--touch=$(KRUNTIMES_VOLUME_SCRATCH)/second"}
+	second.Ports = []corev1.ContainerPort{{Name: "http", ContainerPort: 8081}}
+	spec.Containers = append(spec.Containers, second)
+	_, err := f.Client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pod := waitForReadyPod(ctx, t, f, ns, "app=shared", "")
+
+	dir := nodeagent.VolumeDir(filepath.Join(f.Cluster.Config().StateDir, "pods"), pod.UID, "scratch")
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	assert.ElementsMatch(t, []string{"server", "second"}, names)
+}
