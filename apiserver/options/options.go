@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
@@ -26,7 +27,10 @@ import (
 	"kruntimes.io/kruntimes/registry/storage/embedded"
 )
 
-const etcdPathPrefix = "/registry/kruntimes.io"
+const (
+	etcdPathPrefix              = "/registry/kruntimes.io"
+	watchTerminationGracePeriod = 5 * time.Second
+)
 
 // ServerOptions are the flags of kruntimes-apiserver.
 type ServerOptions struct {
@@ -139,6 +143,10 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 	}
 
 	serverConfig := genericapiserver.NewRecommendedConfig(apiserver.Codecs)
+	// End open watches (runtimed's, controllers') when shutting down instead
+	// of holding the process until the HTTP server's shutdown timeout; their
+	// informers re-establish them against the next server.
+	serverConfig.ShutdownWatchTerminationGracePeriod = watchTerminationGracePeriod
 	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
 	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(kruntimesopenapi.GetOpenAPIDefinitions, namer)
 	serverConfig.OpenAPIConfig.Info.Title = "kruntimes"

@@ -13,7 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -122,5 +124,30 @@ func (p *serverProcess) kill() {
 	case err := <-p.exited:
 		p.exited <- err
 	case <-time.After(30 * time.Second):
+	}
+}
+
+// TestSIGTERMEndsOpenWatches: a server with open watches (every runtimed and
+// controller holds one) exits promptly on SIGTERM instead of waiting for
+// its watchers to go away, and the watchers see their stream end.
+func TestSIGTERMEndsOpenWatches(t *testing.T) {
+	p := startServerProcess(t, t.TempDir())
+	w, err := p.client.KruntimesV1alpha1().Runs(namespace).Watch(context.Background(), metav1.ListOptions{})
+	require.NoError(t, err)
+	defer w.Stop()
+
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-p.exited:
+		p.exited <- err
+		require.NoError(t, err, "the server exits cleanly on SIGTERM")
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server is still running 30s after SIGTERM")
+	}
+	select {
+	case _, open := <-w.ResultChan():
+		assert.False(t, open, "the watch ends with the server")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch is still open after the server exited")
 	}
 }
