@@ -195,11 +195,11 @@ func (c *containerRunner) start(ctx context.Context, restart int32) (*processIns
 	if err := os.MkdirAll(workDir, 0o755); err != nil {
 		return nil, err
 	}
-	env, err := c.environment(ctx, workDir)
+	env, paths, err := c.environment(ctx, workDir)
 	if err != nil {
 		return nil, err
 	}
-	args := containerArgs(c.spec, env)
+	args := containerArgs(c.spec, env, paths)
 	logPath := c.logPath(restart)
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {

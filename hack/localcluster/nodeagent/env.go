@@ -3,6 +3,7 @@ package nodeagent
 import (
 	"context"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -34,14 +35,15 @@ const (
 
 // environment builds the container's environment: a minimal host base, the
 // Kubernetes service variables, downward-API values, the volume locations and
-// the variables the container declares, in that order of precedence.
-func (c *containerRunner) environment(ctx context.Context, workDir string) (map[string]string, error) {
+// the variables the container declares, in that order of precedence. It also
+// returns the translator of the container's mountPaths.
+func (c *containerRunner) environment(ctx context.Context, workDir string) (map[string]string, *pathTranslator, error) {
 	p := c.pod
 	pod := p.currentPod()
 	cfg := p.agent.cfg
 	tmp := filepath.Join(p.dir, "tmp")
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	p.mu.Lock()
 	podIP := p.podIP
@@ -69,7 +71,7 @@ func (c *containerRunner) environment(ctx context.Context, workDir string) (map[
 	for _, m := range c.spec.VolumeMounts {
 		host, ok := vols.hostPath(m.Name)
 		if !ok {
-			return nil, fmt.Errorf("volumeMount %q refers to an unknown volume", m.Name)
+			return nil, nil, fmt.Errorf("volumeMount %q refers to an unknown volume", m.Name)
 		}
 		if m.SubPath != "" {
 			host = filepath.Join(host, m.SubPath)
@@ -82,6 +84,15 @@ func (c *containerRunner) environment(ctx context.Context, workDir string) (map[
 	}
 	sort.Strings(mounts)
 	env[EnvMounts] = strings.Join(mounts, ":")
+	if saDir, ok := env[EnvServiceAccountDir]; ok {
+		kubeconfig := filepath.Join(p.dir, "kubeconfig")
+		server := "https://" + net.JoinHostPort(cfg.APIServerHost, strconv.Itoa(cfg.APIServerPort))
+		if err := writeInClusterKubeconfig(kubeconfig, server, saDir); err != nil {
+			return nil, nil, err
+		}
+		env["KUBECONFIG"] = kubeconfig
+	}
+	paths := c.paths(vols)
 
 	client := p.agent.client.CoreV1()
 	for _, from := range c.spec.EnvFrom {
@@ -93,7 +104,7 @@ func (c *containerRunner) environment(ctx context.Context, workDir string) (map[
 				if from.ConfigMapRef.Optional != nil && *from.ConfigMapRef.Optional {
 					continue
 				}
-				return nil, err
+				return nil, nil, err
 			}
 			data = cm.Data
 		case from.SecretRef != nil:
@@ -102,7 +113,7 @@ func (c *containerRunner) environment(ctx context.Context, workDir string) (map[
 				if from.SecretRef.Optional != nil && *from.SecretRef.Optional {
 					continue
 				}
-				return nil, err
+				return nil, nil, err
 			}
 			data = map[string]string{}
 			for k, v := range s.Data {
@@ -115,16 +126,16 @@ func (c *containerRunner) environment(ctx context.Context, workDir string) (map[
 	}
 	for _, e := range c.spec.Env {
 		if e.ValueFrom == nil {
-			env[e.Name] = expand(e.Value, env)
+			env[e.Name] = paths.translate(expand(e.Value, env))
 			continue
 		}
 		v, err := c.envValue(ctx, pod, podIP, e.ValueFrom)
 		if err != nil {
-			return nil, fmt.Errorf("env %s: %w", e.Name, err)
+			return nil, nil, fmt.Errorf("env %s: %w", e.Name, err)
 		}
 		env[e.Name] = v
 	}
-	return env, nil
+	return env, paths, nil
 }
 
 func (c *containerRunner) envValue(ctx context.Context, pod *corev1.Pod, podIP string, src *corev1.EnvVarSource) (string, error) {
@@ -177,16 +188,31 @@ func fieldValue(pod *corev1.Pod, podIP, path string) (string, error) {
 	return "", fmt.Errorf("unsupported downward-API field %q", path)
 }
 
+// paths translates this container's mountPaths to their host directories.
+func (c *containerRunner) paths(vols *podVolumes) *pathTranslator {
+	mounts := map[string]string{}
+	for _, m := range c.spec.VolumeMounts {
+		if host, ok := vols.hostPath(m.Name); ok {
+			if m.SubPath != "" {
+				host = filepath.Join(host, m.SubPath)
+			}
+			mounts[m.MountPath] = host
+		}
+	}
+	return newPathTranslator(mounts)
+}
+
 // containerArgs is the process's argument list: the image binary is the
-// entrypoint; command[1:] (when set) and args follow, with $(VAR) expanded.
-func containerArgs(spec corev1.Container, env map[string]string) []string {
+// entrypoint; command[1:] (when set) and args follow, with $(VAR) expanded
+// and mountPaths translated to their host directories.
+func containerArgs(spec corev1.Container, env map[string]string, paths *pathTranslator) []string {
 	var args []string
 	if len(spec.Command) > 1 {
 		args = append(args, spec.Command[1:]...)
 	}
 	args = append(args, spec.Args...)
 	for i := range args {
-		args[i] = expand(args[i], env)
+		args[i] = paths.translate(expand(args[i], env))
 	}
 	return args
 }
