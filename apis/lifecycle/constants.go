@@ -23,6 +23,12 @@ const (
 	ReasonIdleTimeout        = "IdleTimeout"
 	ReasonTimeout            = "Timeout"
 	ReasonExecutionLost      = "ExecutionLost"
+	ReasonNonZeroExit        = "NonZeroExit"
+	ReasonOutputsInvalid     = "OutputsInvalid"
+	ReasonOutputsTooLarge    = "OutputsTooLarge"
+	ReasonSucceeded          = "Succeeded"
+	ReasonNoCapacity         = "NoCapacity"
+	ReasonRuntimeNotFound    = "RuntimeNotFound"
 )
 
 // FinalizerRegistrationCleanup keeps a function Run until its owning runtimed

@@ -1,0 +1,56 @@
+package runtimepod
+
+import "time"
+
+// Containers of a Runtime Pod.
+const (
+	// ContainerRuntime runs the Runtime Server; the user's template provides it.
+	ContainerRuntime = "runtime"
+	// ContainerRuntimed runs the runtimed sidecar; kruntimes adds it.
+	ContainerRuntimed = "runtimed"
+)
+
+// Shared volumes and paths.
+const (
+	// VolumeWorkspace holds one directory per Run, /workspace/<run UID>.
+	VolumeWorkspace = "workspace"
+	// WorkspacePath is where VolumeWorkspace is mounted in both containers.
+	WorkspacePath = "/workspace"
+	// VolumeSocket holds the Runtime Server's unix socket.
+	VolumeSocket = "kruntimes-run"
+	// SocketDir is where VolumeSocket is mounted in both containers.
+	SocketDir = "/run/kruntimes"
+	// RuntimeSocket is the Runtime Server's listen address; it never listens
+	// on the network.
+	RuntimeSocket = "unix://" + SocketDir + "/runtime.sock"
+)
+
+// Environment of the runtimed container, from the downward API.
+const (
+	EnvPodName      = "POD_NAME"
+	EnvPodNamespace = "POD_NAMESPACE"
+	EnvPodUID       = "POD_UID"
+	EnvPodIP        = "POD_IP"
+)
+
+// Ports and the heartbeat of runtimed.
+const (
+	// RuntimedHealthPort serves /healthz, /readyz and /metrics.
+	RuntimedHealthPort = 8080
+	// HeartbeatLeaseDuration is how long a runtimed heartbeat stays fresh:
+	// the scheduler ignores a Pod whose Lease was not renewed within it.
+	HeartbeatLeaseDuration = 10 * time.Second
+	// HeartbeatRenewInterval is how often runtimed renews its Lease.
+	HeartbeatRenewInterval = 3 * time.Second
+)
+
+// LeaseName is the name of the heartbeat Lease of a Runtime Pod, in the
+// Pod's namespace; its holderIdentity is the Pod's UID.
+func LeaseName(podName string) string { return podName }
+
+// DeploymentName is the Deployment that holds the Pods of a Runtime.
+func DeploymentName(runtime string) string { return "runtime-" + runtime }
+
+// ServiceAccountName is the ServiceAccount (and Role, RoleBinding) of the
+// Pods of a Runtime: runtimed's least privilege.
+func ServiceAccountName(runtime string) string { return "runtime-" + runtime }
