@@ -93,3 +93,19 @@ func Delay(policy *v1alpha1.RetryPolicy, attempt int32) time.Duration {
 	}
 	return time.Duration(d)
 }
+
+// NotBefore is the earliest time the scheduler may bind a Pending Run: a Run
+// sent back to Pending for a retry carries the condition Scheduled=False with
+// reason Retrying, and waits the backoff of its previous attempt from that
+// condition's transition. Any other Run may be bound at once (zero time).
+func NotBefore(run *v1alpha1.Run) time.Time {
+	if run.Status.Phase != lifecycle.Pending || run.Status.Attempt < 2 {
+		return time.Time{}
+	}
+	for _, c := range run.Status.Conditions {
+		if c.Type == lifecycle.ConditionScheduled && c.Reason == lifecycle.ReasonRetrying {
+			return c.LastTransitionTime.Add(Delay(run.Spec.RetryPolicy, run.Status.Attempt-1))
+		}
+	}
+	return time.Time{}
+}

@@ -60,3 +60,22 @@ func TestDelayIsCapped(t *testing.T) {
 	assert.Equal(t, 3*time.Second, Delay(policy, 99), "no overflow at large attempts")
 	assert.Equal(t, DefaultMaxDelay, Delay(nil, 100))
 }
+
+func TestNotBefore(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	retrying := func(attempt int32) *v1alpha1.Run {
+		return &v1alpha1.Run{
+			Spec: v1alpha1.RunSpec{RetryPolicy: &v1alpha1.RetryPolicy{MaxAttempts: 5}},
+			Status: v1alpha1.RunStatus{Phase: "Pending", Attempt: attempt, Conditions: []metav1.Condition{{
+				Type: "Scheduled", Status: metav1.ConditionFalse, Reason: "Retrying", LastTransitionTime: metav1.NewTime(at),
+			}}},
+		}
+	}
+	assert.Equal(t, at.Add(time.Second), NotBefore(retrying(2)), "after attempt 1: the initial delay")
+	assert.Equal(t, at.Add(4*time.Second), NotBefore(retrying(4)), "after attempt 3: 1s×2²")
+	fresh := retrying(1)
+	assert.True(t, NotBefore(fresh).IsZero(), "a first attempt is never delayed")
+	running := retrying(2)
+	running.Status.Phase = "Running"
+	assert.True(t, NotBefore(running).IsZero())
+}
