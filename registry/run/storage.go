@@ -1,8 +1,6 @@
 package run
 
 import (
-	"context"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -10,17 +8,17 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/tools/cache"
-	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/registry/printers"
+	"kruntimes.io/kruntimes/registry/statusrest"
 )
 
 // Storage holds the REST endpoints of runs and its subresources.
 type Storage struct {
 	Run    *REST
-	Status *StatusREST
+	Status *statusrest.REST
 }
 
 // REST serves runs.
@@ -56,11 +54,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (S
 		return Storage{}, err
 	}
 
-	statusStrategy := NewStatusStrategy(strategy)
-	statusStore := *store
-	statusStore.UpdateStrategy = statusStrategy
-	statusStore.ResetFieldsStrategy = statusStrategy
-	return Storage{Run: &REST{store}, Status: &StatusREST{store: &statusStore}}, nil
+	return Storage{Run: &REST{store}, Status: statusrest.New(store, NewStatusStrategy(strategy))}, nil
 }
 
 // ShortNames implements rest.ShortNamesProvider: kubectl get rn.
@@ -69,46 +63,11 @@ func (r *REST) ShortNames() []string { return []string{"rn"} }
 // Categories implements rest.CategoriesProvider: kubectl get kruntimes.
 func (r *REST) Categories() []string { return []string{"kruntimes"} }
 
-// StatusREST serves runs/status.
-type StatusREST struct {
-	store *genericregistry.Store
-}
-
 var (
-	_ rest.Patcher             = &StatusREST{}
-	_ rest.ResetFieldsStrategy = &StatusREST{}
-	_ rest.ShortNamesProvider  = &REST{}
-	_ rest.CategoriesProvider  = &REST{}
-	_ rest.StandardStorage     = &REST{}
-	_ rest.TableConvertor      = &StatusREST{}
+	_ rest.StandardStorage    = &REST{}
+	_ rest.ShortNamesProvider = &REST{}
+	_ rest.CategoriesProvider = &REST{}
 )
-
-// New returns an empty Run.
-func (r *StatusREST) New() runtime.Object { return &kruntimes.Run{} }
-
-// Destroy does nothing: the store is shared with the main resource.
-func (r *StatusREST) Destroy() {}
-
-// Get retrieves the Run, so that PATCH works on the subresource.
-func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
-	return r.store.Get(ctx, name, options)
-}
-
-// Update changes only the status of a Run.
-func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	// Subresources never create the parent.
-	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
-}
-
-// GetResetFields implements rest.ResetFieldsStrategy.
-func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
-	return r.store.GetResetFields()
-}
-
-// ConvertToTable prints the same columns as the main resource.
-func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
-	return r.store.ConvertToTable(ctx, object, tableOptions)
-}
 
 var tableConvertor = printers.TableConvertor[*kruntimes.Run]{
 	Columns: []metav1.TableColumnDefinition{
