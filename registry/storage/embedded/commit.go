@@ -2,11 +2,16 @@ package embedded
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	bolt "go.etcd.io/bbolt"
 	"k8s.io/klog/v2"
 )
+
+// errNothingWritten rolls back a batch in which every precondition failed.
+var errNothingWritten = errors.New("no write applied")
 
 // writeOp is one optimistic single-key write: it applies only if the key's
 // current modification revision equals expectedRev (0: the key must not
@@ -83,6 +88,7 @@ func (b *Backend) commitLoop() {
 }
 
 func (b *Backend) commit(batch []*writeOp) {
+	start := time.Now()
 	base := b.rev.Load()
 	next := base
 	err := b.db.Update(func(tx *bolt.Tx) error {
@@ -126,11 +132,17 @@ func (b *Backend) commit(batch []*writeOp) {
 			op.rev, op.succeeded = next, true
 		}
 		if next == base {
-			return nil
+			// Only failed preconditions: roll back instead of paying for an
+			// empty commit's fsync.
+			return errNothingWritten
 		}
 		return meta.Put(metaRev, encodeUint(next))
 	})
+	if errors.Is(err, errNothingWritten) {
+		err = nil
+	}
 	if err != nil {
+		commitFailures.Inc()
 		klog.Background().Error(err, "Embedded storage commit failed", "path", b.path, "writes", len(batch))
 		for _, op := range batch {
 			op.succeeded, op.current = false, nil
@@ -145,8 +157,11 @@ func (b *Backend) commit(batch []*writeOp) {
 		}
 	}
 	if next != base {
+		commitDuration.Observe(time.Since(start).Seconds())
+		commitWrites.Observe(float64(next - base))
 		b.rev.Store(next)
 		b.notify.publish()
+		b.recordHistory()
 	}
 	for _, op := range batch {
 		close(op.done)

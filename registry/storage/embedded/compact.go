@@ -40,6 +40,7 @@ func (b *Backend) Compact(ctx context.Context, rev uint64) error {
 		return fmt.Errorf("recording compaction of %s to revision %d: %w", b.path, rev, err)
 	}
 	b.compactRev.Store(rev)
+	b.recordHistory()
 
 	removed := 0
 	for from := uint64(0); from <= rev; {
@@ -120,24 +121,42 @@ func (b *Backend) compactChunk(from, rev uint64) (uint64, int, error) {
 	return next, removed, err
 }
 
-// compactionLoop compacts to the revision that was current
-// CompactionInterval ago (the retention window), and further when more than
-// MaxHistoryRevisions revisions are kept.
+// revisionSample records the revision current at a point in time.
+type revisionSample struct {
+	at  time.Time
+	rev uint64
+}
+
+// compactionTarget picks the revision to compact to at now: the newest
+// revision sampled at least interval ago (the retention window), raised so
+// that at most maxHistory revisions stay behind cur. It returns the samples
+// still needed later.
+func compactionTarget(samples []revisionSample, now time.Time, cur uint64, interval time.Duration, maxHistory int64) (uint64, []revisionSample) {
+	var target uint64
+	keep := samples[:0]
+	for _, s := range samples {
+		if now.Sub(s.at) >= interval {
+			target = max(target, s.rev)
+			continue
+		}
+		keep = append(keep, s)
+	}
+	if maxHistory > 0 && cur > uint64(maxHistory) {
+		target = max(target, cur-uint64(maxHistory))
+	}
+	return target, append(keep, revisionSample{at: now, rev: cur})
+}
+
+// compactionLoop runs compactionTarget every minute (or every
+// CompactionInterval when shorter).
 func (b *Backend) compactionLoop() {
 	defer b.loops.Done()
 	if b.opts.CompactionInterval < 0 {
 		return
 	}
 	logger := klog.Background().WithName("embedded-storage-compactor")
-	period := b.opts.CompactionInterval
-	if period > time.Minute {
-		period = time.Minute
-	}
-	type sample struct {
-		at  time.Time
-		rev uint64
-	}
-	samples := []sample{{at: time.Now(), rev: b.rev.Load()}}
+	period := min(b.opts.CompactionInterval, time.Minute)
+	samples := []revisionSample{{at: time.Now(), rev: b.rev.Load()}}
 	ticker := time.NewTicker(period)
 	defer ticker.Stop()
 	for {
@@ -145,20 +164,8 @@ func (b *Backend) compactionLoop() {
 		case <-b.stopCh:
 			return
 		case now := <-ticker.C:
-			cur := b.rev.Load()
 			var target uint64
-			keep := samples[:0]
-			for _, s := range samples {
-				if now.Sub(s.at) >= b.opts.CompactionInterval {
-					target = s.rev
-					continue
-				}
-				keep = append(keep, s)
-			}
-			samples = append(keep, sample{at: now, rev: cur})
-			if b.opts.MaxHistoryRevisions > 0 && cur > uint64(b.opts.MaxHistoryRevisions) && cur-uint64(b.opts.MaxHistoryRevisions) > target {
-				target = cur - uint64(b.opts.MaxHistoryRevisions)
-			}
+			target, samples = compactionTarget(samples, now, b.rev.Load(), b.opts.CompactionInterval, b.opts.MaxHistoryRevisions)
 			if target <= b.compactRev.Load() {
 				continue
 			}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	"k8s.io/klog/v2"
 )
 
 // Messages copied from etcd3/errors.go: clients and the conformance suite
@@ -151,6 +152,49 @@ func getAt(tx *bolt.Tx, key []byte, readRev, currentRev uint64) (kvRecord, bool,
 	return kvRecord{modRev: rev, value: e.value}, true, nil
 }
 
+// maxChunk caps how many values one read transaction copies out for a
+// paginated list; like etcd3's page growth it doubles from the limit.
+const maxChunk = 10000
+
+// rawKV is a value copied out of a read transaction. Transformers and
+// decoders never run inside one: a long read transaction blocks bbolt from
+// growing the file, and a transformer may itself write.
+type rawKV struct {
+	key    string
+	value  []byte
+	modRev uint64
+}
+
+// readChunk copies up to limit (0: all) values from start at readRev, and
+// counts the keys from start to the end of the range. readRev 0 reads at the
+// committed revision, which it returns.
+func (s *store) readChunk(keyPrefix, start string, recursive bool, readRev uint64, limit int64, minRV string, paging bool, continueKey string) (items []rawKV, count int64, rev uint64, err error) {
+	err = s.backend.view(func(tx *bolt.Tx) error {
+		meta := tx.Bucket(bucketMeta)
+		currentRev, _ := decodeUint(meta.Get(metaRev))
+		compactRev, _ := decodeUint(meta.Get(metaCompact))
+		switch {
+		case readRev == 0:
+			if err := s.validateMinimumResourceVersion(minRV, currentRev); err != nil {
+				return err
+			}
+			readRev = currentRev
+		case readRev > currentRev:
+			return storage.NewTooLargeResourceVersionError(readRev, currentRev, 0)
+		case readRev < compactRev:
+			return compactedListError(paging, continueKey, keyPrefix)
+		}
+		return rangeAt(tx, []byte(keyPrefix), []byte(start), recursive, readRev, currentRev, func(k, val []byte, modRev uint64) bool {
+			count++
+			if limit <= 0 || int64(len(items)) < limit {
+				items = append(items, rawKV{key: string(k), value: bytes.Clone(val), modRev: modRev})
+			}
+			return true
+		})
+	})
+	return items, count, readRev, err
+}
+
 // GetList implements storage.Interface.
 func (s *store) GetList(ctx context.Context, key string, opts storage.ListOptions, listObj runtime.Object) error {
 	keyPrefix, err := s.prepareKey(key, opts.Recursive)
@@ -165,84 +209,96 @@ func (s *store) GetList(ctx context.Context, key string, opts storage.ListOption
 	if err != nil {
 		return err
 	}
-	paging := opts.Predicate.Limit > 0
-	newItemFunc := getNewItemFunc(listObj, v)
 	pred := opts.Predicate
+	paging := pred.Limit > 0
+	newItemFunc := getNewItemFunc(listObj, v)
 	transformer := s.getTransformer()
 
-	var readRev uint64
-	var lastKey []byte
+	start := keyPrefix
+	if continueKey != "" {
+		start = continueKey
+	}
+	readRev := uint64(withRev)
+	chunkLimit := int64(0)
+	if paging {
+		chunkLimit = pred.Limit
+	}
+	var lastKey string
 	var hasMore bool
-	var count int64
-	var itemErr error
-	err = s.backend.view(func(tx *bolt.Tx) error {
-		meta := tx.Bucket(bucketMeta)
-		currentRev, _ := decodeUint(meta.Get(metaRev))
-		compactRev, _ := decodeUint(meta.Get(metaCompact))
-		switch {
-		case withRev == 0:
-			if err := s.validateMinimumResourceVersion(opts.ResourceVersion, currentRev); err != nil {
-				return err
-			}
-			readRev = currentRev
-		case uint64(withRev) > currentRev:
-			return storage.NewTooLargeResourceVersionError(uint64(withRev), currentRev, 0)
-		case uint64(withRev) < compactRev:
-			return compactedListError(len(opts.Predicate.Continue) > 0, continueKey, keyPrefix)
-		default:
-			readRev = uint64(withRev)
+	var firstCount int64
+	var aggregator listItemErrors = &abortOnFirstError{}
+	if s.aggregateCorrupt {
+		aggregator = &corruptObjErrAggregator{maxCount: maxCorruptObjErrsToAggregate}
+	}
+	for first := true; ; first = false {
+		items, count, rev, err := s.readChunk(keyPrefix, start, opts.Recursive, readRev, chunkLimit, opts.ResourceVersion, len(pred.Continue) > 0, continueKey)
+		if err != nil {
+			return err
 		}
-		start := []byte(keyPrefix)
-		if continueKey != "" {
-			start = []byte(continueKey)
+		readRev = rev
+		if first {
+			// PrepareContinueToken derives remainingItemCount as count -
+			// limit: count covers the keys from the start of this page.
+			firstCount = count
 		}
-		stopped := false
-		return rangeAt(tx, []byte(keyPrefix), start, opts.Recursive, readRev, currentRev, func(k, val []byte, modRev uint64) bool {
-			if stopped {
-				// Only counting what remains, for remainingItemCount.
-				count++
-				return true
-			}
+		chunkHasMore := count > int64(len(items))
+		filled := false
+		for i := range items {
 			if paging && int64(v.Len()) >= pred.Limit {
-				hasMore, stopped = true, true
-				count++
-				return true
+				filled = true
+				break
 			}
-			count++
-			lastKey = append(lastKey[:0], k...)
-			data, _, err := transformer.TransformFromStorage(ctx, val, authenticatedData(k))
+			it := &items[i]
+			lastKey = it.key
+			data, _, err := transformer.TransformFromStorage(ctx, it.value, authenticatedData(it.key))
 			if err != nil {
-				itemErr = storage.NewInternalError(fmt.Errorf("unable to transform key %q: %w", k, err))
-				return false
+				if aggregator.Append(it.key, storage.NewInternalError(fmt.Errorf("unable to transform key %q: %w", it.key, err))) {
+					return aggregator.Aggregate()
+				}
+				continue
 			}
 			if ctx.Err() != nil {
-				itemErr = storage.NewTimeoutError(string(k), "request did not complete within requested timeout")
-				return false
+				return storage.NewTimeoutError(it.key, "request did not complete within requested timeout")
 			}
 			obj, _, err := s.codec.Decode(data, nil, newItemFunc())
 			if err != nil {
-				itemErr = err
-				return false
+				if s.interpretCorrupt {
+					err = &corruptObjectError{err: err, errType: undecodable, revision: it.modRev}
+				}
+				if aggregator.Append(it.key, err) {
+					return aggregator.Aggregate()
+				}
+				continue
 			}
-			if err := s.versioner.UpdateObject(obj, modRev); err != nil {
-				itemErr = err
-				return false
+			if err := s.versioner.UpdateObject(obj, it.modRev); err != nil {
+				klog.FromContext(ctx).Error(err, "Failed to set resourceVersion on listed object")
 			}
 			if matched, err := pred.Matches(obj); err == nil && matched {
 				v.Set(reflect.Append(v, reflect.ValueOf(obj).Elem()))
 			}
-			return true
-		})
-	})
-	if err != nil {
+			*it = rawKV{}
+		}
+		if filled {
+			hasMore = true
+			break
+		}
+		if !chunkHasMore {
+			hasMore = false
+			break
+		}
+		if paging && int64(v.Len()) >= pred.Limit {
+			hasMore = true
+			break
+		}
+		start = lastKey + "\x00"
+		if chunkLimit < maxChunk {
+			chunkLimit = min(chunkLimit*2, maxChunk)
+		}
+	}
+	if err := aggregator.Aggregate(); err != nil {
 		return err
 	}
-	if itemErr != nil {
-		return itemErr
-	}
-	// PrepareContinueToken derives remainingItemCount as count - limit, where
-	// count covers the keys from the start of this page.
-	continueValue, remainingItemCount, err := storage.PrepareContinueToken(string(lastKey), keyPrefix, int64(readRev), count, hasMore, opts)
+	continueValue, remainingItemCount, err := storage.PrepareContinueToken(lastKey, keyPrefix, int64(readRev), firstCount, hasMore, opts)
 	if err != nil {
 		return err
 	}

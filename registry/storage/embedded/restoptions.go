@@ -7,12 +7,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/apiserver/pkg/storage"
 	cacherstorage "k8s.io/apiserver/pkg/storage/cacher"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/storage/storagebackend/factory"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
@@ -44,7 +46,7 @@ func (g *restOptionsGetter) GetRESTOptions(gr schema.GroupResource, _ runtime.Ob
 
 // StorageDecorator returns a generic.StorageDecorator building this
 // backend's store for a resource, wrapped in the apiserver's watch cache
-// when Options.WatchCache is set.
+// unless Options.DisableWatchCache is set.
 func (b *Backend) StorageDecorator() generic.StorageDecorator {
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
 		keyFunc func(runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,
@@ -62,17 +64,23 @@ func (b *Backend) StorageDecorator() generic.StorageDecorator {
 		if err != nil {
 			return nil, func() {}, err
 		}
-		if !b.opts.WatchCache {
+		var bare storage.Interface = s
+		if utilfeature.DefaultFeatureGate.Enabled(features.AllowUnsafeMalformedObjectDeletion) {
+			s.interpretCorrupt = true
+			s.setTransformer(s.transformer.Load().raw)
+			bare = newCorruptObjectDeleter(s, config.GroupResource)
+		}
+		if b.opts.DisableWatchCache {
 			// The store holds no resources of its own: the Backend's owner
 			// closes the file.
-			return s, func() {}, nil
+			return bare, func() {}, nil
 		}
 		window := config.EventsHistoryWindow
 		if window < storagebackend.DefaultEventsHistoryWindow {
 			window = storagebackend.DefaultEventsHistoryWindow
 		}
 		c, err := cacherstorage.NewCacherFromConfig(cacherstorage.Config{
-			Storage:             s,
+			Storage:             bare,
 			Versioner:           storage.APIObjectVersioner{},
 			GroupResource:       config.GroupResource,
 			EventsHistoryWindow: window,
@@ -89,9 +97,9 @@ func (b *Backend) StorageDecorator() generic.StorageDecorator {
 			return nil, func() {}, err
 		}
 		klog.Background().V(2).Info("Watch cache enabled over embedded storage", "resource", config.GroupResource)
-		d := cacherstorage.NewCacheDelegator(c, s)
+		d := cacherstorage.NewCacheDelegator(c, bare)
 		var once sync.Once
-		return d, func() {
+		return &cachedStore{Interface: d, store: s}, func() {
 			once.Do(func() {
 				d.Stop()
 				c.Stop()

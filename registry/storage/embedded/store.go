@@ -34,7 +34,8 @@ type authenticatedData string
 func (d authenticatedData) AuthenticatedData() []byte { return []byte(d) }
 
 // transformerBox lets tests swap the transformer while watchers read it.
-type transformerBox struct{ value.Transformer }
+// raw is the configured transformer, effective what reads and writes use.
+type transformerBox struct{ raw, effective value.Transformer }
 
 // store is the storage.Interface of one resource over a shared Backend.
 type store struct {
@@ -47,6 +48,12 @@ type store struct {
 	groupResource  schema.GroupResource
 	newFunc        func() runtime.Object
 	newListFunc    func() runtime.Object
+	// aggregateCorrupt makes lists collect corrupt objects instead of
+	// failing on the first (AllowUnsafeMalformedObjectDeletion), as etcd3.New.
+	aggregateCorrupt bool
+	// interpretCorrupt reports every unreadable value as a corrupt object;
+	// StorageDecorator sets it with the feature, as etcd3's factory does.
+	interpretCorrupt bool
 
 	sizeMu        sync.Mutex
 	sizeEstimates bool
@@ -94,16 +101,17 @@ func (b *Backend) newStore(cfg StoreConfig) (*store, error) {
 		transformer = identityTransformer{}
 	}
 	s := &store{
-		backend:        b,
-		codec:          cfg.Codec,
-		versioner:      storage.APIObjectVersioner{},
-		pathPrefix:     pathPrefix,
-		resourcePrefix: cfg.ResourcePrefix,
-		groupResource:  cfg.GroupResource,
-		newFunc:        cfg.NewFunc,
-		newListFunc:    cfg.NewListFunc,
+		backend:          b,
+		codec:            cfg.Codec,
+		versioner:        storage.APIObjectVersioner{},
+		pathPrefix:       pathPrefix,
+		resourcePrefix:   cfg.ResourcePrefix,
+		groupResource:    cfg.GroupResource,
+		newFunc:          cfg.NewFunc,
+		newListFunc:      cfg.NewListFunc,
+		aggregateCorrupt: utilfeature.DefaultFeatureGate.Enabled(features.AllowUnsafeMalformedObjectDeletion),
 	}
-	s.transformer.Store(&transformerBox{transformer})
+	s.setTransformer(transformer)
 	return s, nil
 }
 
@@ -116,7 +124,17 @@ func (identityTransformer) TransformToStorage(_ context.Context, data []byte, _ 
 	return data, nil
 }
 
-func (s *store) getTransformer() value.Transformer { return s.transformer.Load().Transformer }
+func (s *store) getTransformer() value.Transformer { return s.transformer.Load().effective }
+
+// setTransformer installs transformer; with corrupt-object support, read
+// failures are reported as corrupt objects, as etcd3's factory arranges.
+func (s *store) setTransformer(transformer value.Transformer) {
+	box := &transformerBox{raw: transformer, effective: transformer}
+	if s.interpretCorrupt {
+		box.effective = &corruptInterpretingTransformer{transformer}
+	}
+	s.transformer.Store(box)
+}
 
 // Versioner implements storage.Interface.
 func (s *store) Versioner() storage.Versioner { return s.versioner }
@@ -240,6 +258,9 @@ func (s *store) decode(data []byte, out runtime.Object, rev uint64) error {
 		return fmt.Errorf("unable to convert output object to pointer: %w", err)
 	}
 	if _, _, err := s.codec.Decode(data, nil, out); err != nil {
+		if s.interpretCorrupt {
+			return &corruptObjectError{err: err, errType: undecodable, revision: rev}
+		}
 		return err
 	}
 	if err := s.versioner.UpdateObject(out, rev); err != nil {

@@ -94,6 +94,8 @@ type watchChan struct {
 	cancel           context.CancelFunc
 	result           chan watch.Event
 	logger           klog.Logger
+	// sentRev is the revision of the last event or bookmark sent.
+	sentRev uint64
 }
 
 func (s *store) watch(ctx context.Context, key string, rev uint64, opts storage.ListOptions) (watch.Interface, error) {
@@ -191,6 +193,13 @@ func (wc *watchChan) run(startRev uint64, initialEvents, endBookmark bool) {
 				return
 			}
 			if wc.ctx.Err() != nil {
+				return
+			}
+			// The revision is global: writes to other keys move it without
+			// an event here. Tell the watch cache right away, so a read
+			// at a revision from another resource does not wait for the
+			// next periodic bookmark (or time out).
+			if wc.progressNotify && next-1 > wc.sentRev && !wc.sendBookmark(next-1, false) {
 				return
 			}
 			continue
@@ -326,6 +335,7 @@ func (wc *watchChan) deliver(e *rawEvent) bool {
 	}
 	select {
 	case wc.result <- *res:
+		wc.sentRev = e.rev
 		return true
 	case <-wc.ctx.Done():
 		return false
@@ -358,6 +368,11 @@ func (wc *watchChan) transform(e *rawEvent) (*watch.Event, error) {
 	if e.prevValue != nil {
 		// The previous object carries the revision of this event, as etcd3.
 		if old, err = wc.decodeValue(wc.ctx, e.key, e.prevValue, e.rev); err != nil {
+			if e.typ == entryDelete {
+				// An unreadable object was deleted (unsafe deletion): say
+				// so rather than report a generic decode failure.
+				return nil, &corruptObjectDeletedError{err: err}
+			}
 			return nil, err
 		}
 	}
@@ -368,12 +383,18 @@ func (wc *watchChan) transform(e *rawEvent) (*watch.Event, error) {
 			return nil, nil
 		}
 		res = &watch.Event{Type: watch.Deleted, Object: old}
-	case e.created || old == nil:
+	case e.created:
 		if !wc.filter(cur) {
 			return nil, nil
 		}
 		res = &watch.Event{Type: watch.Added, Object: cur}
 	case wc.acceptAll:
+		res = &watch.Event{Type: watch.Modified, Object: cur}
+	case old == nil:
+		// The previous version is gone from history; judge by the new one.
+		if !wc.filter(cur) {
+			return nil, nil
+		}
 		res = &watch.Event{Type: watch.Modified, Object: cur}
 	default:
 		curPasses, oldPasses := wc.filter(cur), wc.filter(old)
@@ -408,14 +429,17 @@ func (wc *watchChan) sendBookmark(rev uint64, initialEventsEnd bool) bool {
 	}
 	select {
 	case wc.result <- watch.Event{Type: watch.Bookmark, Object: obj}:
+		wc.sentRev = rev
 		return true
 	case <-wc.ctx.Done():
 		return false
 	}
 }
 
-// sendError delivers err as a watch.Error event; the watch then ends.
+// sendError delivers err as a watch.Error event; the watch then ends, so no
+// event after the error reaches the consumer.
 func (wc *watchChan) sendError(err error) {
+	defer wc.cancel()
 	if errors.Is(err, context.Canceled) {
 		return
 	}

@@ -1,10 +1,14 @@
 package embedded
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
+	"k8s.io/apiserver/pkg/features"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	featuregatetesting "k8s.io/component-base/featuregate/testing"
 )
 
 func TestWatch(t *testing.T) {
@@ -60,6 +64,12 @@ func TestWatch(t *testing.T) {
 		// etcd3 runs this against a server with a 1s progress interval.
 		ctx, s, b := testSetup(t, withBackendOptions(Options{NoSync: true, ProgressNotifyInterval: time.Second}))
 		storagetesting.RunOptionalTestProgressNotify(ctx, t, s, increaseRVFunc(b))
+	})
+	t.Run("WatchWithUnsafeDelete", func(t *testing.T) {
+		featuregatetesting.SetFeatureGateDuringTest(t, utilfeature.DefaultFeatureGate, features.AllowUnsafeMalformedObjectDeletion, true)
+		ctx, s, _ := testSetup(t)
+		corruptErr := &corruptObjectError{err: fmt.Errorf("bits flipped"), errType: untransformable}
+		storagetesting.RunTestWatchWithUnsafeDelete(ctx, t, &storeWithTransformerOverride{Interface: s, store: s}, corruptErr)
 	})
 	t.Run("WatchDispatchBookmarkEvents", func(t *testing.T) {
 		ctx, s, _ := testSetup(t, withBackendOptions(Options{NoSync: true, ProgressNotifyInterval: time.Second}))
