@@ -41,6 +41,10 @@ func BenchmarkRunWrites(b *testing.B) {
 					benchmarkRunWrites(b, s, fmt.Sprintf("bench-%d", round), writers)
 				})
 			}
+			b.Run("paced=1000/s", func(b *testing.B) {
+				round++
+				benchmarkPacedCreates(b, s, fmt.Sprintf("bench-%d", round), 1000)
+			})
 		})
 	}
 }
@@ -131,6 +135,46 @@ func benchmarkRunWrites(b *testing.B, s *testServer, ns string, writers int) {
 	b.ReportMetric(percentile(delivery, 50).Seconds()*1000, "p50-watch-ms")
 	b.ReportMetric(percentile(delivery, 99).Seconds()*1000, "p99-watch-ms")
 	deliverMu.Unlock()
+}
+
+// benchmarkPacedCreates issues Run creates at a fixed rate, open loop (a
+// slow write does not slow the arrivals), and reports the latency each saw.
+func benchmarkPacedCreates(b *testing.B, s *testServer, ns string, perSecond int) {
+	ctx := context.Background()
+	runs := s.client.KruntimesV1alpha1().Runs(ns)
+	interval := time.Second / time.Duration(perSecond)
+	var (
+		mu        sync.Mutex
+		latencies = make([]time.Duration, 0, b.N)
+		wg        sync.WaitGroup
+	)
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		if wait := time.Until(start.Add(time.Duration(i) * interval)); wait > 0 {
+			time.Sleep(wait) // pacing the arrivals, not synchronizing
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			run := taskRun(fmt.Sprintf("paced-%d", i))
+			run.Namespace = ns
+			t0 := time.Now()
+			if _, err := runs.Create(ctx, run, metav1.CreateOptions{}); err != nil {
+				b.Error(err)
+				return
+			}
+			d := time.Since(t0)
+			mu.Lock()
+			latencies = append(latencies, d)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "writes/s")
+	b.ReportMetric(percentile(latencies, 50).Seconds()*1000, "p50-write-ms")
+	b.ReportMetric(percentile(latencies, 99).Seconds()*1000, "p99-write-ms")
 }
 
 func percentile(d []time.Duration, p int) time.Duration {

@@ -104,3 +104,30 @@ func BenchmarkCompareStoreList(b *testing.B) {
 		})
 	}
 }
+
+func BenchmarkCompareWriteThroughput(b *testing.B) {
+	klog.SetLogger(logr.Discard())
+	for _, backend := range compareBackends(b) {
+		b.Run(backend.name, func(b *testing.B) {
+			s := backend.new(b)
+			ctx := context.Background()
+			data := storagetesting.PrepareBenchmarkData(benchDims.namespaces, benchDims.podsPerNamespace, benchDims.nodes)
+			precreate(ctx, b, s, data)
+			b.ResetTimer()
+			storagetesting.RunBenchmarkWriteThroughput(ctx, b, s, data, false, nil)
+		})
+	}
+}
+
+func BenchmarkCompareStoreStats(b *testing.B) {
+	klog.SetLogger(logr.Discard())
+	for _, backend := range compareBackends(b) {
+		b.Run(backend.name, func(b *testing.B) {
+			s := backend.new(b)
+			ctx := context.Background()
+			data := storagetesting.PrepareBenchmarkData(benchDims.namespaces, benchDims.podsPerNamespace, benchDims.nodes)
+			precreate(ctx, b, s, data)
+			storagetesting.RunBenchmarkStoreStats(ctx, b, s)
+		})
+	}
+}
