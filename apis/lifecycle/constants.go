@@ -29,7 +29,21 @@ const (
 	ReasonSucceeded          = "Succeeded"
 	ReasonNoCapacity         = "NoCapacity"
 	ReasonRuntimeNotFound    = "RuntimeNotFound"
+	ReasonScheduled          = "Scheduled"
 )
+
+// Reasons of a Runtime's Ready condition.
+const (
+	ReasonPodsReady        = "PodsReady"
+	ReasonPodsNotReady     = "PodsNotReady"
+	ReasonScaledToZero     = "ScaledToZero"
+	ReasonResourceConflict = "ResourceConflict"
+)
+
+// AnnotationTemplateHash on a Runtime's Deployment records the hash of the
+// Pod template the runtime controller last wrote, so server-side defaulting
+// of the stored Deployment never looks like drift.
+const AnnotationTemplateHash = "kruntimes.io/template-hash"
 
 // FinalizerRegistrationCleanup keeps a function Run until its owning runtimed
 // has unregistered it and released its capacity.

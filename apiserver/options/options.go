@@ -37,6 +37,7 @@ type ServerOptions struct {
 	RecommendedOptions       *genericoptions.RecommendedOptions
 	Storage                  *StorageOptions
 	Standalone               *StandaloneOptions
+	Controllers              *ControllersOptions
 	ComponentGlobalsRegistry basecompatibility.ComponentGlobalsRegistry
 
 	// AlternateDNS are extra names for the self-signed serving certificate,
@@ -53,6 +54,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 		RecommendedOptions: genericoptions.NewRecommendedOptions(etcdPathPrefix,
 			apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
 		Standalone:               &StandaloneOptions{},
+		Controllers:              NewControllersOptions(),
 		ComponentGlobalsRegistry: basecompatibility.NewComponentGlobalsRegistry(),
 		AlternateDNS:             []string{"kruntimes-apiserver.kruntimes-system.svc"},
 		Out:                      out,
@@ -100,6 +102,7 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 	o.RecommendedOptions.AddFlags(fs)
 	o.Storage.AddFlags(fs)
 	o.Standalone.AddFlags(fs)
+	o.Controllers.AddFlags(fs)
 	o.ComponentGlobalsRegistry.AddFlags(fs)
 	fs.StringSliceVar(&o.AlternateDNS, "alternate-dns", o.AlternateDNS,
 		"Extra DNS names of the self-signed serving certificate; include <service>.<namespace>.svc so the aggregator can verify it.")
@@ -108,6 +111,7 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 // Complete fills in what depends on other flags: standalone mode drops every
 // dependency on a cluster.
 func (o *ServerOptions) Complete() error {
+	o.Controllers.Complete(o.Standalone.Enabled)
 	if o.Standalone.Enabled {
 		r := o.RecommendedOptions
 		r.Authentication, r.Authorization, r.CoreAPI, r.Admission = nil, nil, nil, nil
@@ -206,6 +210,9 @@ func (o *ServerOptions) Run(ctx context.Context) error {
 		server.GenericAPIServer.AddPostStartHookOrDie("write-standalone-kubeconfig", func(genericapiserver.PostStartHookContext) error {
 			return o.Standalone.WriteKubeconfig(o.RecommendedOptions.SecureServing)
 		})
+	}
+	if err := o.Controllers.ApplyTo(server.GenericAPIServer, config.GenericConfig.ClientConfig); err != nil {
+		return err
 	}
 	if config.GenericConfig.SharedInformerFactory != nil {
 		server.GenericAPIServer.AddPostStartHookOrDie("start-kruntimes-informers", func(hookCtx genericapiserver.PostStartHookContext) error {

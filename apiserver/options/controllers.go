@@ -1,0 +1,100 @@
+package options
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/spf13/pflag"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
+
+	"kruntimes.io/kruntimes/controllers/manager"
+)
+
+// controllersStopTimeout bounds how long shutdown waits for the hosted
+// controllers to stop and release their leader Lease, so another replica
+// takes over at once instead of after the Lease expires.
+const controllersStopTimeout = 5 * time.Second
+
+// ControllersOptions host the kruntimes controllers (runtime, scheduler,
+// gc) in the API server process. They reach the kruntimes.io API through the
+// server's loopback and the cluster through the CoreAPI kubeconfig, and
+// compete for the same leader Lease as kruntimes-controllers.
+type ControllersOptions struct {
+	Enabled bool
+
+	mu   sync.Mutex
+	stop context.CancelFunc
+	done chan struct{}
+}
+
+// NewControllersOptions returns the default: controllers on.
+func NewControllersOptions() *ControllersOptions {
+	return &ControllersOptions{Enabled: true}
+}
+
+// AddFlags registers --controllers.
+func (o *ControllersOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.Enabled, "controllers", o.Enabled,
+		"Run the kruntimes controllers (Runtime pools, Run scheduler, Run TTL cleanup) in this process, leader-elected through the Lease kruntimes-system/kruntimes-controllers; set false when kruntimes-controllers runs them. Always off with --standalone, which has no cluster.")
+}
+
+// Complete turns the controllers off in standalone mode: without a
+// cluster there are no Pods to schedule onto.
+func (o *ControllersOptions) Complete(standalone bool) {
+	if standalone {
+		o.Enabled = false
+	}
+}
+
+// ApplyTo starts the controllers in a post-start hook, once the loopback
+// client can reach this server, and stops them in a pre-shutdown hook.
+// coreAPI is the cluster's client config (RecommendedConfig.ClientConfig).
+func (o *ControllersOptions) ApplyTo(server *genericapiserver.GenericAPIServer, coreAPI *rest.Config) error {
+	if !o.Enabled {
+		return nil
+	}
+	if coreAPI == nil {
+		return errors.New("--controllers needs the cluster's API: pass --kubeconfig (or run in a cluster), or set --controllers=false")
+	}
+	if err := server.AddPostStartHook("start-kruntimes-controllers", func(hookCtx genericapiserver.PostStartHookContext) error {
+		cfg := manager.NewConfig()
+		cfg.KubeConfig, cfg.KruntimesConfig = coreAPI, hookCtx.LoopbackClientConfig
+		m, err := manager.New(cfg)
+		if err != nil {
+			return err
+		}
+		ctx, cancel := context.WithCancel(hookCtx)
+		done := make(chan struct{})
+		o.mu.Lock()
+		o.stop, o.done = cancel, done
+		o.mu.Unlock()
+		go func() {
+			defer close(done)
+			if err := m.Run(ctx); err != nil {
+				klog.FromContext(ctx).Error(err, "kruntimes controllers stopped")
+			}
+		}()
+		return nil
+	}); err != nil {
+		return err
+	}
+	return server.AddPreShutdownHook("stop-kruntimes-controllers", func() error {
+		o.mu.Lock()
+		stop, done := o.stop, o.done
+		o.mu.Unlock()
+		if stop == nil {
+			return nil
+		}
+		stop()
+		select {
+		case <-done:
+		case <-time.After(controllersStopTimeout):
+			klog.Background().Info("kruntimes controllers did not stop in time; their Lease expires on its own", "timeout", controllersStopTimeout)
+		}
+		return nil
+	})
+}

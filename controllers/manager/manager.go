@@ -1,0 +1,259 @@
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+	kruntimesscheme "kruntimes.io/kruntimes/client/clientset/versioned/scheme"
+	"kruntimes.io/kruntimes/client/informers/externalversions"
+	"kruntimes.io/kruntimes/controllers/gc"
+	runtimecontroller "kruntimes.io/kruntimes/controllers/runtime"
+	"kruntimes.io/kruntimes/controllers/scheduler"
+)
+
+// Defaults of the leader election: the Lease every replica competes for,
+// and client-go's usual timing.
+const (
+	DefaultLeaseNamespace = "kruntimes-system"
+	DefaultLeaseName      = "kruntimes-controllers"
+	DefaultLeaseDuration  = 15 * time.Second
+	DefaultRenewDeadline  = 10 * time.Second
+	DefaultRetryPeriod    = 2 * time.Second
+)
+
+// userAgent names the controllers in API server logs and audit.
+const userAgent = "kruntimes-controllers"
+
+// LeaderElection says whether and how replicas elect the one that runs the
+// controllers.
+type LeaderElection struct {
+	// Enabled turns election on; off, this process runs the controllers
+	// unconditionally, which is safe only with a single replica.
+	Enabled bool
+	// Namespace and Name of the coordination Lease.
+	Namespace, Name string
+	// Identity of this replica; empty means <hostname>_<random UUID>.
+	Identity string
+	// LeaseDuration, RenewDeadline and RetryPeriod as in client-go's
+	// leaderelection.LeaderElectionConfig.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+}
+
+// Config is what the manager needs.
+type Config struct {
+	// KubeConfig reaches the cluster: Deployments, RBAC, Pods, Leases,
+	// events.
+	KubeConfig *rest.Config
+	// KruntimesConfig reaches the kruntimes.io API: through kube-apiserver's
+	// aggregation, or the API server's own loopback when hosted there.
+	KruntimesConfig *rest.Config
+	LeaderElection  LeaderElection
+	// Workers per controller.
+	RuntimeWorkers, SchedulerWorkers, GCWorkers int
+}
+
+// NewConfig returns a Config with leader election on and default workers;
+// the client configs are left to the caller.
+func NewConfig() Config {
+	return Config{
+		LeaderElection: LeaderElection{
+			Enabled:       true,
+			Namespace:     DefaultLeaseNamespace,
+			Name:          DefaultLeaseName,
+			LeaseDuration: DefaultLeaseDuration,
+			RenewDeadline: DefaultRenewDeadline,
+			RetryPeriod:   DefaultRetryPeriod,
+		},
+		RuntimeWorkers:   2,
+		SchedulerWorkers: 4,
+		GCWorkers:        2,
+	}
+}
+
+// Manager runs the controllers while it leads.
+type Manager struct {
+	cfg       Config
+	kube      kubernetes.Interface
+	kruntimes versioned.Interface
+}
+
+// New checks cfg and builds the clients.
+func New(cfg Config) (*Manager, error) {
+	if cfg.KubeConfig == nil {
+		return nil, errors.New("the controllers need a client config for the cluster's API (--kubeconfig, or in-cluster config)")
+	}
+	if cfg.KruntimesConfig == nil {
+		return nil, errors.New("the controllers need a client config for the kruntimes.io API")
+	}
+	le := &cfg.LeaderElection
+	if le.Enabled {
+		if le.Namespace == "" || le.Name == "" {
+			return nil, errors.New("leader election needs the namespace and name of its Lease")
+		}
+		if le.LeaseDuration <= le.RenewDeadline || le.RenewDeadline <= le.RetryPeriod || le.RetryPeriod <= 0 {
+			return nil, fmt.Errorf("leader election needs lease duration (%s) > renew deadline (%s) > retry period (%s) > 0",
+				le.LeaseDuration, le.RenewDeadline, le.RetryPeriod)
+		}
+		if le.Identity == "" {
+			host, err := os.Hostname()
+			if err != nil {
+				return nil, fmt.Errorf("naming this replica for leader election: %w", err)
+			}
+			le.Identity = host + "_" + uuid.NewString()
+		}
+	}
+	kube, err := kubernetes.NewForConfig(clientConfig(cfg.KubeConfig, 20, 30))
+	if err != nil {
+		return nil, fmt.Errorf("building the cluster client: %w", err)
+	}
+	// Binding is one status write per Run, so the kruntimes client gets
+	// more room than client-go's default of 5 QPS.
+	kr, err := versioned.NewForConfig(clientConfig(cfg.KruntimesConfig, 100, 200))
+	if err != nil {
+		return nil, fmt.Errorf("building the kruntimes client: %w", err)
+	}
+	return &Manager{cfg: cfg, kube: kube, kruntimes: kr}, nil
+}
+
+func clientConfig(c *rest.Config, qps float32, burst int) *rest.Config {
+	c = rest.AddUserAgent(rest.CopyConfig(c), userAgent)
+	if c.QPS == 0 {
+		c.QPS, c.Burst = qps, burst
+	}
+	return c
+}
+
+// Run runs the controllers until ctx is done. With leader election it runs
+// them only while it holds the Lease; when it loses the Lease it stops them
+// completely before campaigning again, so two replicas never schedule at
+// once. It releases the Lease when ctx ends.
+func (m *Manager) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx).WithName("controllers")
+	ctx = klog.NewContext(ctx, logger)
+	le := m.cfg.LeaderElection
+	if !le.Enabled {
+		return m.runControllers(ctx)
+	}
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
+		Client:     m.kube.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
+	}
+	for {
+		leading := make(chan context.Context, 1)
+		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock:            lock,
+			LeaseDuration:   le.LeaseDuration,
+			RenewDeadline:   le.RenewDeadline,
+			RetryPeriod:     le.RetryPeriod,
+			ReleaseOnCancel: true,
+			Name:            le.Name,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: func(termCtx context.Context) { leading <- termCtx },
+				OnStoppedLeading: func() { logger.Info("Stopped leading", "lease", klog.KRef(le.Namespace, le.Name)) },
+				OnNewLeader: func(identity string) {
+					logger.V(2).Info("Controllers leader", "identity", identity, "lease", klog.KRef(le.Namespace, le.Name))
+				},
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("setting up leader election: %w", err)
+		}
+		elected := make(chan struct{})
+		go func() {
+			defer close(elected)
+			elector.Run(ctx)
+		}()
+		logger.Info("Campaigning for the controllers' Lease", "lease", klog.KRef(le.Namespace, le.Name), "identity", le.Identity)
+		select {
+		case termCtx := <-leading:
+			logger.Info("Leading; starting controllers")
+			if err := m.runControllers(termCtx); err != nil {
+				logger.Error(err, "Controllers failed")
+			}
+			<-elected
+		case <-elected:
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		logger.Info("Lost the controllers' Lease; campaigning again")
+	}
+}
+
+// runControllers starts fresh informers and the controllers and returns
+// once ctx is done and all of them have stopped.
+func (m *Manager) runControllers(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	kruntimesInformers := externalversions.NewSharedInformerFactory(m.kruntimes, 0)
+	// Everything the runtime controller creates, and every Runtime Pod,
+	// carries the kruntimes.io/runtime label: watch only those.
+	labelled := kubeinformers.NewSharedInformerFactoryWithOptions(m.kube, 0,
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = lifecycle.LabelRuntime }))
+	// Heartbeat Leases carry no label; the scheduler reads them by name.
+	leases := kubeinformers.NewSharedInformerFactory(m.kube, 0)
+
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartStructuredLogging(3)
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: m.kube.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	if err := kruntimesscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	recorder := broadcaster.NewRecorder(scheme, corev1.EventSource{Component: userAgent})
+
+	kr := kruntimesInformers.Kruntimes().V1alpha1()
+	runtimes, err := runtimecontroller.New(klog.NewContext(ctx, logger.WithName("runtime")),
+		kr.Runtimes(), labelled.Apps().V1().Deployments(), labelled.Core().V1().ServiceAccounts(),
+		labelled.Rbac().V1().Roles(), labelled.Rbac().V1().RoleBindings(), m.kube, m.kruntimes, recorder)
+	if err != nil {
+		return err
+	}
+	sched, err := scheduler.New(klog.NewContext(ctx, logger.WithName("scheduler")),
+		kr.Runs(), kr.Runtimes(), labelled.Core().V1().Pods(), leases.Coordination().V1().Leases(), m.kruntimes, recorder)
+	if err != nil {
+		return err
+	}
+	ttl, err := gc.New(klog.NewContext(ctx, logger.WithName("gc")), kr.Runs(), m.kruntimes)
+	if err != nil {
+		return err
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() { runtimes.Run(klog.NewContext(ctx, logger.WithName("runtime")), m.cfg.RuntimeWorkers) })
+	wg.Go(func() { sched.Run(klog.NewContext(ctx, logger.WithName("scheduler")), m.cfg.SchedulerWorkers) })
+	wg.Go(func() { ttl.Run(klog.NewContext(ctx, logger.WithName("gc")), m.cfg.GCWorkers) })
+	kruntimesInformers.Start(ctx.Done())
+	labelled.Start(ctx.Done())
+	leases.Start(ctx.Done())
+	<-ctx.Done()
+	wg.Wait()
+	kruntimesInformers.Shutdown()
+	labelled.Shutdown()
+	leases.Shutdown()
+	return nil
+}

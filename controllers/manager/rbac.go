@@ -1,0 +1,34 @@
+package manager
+
+import (
+	coordinationv1 "k8s.io/api/coordination/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+)
+
+// PolicyRules are the cluster-wide permissions the controllers need under
+// the identity of their kube client config. They include runtimed's rules
+// (TestPolicyRulesCoverRuntimed) because RBAC lets only a holder of a permission grant it in a Role. The
+// kruntimes.io rules matter when KruntimesConfig goes through
+// kube-apiserver (kruntimes-controllers); the API server's loopback is
+// privileged. Deploy manifests grant exactly these.
+func PolicyRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runtimes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runtimes/status"}, Verbs: []string{"update", "patch"}},
+		// Owner references with blockOwnerDeletion need this where the
+		// OwnerReferencesPermissionEnforcement admission plugin runs.
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runtimes/finalizers"}, Verbs: []string{"update"}},
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs"}, Verbs: []string{"get", "list", "watch", "update", "patch", "delete"}},
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs/status"}, Verbs: []string{"update", "patch"}},
+		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"roles", "rolebindings"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		// Heartbeats are read everywhere; leader election and runtimed's
+		// grant need the write verbs.
+		{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch", "update"}},
+	}
+}

@@ -1,0 +1,209 @@
+package runtime
+
+import (
+	"encoding/hex"
+	"encoding/json"
+	"hash/fnv"
+	"strconv"
+
+	appsv1 "k8s.io/api/apps/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runtimepod"
+)
+
+// runtimedHealthPortName names runtimed's health port; 15 characters, the
+// limit for port names.
+const runtimedHealthPortName = "runtimed-health"
+
+// runtimeKind is the kind owner references to a Runtime carry.
+var runtimeKind = v1alpha1.SchemeGroupVersion.WithKind("Runtime")
+
+// RuntimedPolicyRules are what runtimed may do in its Runtime's namespace:
+// read and claim Runs (update for its finalizer), write their status,
+// heartbeat through a Lease, and record events. Whoever creates the Role
+// must hold these permissions itself, so the controllers' own RBAC includes
+// them.
+func RuntimedPolicyRules() []rbacv1.PolicyRule {
+	return []rbacv1.PolicyRule{
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs/status"}, Verbs: []string{"update", "patch"}},
+		{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
+		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
+	}
+}
+
+// poolLabels select the Pods of a Runtime; the scheduler finds candidates
+// by the same label.
+func poolLabels(rt *v1alpha1.Runtime) map[string]string {
+	return map[string]string{lifecycle.LabelRuntime: rt.Name}
+}
+
+func ownedMeta(rt *v1alpha1.Runtime, name string) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:            name,
+		Namespace:       rt.Namespace,
+		Labels:          poolLabels(rt),
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(rt, runtimeKind)},
+	}
+}
+
+func newServiceAccount(rt *v1alpha1.Runtime) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{ObjectMeta: ownedMeta(rt, runtimepod.ServiceAccountName(rt.Name))}
+}
+
+func newRole(rt *v1alpha1.Runtime) *rbacv1.Role {
+	return &rbacv1.Role{ObjectMeta: ownedMeta(rt, runtimepod.ServiceAccountName(rt.Name)), Rules: RuntimedPolicyRules()}
+}
+
+func newRoleBinding(rt *v1alpha1.Runtime) *rbacv1.RoleBinding {
+	name := runtimepod.ServiceAccountName(rt.Name)
+	return &rbacv1.RoleBinding{
+		ObjectMeta: ownedMeta(rt, name),
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: name, Namespace: rt.Namespace}},
+	}
+}
+
+// newDeployment returns the Deployment that holds rt's Pods.
+func newDeployment(rt *v1alpha1.Runtime) *appsv1.Deployment {
+	template := podTemplate(rt)
+	d := &appsv1.Deployment{
+		ObjectMeta: ownedMeta(rt, runtimepod.DeploymentName(rt.Name)),
+		Spec: appsv1.DeploymentSpec{
+			Replicas: replicas(rt),
+			Selector: &metav1.LabelSelector{MatchLabels: poolLabels(rt)},
+			Template: template,
+		},
+	}
+	d.Annotations = map[string]string{lifecycle.AnnotationTemplateHash: templateHash(&template)}
+	return d
+}
+
+func replicas(rt *v1alpha1.Runtime) *int32 {
+	r := int32(1)
+	if rt.Spec.Replicas != nil {
+		r = *rt.Spec.Replicas
+	}
+	return &r
+}
+
+// podTemplate is the user's template with the pool label, runtimed's
+// ServiceAccount, the shared volumes mounted into the runtime container and
+// the runtimed sidecar. A user container named runtimed is replaced: the
+// sidecar is kruntimes' to define.
+func podTemplate(rt *v1alpha1.Runtime) corev1.PodTemplateSpec {
+	t := *rt.Spec.Template.DeepCopy()
+	if t.Labels == nil {
+		t.Labels = map[string]string{}
+	}
+	t.Labels[lifecycle.LabelRuntime] = rt.Name
+	t.Spec.ServiceAccountName = runtimepod.ServiceAccountName(rt.Name)
+
+	for _, name := range []string{runtimepod.VolumeWorkspace, runtimepod.VolumeSocket} {
+		if !hasVolume(t.Spec.Volumes, name) {
+			t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{
+				Name:         name,
+				VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}},
+			})
+		}
+	}
+	containers := make([]corev1.Container, 0, len(t.Spec.Containers)+1)
+	for _, c := range t.Spec.Containers {
+		switch c.Name {
+		case runtimepod.ContainerRuntimed:
+			continue
+		case runtimepod.ContainerRuntime:
+			c.VolumeMounts = withSharedMounts(c.VolumeMounts)
+		}
+		containers = append(containers, c)
+	}
+	t.Spec.Containers = append(containers, runtimedContainer(rt))
+	return t
+}
+
+func runtimedContainer(rt *v1alpha1.Runtime) corev1.Container {
+	fieldEnv := func(name, path string) corev1.EnvVar {
+		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
+	}
+	probe := func(path string, period int32) *corev1.Probe {
+		return &corev1.Probe{
+			ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{
+				Path: path, Port: intstr.FromInt32(runtimepod.RuntimedHealthPort),
+			}},
+			PeriodSeconds: period,
+		}
+	}
+	return corev1.Container{
+		Name:  runtimepod.ContainerRuntimed,
+		Image: rt.Spec.RuntimedImage,
+		Args: []string{
+			"--runtime-socket=" + runtimepod.RuntimeSocket,
+			"--workspace-dir=" + runtimepod.WorkspacePath,
+			"--capacity=" + strconv.Itoa(int(rt.Spec.Capacity.Runs)),
+		},
+		Env: []corev1.EnvVar{
+			fieldEnv(runtimepod.EnvPodName, "metadata.name"),
+			fieldEnv(runtimepod.EnvPodNamespace, "metadata.namespace"),
+			fieldEnv(runtimepod.EnvPodUID, "metadata.uid"),
+			fieldEnv(runtimepod.EnvPodIP, "status.podIP"),
+		},
+		Ports: []corev1.ContainerPort{{
+			Name: runtimedHealthPortName, ContainerPort: runtimepod.RuntimedHealthPort, Protocol: corev1.ProtocolTCP,
+		}},
+		VolumeMounts: withSharedMounts(nil),
+		// Readiness gates scheduling, so probe it often; liveness restarts
+		// a wedged runtimed, so give it the usual slack.
+		ReadinessProbe: probe("/readyz", 2),
+		LivenessProbe:  probe("/healthz", 10),
+	}
+}
+
+// withSharedMounts adds the workspace and socket mounts unless the
+// container already mounts that volume or something at that path.
+func withSharedMounts(mounts []corev1.VolumeMount) []corev1.VolumeMount {
+	for _, want := range []corev1.VolumeMount{
+		{Name: runtimepod.VolumeWorkspace, MountPath: runtimepod.WorkspacePath},
+		{Name: runtimepod.VolumeSocket, MountPath: runtimepod.SocketDir},
+	} {
+		present := false
+		for _, m := range mounts {
+			if m.Name == want.Name || m.MountPath == want.MountPath {
+				present = true
+				break
+			}
+		}
+		if !present {
+			mounts = append(mounts, want)
+		}
+	}
+	return mounts
+}
+
+func hasVolume(volumes []corev1.Volume, name string) bool {
+	for _, v := range volumes {
+		if v.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+// templateHash is a stable digest of a Pod template: encoding/json writes
+// struct fields in order and map keys sorted.
+func templateHash(t *corev1.PodTemplateSpec) string {
+	data, err := json.Marshal(t)
+	if err != nil {
+		// A PodTemplateSpec always marshals; an empty hash forces an update.
+		return ""
+	}
+	h := fnv.New64a()
+	_, _ = h.Write(data)
+	return hex.EncodeToString(h.Sum(nil))
+}

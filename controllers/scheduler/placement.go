@@ -1,0 +1,158 @@
+package scheduler
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runtimepod"
+)
+
+// Why a Runtime Pod is not a candidate; bounded, they also count Pods in the
+// message of an unschedulable Run.
+const (
+	excludedNotRunning     = "not running"
+	excludedNotReady       = "not Ready"
+	excludedDeleting       = "deleting"
+	excludedNoHeartbeat    = "no runtimed heartbeat"
+	excludedStaleHeartbeat = "stale runtimed heartbeat"
+)
+
+// excludedReason returns why pod cannot take Runs now, or "" when it can: it
+// must be Running, Ready, not deleting, and its runtimed must have renewed
+// its heartbeat Lease (held by this Pod's UID, so a Lease left by an earlier
+// Pod of the same name does not count) within the Lease's duration.
+func excludedReason(pod *corev1.Pod, lease *coordinationv1.Lease, now time.Time) string {
+	switch {
+	case pod.DeletionTimestamp != nil:
+		return excludedDeleting
+	case pod.Status.Phase != corev1.PodRunning:
+		return excludedNotRunning
+	case !podReady(pod):
+		return excludedNotReady
+	case lease == nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != string(pod.UID) || lease.Spec.RenewTime == nil:
+		return excludedNoHeartbeat
+	case !heartbeatFresh(lease, now):
+		return excludedStaleHeartbeat
+	}
+	return ""
+}
+
+func podReady(pod *corev1.Pod) bool {
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// heartbeatFresh reports whether lease was renewed within its duration.
+func heartbeatFresh(lease *coordinationv1.Lease, now time.Time) bool {
+	if lease == nil || lease.Spec.RenewTime == nil {
+		return false
+	}
+	d := runtimepod.HeartbeatLeaseDuration
+	if s := lease.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
+		d = time.Duration(*s) * time.Second
+	}
+	return lease.Spec.RenewTime.Add(d).After(now)
+}
+
+// holdsCapacity reports whether run occupies a slot of its assigned Pod:
+// while in a phase that holds capacity, and while being deleted until its
+// finalizer is gone (runtimed is still cleaning up on that Pod).
+func holdsCapacity(run *v1alpha1.Run) bool {
+	if run.Status.AssignedPod == "" {
+		return false
+	}
+	if run.DeletionTimestamp != nil && len(run.Finalizers) > 0 {
+		return true
+	}
+	return lifecycle.HoldsCapacity(run.Status.Phase)
+}
+
+// onPod reports whether run is assigned to this incarnation of pod: a Run
+// bound to an earlier Pod of the same name does not use the new one's slots.
+func onPod(run *v1alpha1.Run, pod *corev1.Pod) bool {
+	return run.Status.AssignedPod == pod.Name &&
+		(run.Status.AssignedPodUID == "" || run.Status.AssignedPodUID == pod.UID)
+}
+
+// podLoad is a candidate Pod and the Runs that occupy it, by Run UID.
+type podLoad struct {
+	pod  *corev1.Pod
+	used int
+}
+
+// placement is the outcome of choosing a Pod for one Run.
+type placement struct {
+	// pod is the chosen Pod, nil when none fits.
+	pod *corev1.Pod
+	// message says why no Pod fits.
+	message string
+}
+
+// choosePod returns the least-loaded candidate with a free slot; ties go to
+// the Pod whose name sorts first, so the choice does not depend on cache
+// order. excluded counts the Pods that were no candidates, by reason.
+func choosePod(loads []podLoad, capacity int32, excluded map[string]int) placement {
+	var best *podLoad
+	for i := range loads {
+		l := &loads[i]
+		if l.used >= int(capacity) {
+			continue
+		}
+		if best == nil || l.used < best.used || (l.used == best.used && l.pod.Name < best.pod.Name) {
+			best = l
+		}
+	}
+	if best != nil {
+		return placement{pod: best.pod}
+	}
+	return placement{message: noCapacityMessage(len(loads), capacity, excluded)}
+}
+
+func noCapacityMessage(full int, capacity int32, excluded map[string]int) string {
+	total := full
+	for _, n := range excluded {
+		total += n
+	}
+	if total == 0 {
+		return "the Runtime has no Pods yet; waiting for its Deployment to create them (check spec.replicas and the Runtime's status)"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "no Runtime Pod can take the Run: of %d Pods, %d are full (capacity %d Runs per Pod)", total, full, capacity)
+	reasons := make([]string, 0, len(excluded))
+	for r := range excluded {
+		reasons = append(reasons, r)
+	}
+	sort.Strings(reasons)
+	for _, r := range reasons {
+		fmt.Fprintf(&b, ", %d %s", excluded[r], r)
+	}
+	b.WriteString("; the Run waits for a slot to be released")
+	return b.String()
+}
+
+// usage counts the Runs occupying pod: those the informer shows on it and
+// the scheduler's own assumed reservations, counted once per Run UID.
+func usage(pod *corev1.Pod, runs []*v1alpha1.Run, assumed []types.UID) int {
+	seen := make(map[types.UID]struct{}, len(runs)+len(assumed))
+	for _, run := range runs {
+		if onPod(run, pod) && holdsCapacity(run) {
+			seen[run.UID] = struct{}{}
+		}
+	}
+	for _, uid := range assumed {
+		seen[uid] = struct{}{}
+	}
+	return len(seen)
+}

@@ -1,0 +1,560 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runtimepod"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+	informers "kruntimes.io/kruntimes/client/informers/externalversions/kruntimes/v1alpha1"
+	listers "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/controllers/retry"
+)
+
+// Indexes the scheduler adds to the Run informer.
+const (
+	// RuntimeIndex keys Runs by <namespace>/<spec.runtime>: releasing
+	// capacity wakes the Pending Runs of one Runtime, not a namespace.
+	RuntimeIndex = "kruntimes.io/runtime"
+	// AssignedPodIndex keys Runs by <namespace>/<status.assignedPod>: a
+	// Pod's usage is read without scanning the namespace.
+	AssignedPodIndex = "kruntimes.io/assigned-pod"
+)
+
+// unschedulableRecheck re-examines a Run that found no slot even without
+// an event: a heartbeat turning stale makes no event, and a missed wake-up
+// must not strand a Run.
+const unschedulableRecheck = 30 * time.Second
+
+// Event reasons on a Run.
+const (
+	eventScheduled        = "Scheduled"
+	eventFailedScheduling = "FailedScheduling"
+	eventCancelled        = "Cancelled"
+)
+
+// Scheduler binds Pending Runs to Runtime Pods.
+type Scheduler struct {
+	client   versioned.Interface
+	recorder record.EventRecorder
+
+	runs       listers.RunLister
+	runIndexer cache.Indexer
+	runtimes   listers.RuntimeLister
+	pods       corelisters.PodLister
+	leases     coordinationlisters.LeaseLister
+	synced     []cache.InformerSynced
+
+	queue   workqueue.TypedRateLimitingInterface[string]
+	assumed *assumeCache
+	// placing serializes choosing a Pod and reserving its slot, so two
+	// workers never give the same slot away; binding runs outside it.
+	placing sync.Mutex
+	clock   clock.Clock
+}
+
+// New returns a scheduler fed by the given informers; podInformer may be
+// filtered to Pods labelled kruntimes.io/runtime. It adds RuntimeIndex and
+// AssignedPodIndex to the Run informer, so call it before starting that.
+func New(ctx context.Context,
+	runInformer informers.RunInformer,
+	runtimeInformer informers.RuntimeInformer,
+	podInformer coreinformers.PodInformer,
+	leaseInformer coordinationinformers.LeaseInformer,
+	client versioned.Interface,
+	recorder record.EventRecorder,
+) (*Scheduler, error) {
+	registerMetrics()
+	if err := runInformer.Informer().AddIndexers(cache.Indexers{
+		RuntimeIndex:     runtimeIndexFunc,
+		AssignedPodIndex: assignedPodIndexFunc,
+	}); err != nil {
+		return nil, fmt.Errorf("indexing Runs by Runtime and Pod: %w", err)
+	}
+	s := &Scheduler{
+		client:     client,
+		recorder:   recorder,
+		runs:       runInformer.Lister(),
+		runIndexer: runInformer.Informer().GetIndexer(),
+		runtimes:   runtimeInformer.Lister(),
+		pods:       podInformer.Lister(),
+		leases:     leaseInformer.Lister(),
+		synced: []cache.InformerSynced{
+			runInformer.Informer().HasSynced,
+			runtimeInformer.Informer().HasSynced,
+			podInformer.Informer().HasSynced,
+			leaseInformer.Informer().HasSynced,
+		},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kruntimes_scheduler"},
+		),
+		assumed: newAssumeCache(),
+		clock:   clock.RealClock{},
+	}
+	for what, handler := range map[string]struct {
+		informer cache.SharedIndexInformer
+		funcs    cache.ResourceEventHandlerFuncs
+	}{
+		"Runs": {runInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    s.addRun,
+			UpdateFunc: s.updateRun,
+			DeleteFunc: s.deleteRun,
+		}},
+		"Runtimes": {runtimeInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    s.runtimeChanged,
+			UpdateFunc: func(old, cur any) { s.runtimeUpdated(old, cur) },
+			DeleteFunc: s.runtimeChanged,
+		}},
+		"Runtime Pods": {podInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    s.podChanged,
+			UpdateFunc: s.podUpdated,
+			DeleteFunc: s.podChanged,
+		}},
+		"heartbeat Leases": {leaseInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { s.leaseUpdated(nil, obj) },
+			UpdateFunc: s.leaseUpdated,
+		}},
+	} {
+		if _, err := handler.informer.AddEventHandler(handler.funcs); err != nil {
+			return nil, fmt.Errorf("watching %s: %w", what, err)
+		}
+	}
+	return s, nil
+}
+
+// Run processes the queue with workers until ctx is done.
+func (s *Scheduler) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	logger := klog.FromContext(ctx)
+	logger.Info("Starting Run scheduler")
+	var wg sync.WaitGroup
+	defer func() {
+		logger.Info("Shutting down Run scheduler")
+		s.queue.ShutDown()
+		wg.Wait()
+	}()
+	if !cache.WaitForNamedCacheSyncWithContext(ctx, s.synced...) {
+		return
+	}
+	for i := 0; i < workers; i++ {
+		wg.Go(func() { wait.UntilWithContext(ctx, s.worker, time.Second) })
+	}
+	<-ctx.Done()
+}
+
+func runtimeIndexFunc(obj any) ([]string, error) {
+	run, ok := obj.(*v1alpha1.Run)
+	if !ok {
+		return nil, fmt.Errorf("not a Run: %T", obj)
+	}
+	return []string{run.Namespace + "/" + run.Spec.Runtime}, nil
+}
+
+func assignedPodIndexFunc(obj any) ([]string, error) {
+	run, ok := obj.(*v1alpha1.Run)
+	if !ok {
+		return nil, fmt.Errorf("not a Run: %T", obj)
+	}
+	if run.Status.AssignedPod == "" {
+		return nil, nil
+	}
+	return []string{run.Namespace + "/" + run.Status.AssignedPod}, nil
+}
+
+func runFrom(obj any) *v1alpha1.Run {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	run, _ := obj.(*v1alpha1.Run)
+	return run
+}
+
+// wantsScheduling reports whether the scheduler has work for run: placing
+// it, or cancelling it.
+func wantsScheduling(run *v1alpha1.Run) bool {
+	return run.Status.Phase == lifecycle.Pending && run.DeletionTimestamp == nil
+}
+
+func (s *Scheduler) enqueueRun(run *v1alpha1.Run) {
+	s.queue.Add(run.Namespace + "/" + run.Name)
+}
+
+// observe drops the reservation of a Run the informer shows past Pending:
+// from now on it is counted where the informer shows it.
+func (s *Scheduler) observe(run *v1alpha1.Run) {
+	if run.Status.Phase != lifecycle.Pending {
+		s.assumed.forget(run.UID)
+	}
+}
+
+func (s *Scheduler) addRun(obj any) {
+	run := runFrom(obj)
+	if run == nil {
+		return
+	}
+	s.observe(run)
+	if wantsScheduling(run) {
+		s.enqueueRun(run)
+	}
+}
+
+func (s *Scheduler) updateRun(oldObj, newObj any) {
+	old, run := runFrom(oldObj), runFrom(newObj)
+	if old == nil || run == nil {
+		return
+	}
+	s.observe(run)
+	if wantsScheduling(run) {
+		s.enqueueRun(run)
+	}
+	if holdsCapacity(old) && !(holdsCapacity(run) && run.Status.AssignedPodUID == old.Status.AssignedPodUID) {
+		s.wakeRuntime(run.Namespace, run.Spec.Runtime)
+	}
+}
+
+func (s *Scheduler) deleteRun(obj any) {
+	run := runFrom(obj)
+	if run == nil {
+		return
+	}
+	s.assumed.forget(run.UID)
+	if holdsCapacity(run) {
+		s.wakeRuntime(run.Namespace, run.Spec.Runtime)
+	}
+}
+
+func (s *Scheduler) runtimeChanged(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if rt, ok := obj.(*v1alpha1.Runtime); ok {
+		s.wakeRuntime(rt.Namespace, rt.Name)
+	}
+}
+
+func (s *Scheduler) runtimeUpdated(oldObj, newObj any) {
+	old, okOld := oldObj.(*v1alpha1.Runtime)
+	rt, ok := newObj.(*v1alpha1.Runtime)
+	if !ok || !okOld {
+		return
+	}
+	if old.Spec.Capacity != rt.Spec.Capacity || old.UID != rt.UID {
+		s.wakeRuntime(rt.Namespace, rt.Name)
+	}
+}
+
+func (s *Scheduler) podChanged(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+	}
+}
+
+// podUpdated wakes the Runtime's Pending Runs when a Pod may have become a
+// candidate; status churn that changes nothing of that is ignored.
+func (s *Scheduler) podUpdated(oldObj, newObj any) {
+	old, okOld := oldObj.(*corev1.Pod)
+	pod, ok := newObj.(*corev1.Pod)
+	if !ok || !okOld {
+		return
+	}
+	if old.Status.Phase != pod.Status.Phase || podReady(old) != podReady(pod) ||
+		(old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) ||
+		old.Labels[lifecycle.LabelRuntime] != pod.Labels[lifecycle.LabelRuntime] {
+		s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+	}
+}
+
+// leaseUpdated wakes the Pending Runs of a Pod's Runtime when its heartbeat
+// turns fresh; the renewals of a fresh heartbeat change nothing.
+func (s *Scheduler) leaseUpdated(oldObj, newObj any) {
+	lease, ok := newObj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	now := s.clock.Now()
+	if !heartbeatFresh(lease, now) {
+		return
+	}
+	if old, ok := oldObj.(*coordinationv1.Lease); ok && heartbeatFresh(old, now) &&
+		apiequality.Semantic.DeepEqual(old.Spec.HolderIdentity, lease.Spec.HolderIdentity) {
+		return
+	}
+	pod, err := s.pods.Pods(lease.Namespace).Get(lease.Name)
+	if err != nil {
+		return
+	}
+	s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+}
+
+// wakeRuntime queues the Pending Runs of one Runtime.
+func (s *Scheduler) wakeRuntime(namespace, runtime string) {
+	if runtime == "" {
+		return
+	}
+	objs, err := s.runIndexer.ByIndex(RuntimeIndex, namespace+"/"+runtime)
+	if err != nil {
+		return
+	}
+	for _, obj := range objs {
+		if run, ok := obj.(*v1alpha1.Run); ok && wantsScheduling(run) {
+			s.enqueueRun(run)
+		}
+	}
+}
+
+func (s *Scheduler) worker(ctx context.Context) {
+	for s.processNextWorkItem(ctx) {
+	}
+}
+
+func (s *Scheduler) processNextWorkItem(ctx context.Context) bool {
+	key, quit := s.queue.Get()
+	if quit {
+		return false
+	}
+	defer s.queue.Done(key)
+	if err := s.sync(ctx, key); err != nil {
+		if apierrors.IsConflict(err) {
+			// Routine: a newer copy is on its way to the informer.
+			klog.FromContext(ctx).V(4).Info("Conflict, will retry", "key", key, "err", err)
+		} else {
+			utilruntime.HandleErrorWithContext(ctx, err, "Failed to schedule Run, will retry", "key", key)
+		}
+		s.queue.AddRateLimited(key)
+		return true
+	}
+	s.queue.Forget(key)
+	return true
+}
+
+// sync schedules the Run of key: cancel it if asked, wait out its retry
+// backoff, or bind it to the least-loaded candidate Pod, or say why it
+// cannot be placed. It reads only informer state and writes with the Run's
+// resourceVersion, so running it twice never binds twice.
+func (s *Scheduler) sync(ctx context.Context, key string) error {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return err
+	}
+	run, err := s.runs.Runs(namespace).Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !wantsScheduling(run) {
+		return nil
+	}
+	logger := klog.LoggerWithValues(klog.FromContext(ctx), "run", klog.KObj(run), "runUID", run.UID)
+	ctx = klog.NewContext(ctx, logger)
+
+	if run.Spec.CancelRequested {
+		return s.cancel(ctx, run)
+	}
+	now := s.clock.Now()
+	if notBefore := retry.NotBefore(run); notBefore.After(now) {
+		s.queue.AddAfter(key, notBefore.Sub(now))
+		return nil
+	}
+	rt, err := s.runtimes.Runtimes(namespace).Get(run.Spec.Runtime)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if rt == nil || rt.DeletionTimestamp != nil {
+		msg := fmt.Sprintf("Runtime %q does not exist in namespace %s; create it, or recreate this Run naming an existing Runtime", run.Spec.Runtime, namespace)
+		if rt != nil {
+			msg = fmt.Sprintf("Runtime %q is being deleted; the Run waits for a Runtime of that name", run.Spec.Runtime)
+		}
+		observeAttempt(resultRuntimeNotFound)
+		return s.markUnschedulable(ctx, run, lifecycle.ReasonRuntimeNotFound, msg)
+	}
+	p := s.place(run, rt)
+	if p.pod == nil {
+		observeAttempt(resultNoCapacity)
+		s.queue.AddAfter(key, unschedulableRecheck)
+		return s.markUnschedulable(ctx, run, lifecycle.ReasonNoCapacity, p.message)
+	}
+	return s.bind(ctx, run, p.pod)
+}
+
+// place chooses a Pod for run among rt's candidates and reserves the slot.
+func (s *Scheduler) place(run *v1alpha1.Run, rt *v1alpha1.Runtime) placement {
+	s.placing.Lock()
+	defer s.placing.Unlock()
+	// A reservation left by an earlier attempt of this Run is not a load.
+	s.assumed.forget(run.UID)
+	now := s.clock.Now()
+	pods, err := s.pods.Pods(run.Namespace).List(labels.SelectorFromSet(labels.Set{lifecycle.LabelRuntime: rt.Name}))
+	if err != nil {
+		return placement{message: err.Error()}
+	}
+	excluded := map[string]int{}
+	loads := make([]podLoad, 0, len(pods))
+	for _, pod := range pods {
+		lease, err := s.leases.Leases(pod.Namespace).Get(runtimepod.LeaseName(pod.Name))
+		if err != nil {
+			lease = nil
+		}
+		if why := excludedReason(pod, lease, now); why != "" {
+			excluded[why]++
+			continue
+		}
+		loads = append(loads, podLoad{pod: pod, used: usage(pod, s.runsOn(pod), s.assumed.reservedOn(pod.UID, now))})
+	}
+	capacity := rt.Spec.Capacity.Runs
+	if capacity < 1 {
+		capacity = 1
+	}
+	p := choosePod(loads, capacity, excluded)
+	if p.pod != nil {
+		s.assumed.assume(run.UID, p.pod.UID)
+	}
+	return p
+}
+
+func (s *Scheduler) runsOn(pod *corev1.Pod) []*v1alpha1.Run {
+	objs, err := s.runIndexer.ByIndex(AssignedPodIndex, pod.Namespace+"/"+pod.Name)
+	if err != nil {
+		return nil
+	}
+	runs := make([]*v1alpha1.Run, 0, len(objs))
+	for _, obj := range objs {
+		if run, ok := obj.(*v1alpha1.Run); ok {
+			runs = append(runs, run)
+		}
+	}
+	return runs
+}
+
+// bind assigns run to pod with one status update carrying the Run's
+// resourceVersion; a conflict means the Run changed meanwhile and is
+// retried from the informer's newer copy.
+func (s *Scheduler) bind(ctx context.Context, run *v1alpha1.Run, pod *corev1.Pod) error {
+	update := run.DeepCopy()
+	now := metav1.NowMicro()
+	update.Status.Phase = lifecycle.Scheduled
+	update.Status.AssignedPod = pod.Name
+	update.Status.AssignedPodUID = pod.UID
+	update.Status.ScheduledTime = &now
+	update.Status.Message = ""
+	apimeta.SetStatusCondition(&update.Status.Conditions, metav1.Condition{
+		Type:   lifecycle.ConditionScheduled,
+		Status: metav1.ConditionTrue,
+		// The condition type doubles as the reason of a successful
+		// binding, as for a Pod's PodScheduled.
+		Reason:             lifecycle.ReasonScheduled,
+		Message:            "Assigned to Pod " + pod.Name,
+		ObservedGeneration: run.Generation,
+		LastTransitionTime: metav1.NewTime(now.Time),
+	})
+	start := s.clock.Now()
+	_, err := s.client.KruntimesV1alpha1().Runs(run.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{})
+	bindingDuration.Observe(s.clock.Since(start).Seconds())
+	if err != nil {
+		if definitelyNotApplied(err) {
+			s.assumed.forget(run.UID)
+		} else {
+			s.assumed.finishBinding(run.UID, s.clock.Now())
+		}
+		if apierrors.IsConflict(err) {
+			observeAttempt(resultConflict)
+		} else {
+			observeAttempt(resultError)
+		}
+		return fmt.Errorf("binding Run %s/%s to Pod %s: %w", run.Namespace, run.Name, pod.Name, err)
+	}
+	s.assumed.finishBinding(run.UID, s.clock.Now())
+	observeAttempt(resultScheduled)
+	if run.Status.Attempt <= 1 {
+		pendingDuration.Observe(now.Sub(run.CreationTimestamp.Time).Seconds())
+	}
+	klog.FromContext(ctx).V(2).Info("Bound Run", "pod", klog.KObj(pod), "podUID", pod.UID)
+	s.recorder.Eventf(run, corev1.EventTypeNormal, eventScheduled, "Assigned to Pod %s", pod.Name)
+	return nil
+}
+
+// definitelyNotApplied reports whether the server refused the write, as
+// opposed to an outcome the scheduler cannot know (a timeout, a lost
+// connection), after which the reservation is kept until it expires.
+func definitelyNotApplied(err error) bool {
+	return apierrors.IsConflict(err) || apierrors.IsNotFound(err) || apierrors.IsInvalid(err) ||
+		apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) || apierrors.IsUnauthorized(err)
+}
+
+// cancel moves a Pending Run that asked for cancellation to Cancelled.
+func (s *Scheduler) cancel(ctx context.Context, run *v1alpha1.Run) error {
+	update := run.DeepCopy()
+	now := metav1.NowMicro()
+	const msg = "Cancelled before it was scheduled"
+	update.Status.Phase = lifecycle.Cancelled
+	update.Status.CompletionTime = &now
+	update.Status.Message = msg
+	for _, cond := range []metav1.Condition{
+		{Type: lifecycle.ConditionCompleted, Status: metav1.ConditionTrue},
+		{Type: lifecycle.ConditionScheduled, Status: metav1.ConditionFalse},
+	} {
+		cond.Reason, cond.Message = lifecycle.ReasonCancelled, msg
+		cond.ObservedGeneration = run.Generation
+		cond.LastTransitionTime = metav1.NewTime(now.Time)
+		apimeta.SetStatusCondition(&update.Status.Conditions, cond)
+	}
+	if _, err := s.client.KruntimesV1alpha1().Runs(run.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("cancelling Pending Run %s/%s: %w", run.Namespace, run.Name, err)
+	}
+	observeAttempt(resultCancelled)
+	klog.FromContext(ctx).V(2).Info("Cancelled Pending Run")
+	s.recorder.Event(run, corev1.EventTypeNormal, eventCancelled, msg)
+	return nil
+}
+
+// markUnschedulable records why run cannot be placed, in status.message
+// and a Scheduled=False condition, writing only when that changed.
+func (s *Scheduler) markUnschedulable(ctx context.Context, run *v1alpha1.Run, reason, msg string) error {
+	update := run.DeepCopy()
+	update.Status.Message = msg
+	apimeta.SetStatusCondition(&update.Status.Conditions, metav1.Condition{
+		Type:               lifecycle.ConditionScheduled,
+		Status:             metav1.ConditionFalse,
+		Reason:             reason,
+		Message:            msg,
+		ObservedGeneration: run.Generation,
+		LastTransitionTime: metav1.NewTime(s.clock.Now()),
+	})
+	if apiequality.Semantic.DeepEqual(run.Status, update.Status) {
+		return nil
+	}
+	if _, err := s.client.KruntimesV1alpha1().Runs(run.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("recording why Run %s/%s cannot be scheduled: %w", run.Namespace, run.Name, err)
+	}
+	klog.FromContext(ctx).V(2).Info("Run cannot be scheduled", "reason", reason, "message", msg)
+	s.recorder.Event(run, corev1.EventTypeWarning, eventFailedScheduling, msg)
+	return nil
+}

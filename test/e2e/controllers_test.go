@@ -1,0 +1,389 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runtimepod"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+	runtimecontroller "kruntimes.io/kruntimes/controllers/runtime"
+	"kruntimes.io/kruntimes/test/e2e/framework"
+)
+
+func TestRuntimeControllerCreatesPool(t *testing.T) {
+	f := framework.Get(t)
+	client := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "pool")
+	ctx := framework.Context(t, 4*time.Minute)
+
+	rt, err := client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, newTestRuntime("bash", 2, 4), metav1.CreateOptions{})
+	require.NoError(t, err)
+	name := runtimepod.DeploymentName("bash")
+
+	var deploy *appsv1.Deployment
+	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+		deploy, err = f.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+		return err == nil, nil
+	})
+	require.NoError(t, err, "Deployment %s is created", name)
+
+	t.Run("Deployment has both containers, the shared volumes and an owner reference", func(t *testing.T) {
+		assertOwnedBy(t, rt, deploy.ObjectMeta)
+		assert.Equal(t, "bash", deploy.Labels[lifecycle.LabelRuntime])
+		assert.Equal(t, map[string]string{lifecycle.LabelRuntime: "bash"}, deploy.Spec.Selector.MatchLabels)
+		assert.Equal(t, "bash", deploy.Spec.Template.Labels[lifecycle.LabelRuntime])
+		assert.Equal(t, int32(2), *deploy.Spec.Replicas)
+		spec := deploy.Spec.Template.Spec
+		assert.Equal(t, runtimepod.ServiceAccountName("bash"), spec.ServiceAccountName)
+		containers := map[string]corev1.Container{}
+		for _, c := range spec.Containers {
+			containers[c.Name] = c
+		}
+		require.Contains(t, containers, runtimepod.ContainerRuntime)
+		require.Contains(t, containers, runtimepod.ContainerRuntimed)
+		runtimed := containers[runtimepod.ContainerRuntimed]
+		assert.Equal(t, "kruntimes.io/runtimed:dev", runtimed.Image)
+		assert.Equal(t, []string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=4"}, runtimed.Args)
+		require.NotNil(t, runtimed.ReadinessProbe)
+		assert.Equal(t, "/readyz", runtimed.ReadinessProbe.HTTPGet.Path)
+		for _, c := range []corev1.Container{runtimed, containers[runtimepod.ContainerRuntime]} {
+			mounts := map[string]string{}
+			for _, m := range c.VolumeMounts {
+				mounts[m.Name] = m.MountPath
+			}
+			assert.Equal(t, runtimepod.WorkspacePath, mounts[runtimepod.VolumeWorkspace], c.Name)
+			assert.Equal(t, runtimepod.SocketDir, mounts[runtimepod.VolumeSocket], c.Name)
+		}
+	})
+
+	t.Run("ServiceAccount, Role and RoleBinding give runtimed least privilege", func(t *testing.T) {
+		sa, err := f.Client.CoreV1().ServiceAccounts(ns).Get(ctx, runtimepod.ServiceAccountName("bash"), metav1.GetOptions{})
+		require.NoError(t, err)
+		assertOwnedBy(t, rt, sa.ObjectMeta)
+		role, err := f.Client.RbacV1().Roles(ns).Get(ctx, runtimepod.ServiceAccountName("bash"), metav1.GetOptions{})
+		require.NoError(t, err)
+		assertOwnedBy(t, rt, role.ObjectMeta)
+		assert.Equal(t, runtimecontroller.RuntimedPolicyRules(), role.Rules)
+		binding, err := f.Client.RbacV1().RoleBindings(ns).Get(ctx, runtimepod.ServiceAccountName("bash"), metav1.GetOptions{})
+		require.NoError(t, err)
+		assertOwnedBy(t, rt, binding.ObjectMeta)
+		require.Len(t, binding.Subjects, 1)
+		assert.Equal(t, sa.Name, binding.Subjects[0].Name)
+		assert.Equal(t, role.Name, binding.RoleRef.Name)
+	})
+
+	t.Run("status reflects the Deployment", func(t *testing.T) {
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(ctx context.Context) (bool, error) {
+			got, err := client.KruntimesV1alpha1().Runtimes(ns).Get(ctx, "bash", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			d, err := f.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			ready := apimeta.FindStatusCondition(got.Status.Conditions, lifecycle.ConditionReady)
+			last = fmt.Sprintf("runtime status %+v; deployment replicas=%d ready=%d", got.Status, d.Status.Replicas, d.Status.ReadyReplicas)
+			return ready != nil && got.Status.ObservedGeneration == got.Generation &&
+				got.Status.Replicas == d.Status.Replicas && got.Status.Replicas == 2 &&
+				got.Status.ReadyReplicas == d.Status.ReadyReplicas &&
+				(ready.Status == metav1.ConditionTrue) == (d.Status.ReadyReplicas == 2), nil
+		})
+		require.NoError(t, err, last)
+	})
+
+	if runtimedBuilt(f) {
+		t.Run("with runtimed the pool becomes Ready", func(t *testing.T) {
+			var last string
+			err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(ctx context.Context) (bool, error) {
+				got, err := client.KruntimesV1alpha1().Runtimes(ns).Get(ctx, "bash", metav1.GetOptions{})
+				if err != nil {
+					return false, nil
+				}
+				last = fmt.Sprintf("%+v", got.Status)
+				return got.Status.ReadyReplicas == 2 && apimeta.IsStatusConditionTrue(got.Status.Conditions, lifecycle.ConditionReady), nil
+			})
+			require.NoError(t, err, "last status: %s", last)
+		})
+	}
+
+	t.Run("deleting the Runtime removes its pool", func(t *testing.T) {
+		require.NoError(t, client.KruntimesV1alpha1().Runtimes(ns).Delete(ctx, "bash", metav1.DeleteOptions{}))
+		saName := runtimepod.ServiceAccountName("bash")
+		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+			_, errD := f.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
+			_, errS := f.Client.CoreV1().ServiceAccounts(ns).Get(ctx, saName, metav1.GetOptions{})
+			_, errR := f.Client.RbacV1().Roles(ns).Get(ctx, saName, metav1.GetOptions{})
+			_, errB := f.Client.RbacV1().RoleBindings(ns).Get(ctx, saName, metav1.GetOptions{})
+			return apierrors.IsNotFound(errD) && apierrors.IsNotFound(errS) && apierrors.IsNotFound(errR) && apierrors.IsNotFound(errB), nil
+		})
+		require.NoError(t, err, "the garbage collector removes the Deployment, ServiceAccount, Role and RoleBinding")
+	})
+}
+
+func assertOwnedBy(t *testing.T, rt *v1alpha1.Runtime, meta metav1.ObjectMeta) {
+	t.Helper()
+	ref := metav1.GetControllerOfNoCopy(&meta)
+	if assert.NotNil(t, ref, "%s has a controller reference", meta.Name) {
+		assert.Equal(t, rt.UID, ref.UID)
+		assert.Equal(t, "Runtime", ref.Kind)
+		assert.Equal(t, v1alpha1.SchemeGroupVersion.String(), ref.APIVersion)
+	}
+}
+
+// runtimedBuilt reports whether bin/runtimed exists: the framework builds
+// it when cmd/runtimed does.
+func runtimedBuilt(f *framework.Framework) bool {
+	_, err := os.Stat(filepath.Join(f.RepoRoot, "bin", "runtimed"))
+	return err == nil
+}
+
+// TestSchedulerPlacesRunsByCapacity plays runtimed itself: e2e-testserver
+// Pods labelled as Runtime Pods, heartbeat Leases written by the test, and
+// Runs finished through runs/status.
+func TestSchedulerPlacesRunsByCapacity(t *testing.T) {
+	f := framework.Get(t)
+	client := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "sched")
+	ctx := framework.Context(t, 4*time.Minute)
+	runs := client.KruntimesV1alpha1().Runs(ns)
+
+	const pods, capacity = 2, 2
+	// replicas 0: the Runtime's own Deployment runs nothing; the test's
+	// Pods stand in for it.
+	_, err := client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, newTestRuntime("x", 0, capacity), metav1.CreateOptions{})
+	require.NoError(t, err)
+	fake := fakeRuntimePods(ctx, t, f, ns, "x", pods)
+
+	names := make([]string, pods*capacity+1)
+	for i := range names {
+		names[i] = fmt.Sprintf("run-%d", i)
+		_, err := runs.Create(ctx, newTaskRun(names[i], "x"), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+
+	t.Run("without a heartbeat no Pod is a candidate", func(t *testing.T) {
+		waitRuns(ctx, t, client, ns, "every Run Pending with NoCapacity", func(items []v1alpha1.Run) bool {
+			for _, r := range items {
+				if r.Status.Phase != lifecycle.Pending || scheduledReason(&r) != lifecycle.ReasonNoCapacity {
+					return false
+				}
+			}
+			return len(items) == len(names)
+		})
+	})
+
+	heartbeat(t, f, fake)
+	var pending string
+	t.Run("pods × capacity Runs are bound, least-loaded first, and one waits", func(t *testing.T) {
+		items := waitRuns(ctx, t, client, ns, "4 Scheduled and 1 Pending", func(items []v1alpha1.Run) bool {
+			return countPhase(items, lifecycle.Scheduled) == pods*capacity && countPhase(items, lifecycle.Pending) == 1
+		})
+		perPod := map[string]int{}
+		uids := map[string]types.UID{}
+		for _, p := range fake {
+			uids[p.Name] = p.UID
+		}
+		for _, r := range items {
+			switch r.Status.Phase {
+			case lifecycle.Scheduled:
+				perPod[r.Status.AssignedPod]++
+				assert.Equal(t, uids[r.Status.AssignedPod], r.Status.AssignedPodUID, "assignedPodUID of %s", r.Name)
+				assert.NotNil(t, r.Status.ScheduledTime)
+				assert.True(t, apimeta.IsStatusConditionTrue(r.Status.Conditions, lifecycle.ConditionScheduled))
+			case lifecycle.Pending:
+				pending = r.Name
+				assert.Equal(t, lifecycle.ReasonNoCapacity, scheduledReason(&r))
+				assert.Contains(t, r.Status.Message, "full")
+			}
+		}
+		for _, p := range fake {
+			assert.Equal(t, capacity, perPod[p.Name], "Runs on %s", p.Name)
+		}
+	})
+	require.NotEmpty(t, pending)
+
+	t.Run("the waiting Run stays Pending while every slot is held", func(t *testing.T) {
+		// Reads use the test's context: the poll's own ends mid-request.
+		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, 3*time.Second, true, func(context.Context) (bool, error) {
+			r, err := runs.Get(ctx, pending, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			if r.Status.Phase != lifecycle.Pending {
+				return false, fmt.Errorf("%s went %s while no slot was free", pending, r.Status.Phase)
+			}
+			return false, nil
+		})
+		require.True(t, wait.Interrupted(err), "still Pending after 3s: %v", err)
+	})
+
+	t.Run("releasing a slot schedules the waiting Run there", func(t *testing.T) {
+		var done *v1alpha1.Run
+		for _, n := range names {
+			r, err := runs.Get(ctx, n, metav1.GetOptions{})
+			require.NoError(t, err)
+			if r.Status.Phase == lifecycle.Scheduled {
+				done = r
+				break
+			}
+		}
+		require.NotNil(t, done)
+		finishRun(ctx, t, client, done)
+		var last *v1alpha1.Run
+		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+			last, err = runs.Get(ctx, pending, metav1.GetOptions{})
+			return err == nil && last.Status.Phase == lifecycle.Scheduled, nil
+		})
+		require.NoError(t, err, "last: %+v", last)
+		assert.Equal(t, done.Status.AssignedPod, last.Status.AssignedPod, "the freed slot is the only one")
+	})
+
+	t.Run("a Pending Run asked to cancel is Cancelled", func(t *testing.T) {
+		_, err := runs.Create(ctx, newTaskRun("cancel-me", "x"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		waitRun(ctx, t, client, ns, "cancel-me", "Pending with NoCapacity", func(r *v1alpha1.Run) bool {
+			return r.Status.Phase == lifecycle.Pending && scheduledReason(r) == lifecycle.ReasonNoCapacity
+		})
+		_, err = f.Kubectl(ctx, "patch", "run", "cancel-me", "-n", ns, "--type=merge", "-p", `{"spec":{"cancelRequested":true}}`)
+		require.NoError(t, err)
+		r := waitRun(ctx, t, client, ns, "cancel-me", "Cancelled", func(r *v1alpha1.Run) bool {
+			return r.Status.Phase == lifecycle.Cancelled
+		})
+		assert.NotNil(t, r.Status.CompletionTime)
+		assert.Empty(t, r.Status.AssignedPod)
+		cond := apimeta.FindStatusCondition(r.Status.Conditions, lifecycle.ConditionCompleted)
+		require.NotNil(t, cond)
+		assert.Equal(t, lifecycle.ReasonCancelled, cond.Reason)
+	})
+
+	t.Run("a Run of a missing Runtime says so", func(t *testing.T) {
+		_, err := runs.Create(ctx, newTaskRun("orphan", "missing"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		r := waitRun(ctx, t, client, ns, "orphan", "Pending with RuntimeNotFound", func(r *v1alpha1.Run) bool {
+			return r.Status.Phase == lifecycle.Pending && scheduledReason(r) == lifecycle.ReasonRuntimeNotFound
+		})
+		assert.Contains(t, r.Status.Message, `"missing"`)
+	})
+}
+
+// TestTaskRunSucceedsOnRuntimePool is the full path: the runtime controller's
+// Pods with the real runtimed, the scheduler binding, runtimed executing.
+func TestTaskRunSucceedsOnRuntimePool(t *testing.T) {
+	f := framework.Get(t)
+	client := controllersClient(t, f)
+	if !runtimedBuilt(f) {
+		t.Skip("cmd/runtimed is not built yet; the scheduler and runtime controller are covered with stand-in Pods")
+	}
+	ns := f.CreateNamespace(t, "fullpath")
+	ctx := framework.Context(t, 4*time.Minute)
+	_, err := client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, newTestRuntime("bash", 1, 2), metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = client.KruntimesV1alpha1().Runs(ns).Create(ctx, newTaskRun("hello", "bash"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	r := waitRunTimeout(ctx, t, client, ns, "hello", "terminal", framework.PodTimeout+time.Minute, func(r *v1alpha1.Run) bool {
+		return lifecycle.IsTerminal(r.Status.Phase)
+	})
+	assert.Equal(t, lifecycle.Succeeded, r.Status.Phase, "message: %s", r.Status.Message)
+	assert.NotEmpty(t, r.Status.AssignedPod)
+}
+
+func scheduledReason(r *v1alpha1.Run) string {
+	if c := apimeta.FindStatusCondition(r.Status.Conditions, lifecycle.ConditionScheduled); c != nil {
+		return c.Reason
+	}
+	return ""
+}
+
+func countPhase(items []v1alpha1.Run, phase lifecycle.Phase) int {
+	n := 0
+	for _, r := range items {
+		if r.Status.Phase == phase {
+			n++
+		}
+	}
+	return n
+}
+
+// waitRuns polls the Runs of ns until done holds and returns them.
+func waitRuns(ctx context.Context, t *testing.T, client versioned.Interface, ns, what string, done func([]v1alpha1.Run) bool) []v1alpha1.Run {
+	t.Helper()
+	var items []v1alpha1.Run
+	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+		list, err := client.KruntimesV1alpha1().Runs(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		items = list.Items
+		return done(items), nil
+	})
+	if err != nil {
+		sort.Slice(items, func(i, j int) bool { return items[i].Name < items[j].Name })
+		for _, r := range items {
+			t.Logf("%s: %s pod=%s reason=%s message=%q", r.Name, r.Status.Phase, r.Status.AssignedPod, scheduledReason(&r), r.Status.Message)
+		}
+	}
+	require.NoError(t, err, "waiting for %s", what)
+	return items
+}
+
+func waitRun(ctx context.Context, t *testing.T, client versioned.Interface, ns, name, what string, done func(*v1alpha1.Run) bool) *v1alpha1.Run {
+	t.Helper()
+	return waitRunTimeout(ctx, t, client, ns, name, what, framework.ShortTimeout, done)
+}
+
+func waitRunTimeout(ctx context.Context, t *testing.T, client versioned.Interface, ns, name, what string, timeout time.Duration, done func(*v1alpha1.Run) bool) *v1alpha1.Run {
+	t.Helper()
+	var last *v1alpha1.Run
+	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, timeout, true, func(ctx context.Context) (bool, error) {
+		r, err := client.KruntimesV1alpha1().Runs(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = r
+		return done(r), nil
+	})
+	require.NoError(t, err, "waiting for Run %s to be %s; last status %+v", name, what, last)
+	return last
+}
+
+// finishRun moves a Scheduled Run through Running to Succeeded, as runtimed
+// does.
+func finishRun(ctx context.Context, t *testing.T, client versioned.Interface, run *v1alpha1.Run) {
+	t.Helper()
+	runs := client.KruntimesV1alpha1().Runs(run.Namespace)
+	now := metav1.NowMicro()
+	run = run.DeepCopy()
+	run.Status.Phase = lifecycle.Running
+	run.Status.StartTime = &now
+	run, err := runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	run.Status.Phase = lifecycle.Succeeded
+	run.Status.CompletionTime = &now
+	run.Status.ExitCode = ptr.To[int32](0)
+	apimeta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
+		Type: lifecycle.ConditionCompleted, Status: metav1.ConditionTrue, Reason: lifecycle.ReasonSucceeded,
+		LastTransitionTime: metav1.NewTime(now.Time),
+	})
+	_, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+	require.NoError(t, err)
+}
