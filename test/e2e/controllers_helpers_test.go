@@ -22,7 +22,6 @@ import (
 	"kruntimes.io/kruntimes/test/e2e/framework"
 )
 
-
 // controllersClient waits until the controllers hosted by kruntimes-apiserver
 // (with the RBAC of artifacts/deploy) lead, and returns a kruntimes client.
 func controllersClient(t *testing.T, f *framework.Framework) versioned.Interface {
