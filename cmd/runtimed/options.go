@@ -1,0 +1,102 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/spf13/pflag"
+	logsapi "k8s.io/component-base/logs/api/v1"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/validation"
+	"kruntimes.io/kruntimes/apis/runtimepod"
+)
+
+// options are runtimed's flags. The runtime controller sets
+// --runtime-socket, --workspace-dir and --capacity, and the POD_* variables
+// from the downward API.
+type options struct {
+	RuntimeSocket string
+	WorkspaceDir  string
+	Capacity      int
+	PodName       string
+	PodNamespace  string
+	PodUID        string
+	HealthAddress string
+	Kubeconfig    string
+	Logs          *logsapi.LoggingConfiguration
+}
+
+func newOptions() *options {
+	logs := logsapi.NewLoggingConfiguration()
+	// One JSON object per line is what log collectors parse best; --logging-format=text switches back.
+	logs.Format = logsapi.JSONLogFormat
+	host := os.Getenv(runtimepod.EnvPodIP)
+	if host == "" {
+		// Not the network: without a Pod IP, stay on loopback.
+		host = "127.0.0.1"
+	}
+	return &options{
+		RuntimeSocket: runtimepod.RuntimeSocket,
+		WorkspaceDir:  runtimepod.WorkspacePath,
+		Capacity:      1,
+		PodName:       os.Getenv(runtimepod.EnvPodName),
+		PodNamespace:  os.Getenv(runtimepod.EnvPodNamespace),
+		PodUID:        os.Getenv(runtimepod.EnvPodUID),
+		HealthAddress: net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedHealthPort)),
+		Logs:          logs,
+	}
+}
+
+// AddFlags registers the flags on fs.
+func (o *options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.RuntimeSocket, "runtime-socket", o.RuntimeSocket, "Address of the Runtime Server, a unix:// socket shared with the runtime container.")
+	fs.StringVar(&o.WorkspaceDir, "workspace-dir", o.WorkspaceDir, "Workspace volume shared with the runtime container at the same path; each Run gets <dir>/<run UID>.")
+	fs.IntVar(&o.Capacity, "capacity", o.Capacity, "Number of Runs this Pod holds at once (the Runtime's spec.capacity.runs); runtimed never runs more.")
+	fs.StringVar(&o.PodName, "pod-name", o.PodName, "Name of this Pod; defaults to $"+runtimepod.EnvPodName+" from the downward API.")
+	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Namespace of this Pod and of the Runs it executes; defaults to $"+runtimepod.EnvPodNamespace+".")
+	fs.StringVar(&o.PodUID, "pod-uid", o.PodUID, "UID of this Pod: only Runs whose status.assignedPodUID matches are claimed; defaults to $"+runtimepod.EnvPodUID+".")
+	fs.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, "Address serving /healthz, /readyz and /metrics; defaults to $"+runtimepod.EnvPodIP+" (or 127.0.0.1) on the health port.")
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig to reach the Kubernetes API; when empty, $KUBECONFIG and then the in-cluster configuration are used.")
+	logsapi.AddFlags(o.Logs, fs)
+}
+
+// Validate says what is wrong with the flags and how to fix it.
+func (o *options) Validate() error {
+	var errs []error
+	if _, err := socketPath(o.RuntimeSocket); err != nil {
+		errs = append(errs, err)
+	}
+	if !filepath.IsAbs(o.WorkspaceDir) {
+		errs = append(errs, fmt.Errorf("--workspace-dir must be an absolute path, got %q", o.WorkspaceDir))
+	}
+	if o.Capacity < 1 || o.Capacity > validation.MaxRunsPerPod {
+		errs = append(errs, fmt.Errorf("--capacity must be between 1 and %d, got %d", validation.MaxRunsPerPod, o.Capacity))
+	}
+	for _, f := range []struct{ flag, env, value string }{
+		{"--pod-name", runtimepod.EnvPodName, o.PodName},
+		{"--pod-namespace", runtimepod.EnvPodNamespace, o.PodNamespace},
+		{"--pod-uid", runtimepod.EnvPodUID, o.PodUID},
+	} {
+		if f.value == "" {
+			errs = append(errs, fmt.Errorf("%s is required; set it or $%s from the downward API", f.flag, f.env))
+		}
+	}
+	if _, _, err := net.SplitHostPort(o.HealthAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--health-address must be host:port: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+// socketPath returns the file of a unix:// address.
+func socketPath(address string) (string, error) {
+	path, ok := strings.CutPrefix(address, "unix://")
+	if !ok || !filepath.IsAbs(path) {
+		return "", fmt.Errorf("--runtime-socket must be unix:///absolute/path.sock, got %q: the Runtime Server never listens on the network", address)
+	}
+	return path, nil
+}

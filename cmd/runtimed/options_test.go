@@ -1,0 +1,63 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/spf13/pflag"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"kruntimes.io/kruntimes/apis/runtimepod"
+)
+
+func TestDefaultsComeFromTheDownwardAPI(t *testing.T) {
+	t.Setenv(runtimepod.EnvPodName, "runtime-bash-abc")
+	t.Setenv(runtimepod.EnvPodNamespace, "ns")
+	t.Setenv(runtimepod.EnvPodUID, "uid")
+	t.Setenv(runtimepod.EnvPodIP, "10.0.0.7")
+	o := newOptions()
+	assert.Equal(t, "runtime-bash-abc", o.PodName)
+	assert.Equal(t, "10.0.0.7:8080", o.HealthAddress, "health binds where the Pod IP is")
+	assert.Equal(t, runtimepod.RuntimeSocket, o.RuntimeSocket)
+	assert.NoError(t, o.Validate())
+
+	t.Setenv(runtimepod.EnvPodIP, "")
+	assert.Equal(t, "127.0.0.1:8080", newOptions().HealthAddress, "without a Pod IP, loopback only")
+}
+
+func TestControllerFlagsParse(t *testing.T) {
+	t.Setenv(runtimepod.EnvPodName, "p")
+	t.Setenv(runtimepod.EnvPodNamespace, "ns")
+	t.Setenv(runtimepod.EnvPodUID, "uid")
+	o := newOptions()
+	fs := pflag.NewFlagSet("runtimed", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	// Exactly what the runtime controller passes.
+	require.NoError(t, fs.Parse([]string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=3"}))
+	assert.Equal(t, 3, o.Capacity)
+	assert.NoError(t, o.Validate())
+}
+
+func TestValidateSaysWhatIsWrong(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(*options)
+		want   string
+	}{
+		{"a TCP socket is refused", func(o *options) { o.RuntimeSocket = "tcp://127.0.0.1:9000" }, "never listens on the network"},
+		{"a relative workspace is refused", func(o *options) { o.WorkspaceDir = "workspace" }, "--workspace-dir must be an absolute path"},
+		{"capacity 0 is refused", func(o *options) { o.Capacity = 0 }, "--capacity must be between 1"},
+		{"a missing Pod UID names the env var", func(o *options) { o.PodUID = "" }, "$POD_UID"},
+		{"a bad health address is refused", func(o *options) { o.HealthAddress = "8080" }, "--health-address"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &options{RuntimeSocket: runtimepod.RuntimeSocket, WorkspaceDir: "/workspace", Capacity: 1,
+				PodName: "p", PodNamespace: "ns", PodUID: "uid", HealthAddress: "127.0.0.1:8080"}
+			tc.mutate(o)
+			err := o.Validate()
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}

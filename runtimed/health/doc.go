@@ -1,0 +1,4 @@
+// Package health serves runtimed's /healthz, /readyz and /metrics on the
+// health port. /readyz runs named checks (informer synced, heartbeat fresh,
+// Runtime Server serving) so a Pod takes Runs only when all of them pass.
+package health

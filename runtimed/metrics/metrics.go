@@ -1,0 +1,93 @@
+package metrics
+
+import (
+	"sync"
+
+	"k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+)
+
+const (
+	namespace = "kruntimes"
+	subsystem = "runtimed"
+)
+
+var (
+	// Executions counts finished executions by the phase they led to
+	// (a terminal phase, or Pending for a retry) and a kruntimes reason.
+	Executions = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "executions_total",
+		Help:           "Task executions finished, by resulting Run phase (Pending means retried) and reason.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"phase", "reason"})
+
+	// ExecutionDuration is the time from claim to the terminal status.
+	ExecutionDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "execution_duration_seconds",
+		Help:           "Time from claiming a task Run to recording its outcome, by resulting phase.",
+		Buckets:        metrics.ExponentialBuckets(0.01, 2, 16),
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"phase"})
+
+	// ClaimLatency is the time from status.scheduledTime to the claim.
+	ClaimLatency = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "claim_latency_seconds",
+		Help:           "Time from a Run's scheduledTime to runtimed claiming it.",
+		Buckets:        metrics.ExponentialBuckets(0.001, 2, 16),
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	// RunningExecutions is the number of executions this Pod holds.
+	RunningExecutions = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "running_executions",
+		Help:           "Task executions this runtimed currently holds (at most its capacity).",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	// Capacity is --capacity.
+	Capacity = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "capacity",
+		Help:           "Runs this runtimed holds at once (--capacity).",
+		StabilityLevel: metrics.ALPHA,
+	})
+
+	// StatusUpdates counts Run status writes by result: ok, conflict, error.
+	StatusUpdates = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "status_updates_total",
+		Help:           "Run status updates, by result (ok, conflict, error).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
+	// HeartbeatRenewals counts Lease renewals by result: ok, error.
+	HeartbeatRenewals = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "heartbeat_renewals_total",
+		Help:           "Heartbeat Lease renewals, by result (ok, error).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
+
+	// RuntimeServerErrors counts failed Runtime Server calls by RPC and code.
+	RuntimeServerErrors = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "runtime_server_errors_total",
+		Help:           "Failed calls to the Runtime Server, by RPC and gRPC code.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"rpc", "code"})
+)
+
+var registerOnce sync.Once
+
+// Register registers every metric in the legacy registry; calling it again
+// does nothing.
+func Register() {
+	registerOnce.Do(func() {
+		legacyregistry.MustRegister(Executions, ExecutionDuration, ClaimLatency, RunningExecutions,
+			Capacity, StatusUpdates, HeartbeatRenewals, RuntimeServerErrors)
+	})
+}

@@ -1,0 +1,196 @@
+package runstatus
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/kruntimes/validation"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/controllers/retry"
+)
+
+// ExecutionID is the Runtime Server task ID of one attempt of a Run. Execute
+// is idempotent per ID, and a new attempt must never be mistaken for an old
+// one, so the ID names both.
+func ExecutionID(uid types.UID, attempt int32) string {
+	return fmt.Sprintf("%s-%d", uid, attempt)
+}
+
+// ParseExecutionID is the inverse of ExecutionID; ok is false for task IDs
+// that runtimed did not choose.
+func ParseExecutionID(id string) (uid types.UID, attempt int32, ok bool) {
+	i := strings.LastIndexByte(id, '-')
+	if i <= 0 {
+		return "", 0, false
+	}
+	var n int32
+	if _, err := fmt.Sscanf(id[i+1:], "%d", &n); err != nil || n < 1 || fmt.Sprint(n) != id[i+1:] {
+		return "", 0, false
+	}
+	return types.UID(id[:i]), n, true
+}
+
+// Deadline is when spec.timeout ends the Run, counted from status.startTime;
+// zero when the Run has no timeout or has not started.
+func Deadline(run *v1alpha1.Run) time.Time {
+	if run.Spec.Timeout == nil || run.Status.StartTime == nil {
+		return time.Time{}
+	}
+	return run.Status.StartTime.Add(run.Spec.Timeout.Duration)
+}
+
+// Claim returns the status of run claimed by this Pod at now: Running with a
+// fresh startTime, same attempt and assignment.
+func Claim(run *v1alpha1.Run, now metav1.MicroTime) *v1alpha1.Run {
+	out := run.DeepCopy()
+	out.Status.Phase = lifecycle.Running
+	out.Status.StartTime = &now
+	out.Status.CompletionTime = nil
+	out.Status.ExitCode = nil
+	out.Status.Outputs = nil
+	out.Status.Message = ""
+	return out
+}
+
+// Outcome is how one execution ended, as runtimed saw it.
+type Outcome struct {
+	// Phase is the terminal phase the execution asks for: Succeeded, Failed,
+	// Timeout or Cancelled. Failed may still become a retry.
+	Phase lifecycle.Phase
+	// Reason is the CamelCase reason: NonZeroExit, ExecutionLost, Timeout …
+	Reason string
+	// Message explains the outcome to a human; it is bounded by Finish.
+	Message string
+	// ExitCode is the program's exit status, nil when it never exited.
+	ExitCode *int32
+	// Outputs are the task's KEY=VALUE outputs.
+	Outputs map[string]string
+}
+
+// CheckOutputs turns outputs that the API would reject into a failed
+// outcome, so a misbehaving Runtime Server cannot wedge the Run with a
+// status update that fails validation forever.
+func CheckOutputs(o Outcome) Outcome {
+	errs := validation.ValidateOutputs(o.Outputs, field.NewPath("status", "outputs"))
+	if len(errs) == 0 {
+		return o
+	}
+	reason := lifecycle.ReasonOutputsInvalid
+	for _, e := range errs {
+		if e.Type == field.ErrorTypeTooLong || e.Type == field.ErrorTypeTooMany {
+			reason = lifecycle.ReasonOutputsTooLarge
+		}
+	}
+	return Outcome{
+		Phase:    lifecycle.Failed,
+		Reason:   reason,
+		Message:  "the task's outputs are out of bounds: " + errs.ToAggregate().Error(),
+		ExitCode: o.ExitCode,
+	}
+}
+
+// Finish returns the status that records o on run at now: a terminal phase,
+// or, for a failure that retry.Decide retries, Pending with attempt+1, the
+// assignment cleared and condition Scheduled=False reason Retrying (whose
+// transition time starts the backoff the scheduler waits). retried says
+// which.
+func Finish(run *v1alpha1.Run, o Outcome, now time.Time) (out *v1alpha1.Run, retried bool) {
+	out = run.DeepCopy()
+	st := &out.Status
+	if o.Phase == lifecycle.Failed {
+		d := retry.Decide(run.Spec.RetryPolicy, run.Status.Attempt, retry.Failure{Reason: o.Reason}, Deadline(run), now)
+		if d.Retry {
+			st.Phase = lifecycle.Pending
+			st.Attempt = d.NextAttempt
+			st.AssignedPod, st.AssignedPodUID = "", ""
+			st.ScheduledTime, st.CompletionTime = nil, nil
+			st.ExitCode, st.Outputs = nil, nil
+			st.Message = BoundMessage(d.Why + "; " + o.Message)
+			// Remove first, so the transition time is now even when the
+			// condition was already False: NotBefore counts from it.
+			meta.RemoveStatusCondition(&st.Conditions, lifecycle.ConditionScheduled)
+			meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+				Type:               lifecycle.ConditionScheduled,
+				Status:             metav1.ConditionFalse,
+				Reason:             lifecycle.ReasonRetrying,
+				Message:            BoundMessage(d.Why),
+				ObservedGeneration: run.Generation,
+				LastTransitionTime: metav1.NewTime(now),
+			})
+			return out, true
+		}
+	}
+	completed := metav1.NewMicroTime(now)
+	st.Phase = o.Phase
+	st.CompletionTime = &completed
+	st.ExitCode = o.ExitCode
+	st.Outputs = o.Outputs
+	st.Message = BoundMessage(o.Message)
+	reason := o.Reason
+	if reason == "" {
+		reason = string(o.Phase)
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type:               lifecycle.ConditionCompleted,
+		Status:             metav1.ConditionTrue,
+		Reason:             reason,
+		Message:            BoundMessage(conditionMessage(o)),
+		ObservedGeneration: run.Generation,
+		LastTransitionTime: metav1.NewTime(now),
+	})
+	return out, false
+}
+
+func conditionMessage(o Outcome) string {
+	if o.Message != "" {
+		// The first line only: the stderr tail belongs in status.message.
+		line, _, _ := strings.Cut(o.Message, "\n")
+		return line
+	}
+	return "the task " + strings.ToLower(string(o.Phase))
+}
+
+// BoundMessage cuts s to validation.MaxMessageBytes at a rune boundary,
+// keeping its start.
+func BoundMessage(s string) string {
+	if len(s) <= validation.MaxMessageBytes {
+		return s
+	}
+	const ellipsis = "…"
+	cut := validation.MaxMessageBytes - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
+}
+
+// StderrTail appends the end of stderr to msg so the whole stays within
+// validation.MaxMessageBytes: the last lines of stderr are what explain a
+// failure, so the tail is kept and its start is dropped.
+func StderrTail(msg string, stderr []byte) string {
+	tail := strings.TrimRight(strings.ToValidUTF8(string(stderr), "\uFFFD"), "\n")
+	if tail == "" {
+		return BoundMessage(msg)
+	}
+	const header, marker = "; stderr tail:\n", "…"
+	room := validation.MaxMessageBytes - len(msg) - len(header)
+	if room <= len(marker) {
+		return BoundMessage(msg)
+	}
+	if len(tail) > room {
+		start := len(tail) - (room - len(marker))
+		for start < len(tail) && !utf8.RuneStart(tail[start]) {
+			start++
+		}
+		tail = marker + tail[start:]
+	}
+	return msg + header + tail
+}

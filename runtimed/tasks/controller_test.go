@@ -1,0 +1,300 @@
+package tasks
+
+import (
+	"context"
+	"net"
+	"os"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/klog/v2/ktesting"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/client/clientset/versioned/fake"
+	"kruntimes.io/kruntimes/client/informers/externalversions"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/runtimed/workspace"
+	"kruntimes.io/kruntimes/runtimes/bash"
+	"kruntimes.io/kruntimes/runtimes/server"
+)
+
+const (
+	testNamespace = "ns"
+	testPodName   = "runtime-bash-0"
+	testPodUID    = types.UID("pod-uid")
+)
+
+// countingRuntime counts Execute calls on the way to the real Runtime Server.
+type countingRuntime struct {
+	runtimev1.RuntimeClient
+	executes atomic.Int32
+}
+
+func (c *countingRuntime) Execute(ctx context.Context, in *runtimev1.ExecuteRequest, opts ...grpc.CallOption) (*runtimev1.TaskStatus, error) {
+	c.executes.Add(1)
+	return c.RuntimeClient.Execute(ctx, in, opts...)
+}
+
+type harness struct {
+	client    *fake.Clientset
+	runtime   *countingRuntime
+	workspace workspace.Root
+}
+
+// start runs a Controller of capacity against a fake API holding runs and
+// the real bash Runtime Server over an in-memory connection.
+func start(t *testing.T, capacity int, runs ...*v1alpha1.Run) *harness {
+	t.Helper()
+	return startWith(t, capacity, nil, runs...)
+}
+
+// startWith is start with setup run on the fake API before anything uses it.
+func startWith(t *testing.T, capacity int, setup func(*fake.Clientset), runs ...*v1alpha1.Run) *harness {
+	t.Helper()
+	if _, err := os.Stat("/bin/bash"); err != nil {
+		t.Skip("bash is required to run tasks")
+	}
+	_, ctx := ktesting.NewTestContext(t)
+	ctx, cancel := context.WithCancel(ctx)
+
+	srv, err := server.New(server.Options{Language: bash.New("", t.TempDir()), StateDir: t.TempDir(), BaseEnv: os.Environ()})
+	require.NoError(t, err)
+	lis := bufconn.Listen(1 << 20)
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	conn, err := grpc.NewClient("passthrough:///bufnet",
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
+		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	require.NoError(t, err)
+
+	objects := make([]runtime.Object, len(runs))
+	for i, r := range runs {
+		objects[i] = r
+	}
+	client := fake.NewSimpleClientset(objects...) //nolint:staticcheck // NewClientset needs an applyconfiguration schema that does not cover Run yet
+	if setup != nil {
+		setup(client)
+	}
+	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithNamespace(testNamespace))
+	h := &harness{client: client, runtime: &countingRuntime{RuntimeClient: runtimev1.NewRuntimeClient(conn)}, workspace: workspace.Root(t.TempDir())}
+	c, err := New(Config{
+		Runs:      client.KruntimesV1alpha1(),
+		Informer:  factory.Kruntimes().V1alpha1().Runs(),
+		Runtime:   h.runtime,
+		Workspace: h.workspace,
+		Pod:       Pod{Name: testPodName, Namespace: testNamespace, UID: testPodUID},
+		Capacity:  capacity,
+	})
+	require.NoError(t, err)
+	factory.Start(ctx.Done())
+	done := make(chan struct{})
+	go func() { c.Run(ctx, 2); close(done) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		factory.Shutdown()
+		conn.Close()
+		srv.Close(context.Background())
+		gs.Stop()
+	})
+	return h
+}
+
+func scheduledRun(name, script string) *v1alpha1.Run {
+	now := metav1.NowMicro()
+	return &v1alpha1.Run{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, UID: types.UID(name + "-uid"), ResourceVersion: "1"},
+		Spec: v1alpha1.RunSpec{
+			Runtime: "bash",
+			Source:  v1alpha1.RunSource{Inline: script},
+			Mode:    v1alpha1.RunMode{Task: &v1alpha1.TaskMode{}},
+		},
+		Status: v1alpha1.RunStatus{
+			Phase: lifecycle.Scheduled, Attempt: 1,
+			AssignedPod: testPodName, AssignedPodUID: testPodUID, ScheduledTime: &now,
+		},
+	}
+}
+
+func (h *harness) waitFor(t *testing.T, name string, what string, done func(*v1alpha1.Run) bool) *v1alpha1.Run {
+	t.Helper()
+	var last *v1alpha1.Run
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		run, err := h.client.KruntimesV1alpha1().Runs(testNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = run
+		return done(run), nil
+	})
+	require.NoError(t, err, "waiting for %s: %s; last status %+v", name, what, last)
+	return last
+}
+
+func terminal(r *v1alpha1.Run) bool { return lifecycle.IsTerminal(r.Status.Phase) }
+
+func TestScheduledTaskRunsToItsOutcome(t *testing.T) {
+	cases := []struct {
+		name       string
+		script     string
+		wantPhase  lifecycle.Phase
+		wantExit   int32
+		wantOutput map[string]string
+	}{
+		{name: "exit 0 with outputs → Succeeded", script: "echo ok=yes >> $KRUNTIMES_OUTPUTS", wantPhase: lifecycle.Succeeded, wantOutput: map[string]string{"ok": "yes"}},
+		{name: "exit 4 → Failed with the exit code", script: "exit 4", wantPhase: lifecycle.Failed, wantExit: 4},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := start(t, 1, scheduledRun("r", tc.script))
+			run := h.waitFor(t, "r", "terminal", terminal)
+			assert.Equal(t, tc.wantPhase, run.Status.Phase, run.Status.Message)
+			require.NotNil(t, run.Status.ExitCode)
+			assert.Equal(t, tc.wantExit, *run.Status.ExitCode)
+			assert.Equal(t, tc.wantOutput, run.Status.Outputs)
+			assert.NotNil(t, run.Status.StartTime)
+			assert.NotNil(t, run.Status.CompletionTime)
+			assert.Equal(t, int32(1), h.runtime.executes.Load(), "executed once")
+			assertReleased(t, h, run.UID)
+		})
+	}
+}
+
+// assertReleased checks that the Runtime Server forgot every execution and
+// the Run's workspace is gone.
+func assertReleased(t *testing.T, h *harness, uid types.UID) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := h.runtime.List(ctx, &runtimev1.ListRequest{})
+		if err != nil || len(list.GetTasks()) > 0 {
+			return false, nil
+		}
+		_, err = os.Stat(h.workspace.RunDir(uid))
+		return os.IsNotExist(err), nil
+	})
+	require.NoError(t, err, "execution forgotten and workspace removed")
+}
+
+func TestCapacityIsNeverExceeded(t *testing.T) {
+	h := start(t, 1, scheduledRun("first", "sleep 0.5"), scheduledRun("second", "sleep 0.5"))
+	// Whichever is claimed first, the other stays Scheduled while it runs.
+	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
+		running := 0
+		finished := 0
+		for _, name := range []string{"first", "second"} {
+			run, err := h.client.KruntimesV1alpha1().Runs(testNamespace).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			switch {
+			case run.Status.Phase == lifecycle.Running:
+				running++
+			case terminal(run):
+				finished++
+			}
+		}
+		if running > 1 {
+			t.Fatalf("%d Runs Running with capacity 1", running)
+		}
+		return finished == 2, nil
+	})
+	require.NoError(t, err, "both Runs finish, one after the other")
+}
+
+func TestConflictingStatusWriteIsRedone(t *testing.T) {
+	var conflicts atomic.Int32
+	h := startWith(t, 1, func(client *fake.Clientset) {
+		client.PrependReactor("update", "runs", func(action k8stesting.Action) (bool, runtime.Object, error) {
+			// The claim and the outcome each lose a race once.
+			if action.GetSubresource() == "status" && conflicts.Add(1)%2 == 1 && conflicts.Load() < 4 {
+				return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "kruntimes.io", Resource: "runs"}, "r", assert.AnError)
+			}
+			return false, nil, nil
+		})
+	}, scheduledRun("r", "true"))
+	run := h.waitFor(t, "r", "terminal", terminal)
+	assert.Equal(t, lifecycle.Succeeded, run.Status.Phase)
+	assert.Equal(t, int32(1), h.runtime.executes.Load(), "a redone claim never executes twice")
+	assert.GreaterOrEqual(t, conflicts.Load(), int32(4), "both writes hit a conflict first")
+}
+
+func TestDeletedRunningRunIsCancelledAndCleanedUp(t *testing.T) {
+	h := start(t, 1, scheduledRun("r", "sleep 3600"))
+	run := h.waitFor(t, "r", "Running", func(r *v1alpha1.Run) bool { return r.Status.Phase == lifecycle.Running })
+	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := h.runtime.List(ctx, &runtimev1.ListRequest{})
+		return err == nil && len(list.GetTasks()) == 1, nil
+	})
+	require.NoError(t, err, "the task runs")
+	require.NoError(t, h.client.KruntimesV1alpha1().Runs(testNamespace).Delete(t.Context(), "r", metav1.DeleteOptions{}))
+	assertReleased(t, h, run.UID)
+}
+
+func TestRunningRunWithoutExecutionIsLost(t *testing.T) {
+	run := scheduledRun("r", "true")
+	run.Status.Phase = lifecycle.Running
+	now := metav1.NowMicro()
+	run.Status.StartTime = &now
+	h := startHarness(t, run)
+	got := h.waitFor(t, "r", "terminal", terminal)
+	assert.Equal(t, lifecycle.Failed, got.Status.Phase)
+	assert.Contains(t, got.Status.Message, "lost")
+	assert.Zero(t, h.runtime.executes.Load(), "a lost attempt is never re-executed in place")
+}
+
+func TestRunOfAnotherPodIsLeftAlone(t *testing.T) {
+	other := scheduledRun("other", "true")
+	other.Status.AssignedPodUID = "an-older-pod-with-the-same-name"
+	h := startHarness(t, other, scheduledRun("mine", "true"))
+	h.waitFor(t, "mine", "terminal", terminal)
+	got, err := h.client.KruntimesV1alpha1().Runs(testNamespace).Get(t.Context(), "other", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
+}
+
+func TestCancelRequestedBeforeClaimIsCancelledWithoutExecuting(t *testing.T) {
+	run := scheduledRun("r", "sleep 3600")
+	run.Spec.CancelRequested = true
+	h := startHarness(t, run)
+	got := h.waitFor(t, "r", "terminal", terminal)
+	assert.Equal(t, lifecycle.Cancelled, got.Status.Phase)
+	assert.Zero(t, h.runtime.executes.Load())
+}
+
+func startHarness(t *testing.T, runs ...*v1alpha1.Run) *harness { return start(t, 1, runs...) }
+
+func TestEntrypointRunsTheInlineSourceWithArgsAndEnv(t *testing.T) {
+	run := scheduledRun("r", `echo "got=$1-$GREETING" >> $KRUNTIMES_OUTPUTS`)
+	run.Spec.Mode.Task = &v1alpha1.TaskMode{Entrypoint: "bin/main.sh", Args: []string{"one"}}
+	run.Spec.Env = []v1alpha1.EnvVar{{Name: "GREETING", Value: "hi"}}
+	h := start(t, 1, run)
+	got := h.waitFor(t, "r", "terminal", terminal)
+	require.Equal(t, lifecycle.Succeeded, got.Status.Phase, got.Status.Message)
+	assert.Equal(t, map[string]string{"got": "one-hi"}, got.Status.Outputs)
+}
+
+func TestTimeoutStopsTheTaskAndIsNotRetried(t *testing.T) {
+	run := scheduledRun("r", "sleep 3600")
+	run.Spec.Timeout = &metav1.Duration{Duration: 300 * time.Millisecond}
+	run.Spec.RetryPolicy = &v1alpha1.RetryPolicy{MaxAttempts: 3}
+	h := start(t, 1, run)
+	got := h.waitFor(t, "r", "terminal", terminal)
+	assert.Equal(t, lifecycle.Timeout, got.Status.Phase, got.Status.Message)
+	assert.Equal(t, int32(1), got.Status.Attempt)
+	assertReleased(t, h, got.UID)
+}
