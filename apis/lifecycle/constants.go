@@ -30,6 +30,7 @@ const (
 	ReasonNoCapacity         = "NoCapacity"
 	ReasonRuntimeNotFound    = "RuntimeNotFound"
 	ReasonScheduled          = "Scheduled"
+	ReasonStartFailed        = "StartFailed"
 )
 
 // Reasons of a Runtime's Ready condition.

@@ -467,7 +467,7 @@ func (e *startError) Error() string { return e.outcome.Message }
 func (c *Controller) start(ctx context.Context, run *v1alpha1.Run, exec *execution) error {
 	dir, source, err := c.workspace.Materialize(run.UID, run.Spec.Source.Inline, sourceFile(run))
 	if err != nil {
-		return &startError{runstatus.Outcome{Phase: lifecycle.Failed, Reason: reasonStartFailed, Message: err.Error()}}
+		return &startError{runstatus.Outcome{Phase: lifecycle.Failed, Reason: lifecycle.ReasonStartFailed, Message: err.Error()}}
 	}
 	entrypoint := &runtimev1.Entrypoint{Path: source, Args: run.Spec.Mode.Task.Args}
 	if ep := run.Spec.Mode.Task.Entrypoint; ep != "" {
@@ -490,7 +490,7 @@ func (c *Controller) start(ctx context.Context, run *v1alpha1.Run, exec *executi
 		switch status.Code(err) {
 		case codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition:
 			// The request itself is wrong; executing it again fails the same way.
-			return &startError{runstatus.Outcome{Phase: lifecycle.Failed, Reason: reasonStartFailed,
+			return &startError{runstatus.Outcome{Phase: lifecycle.Failed, Reason: lifecycle.ReasonStartFailed,
 				Message: "the Runtime Server refused the task: " + status.Convert(err).Message()}}
 		}
 		return fmt.Errorf("execute %s on the Runtime Server: %w", exec.id, err)

@@ -9,10 +9,6 @@ import (
 	"kruntimes.io/kruntimes/runtimed/runstatus"
 )
 
-// reasonStartFailed is the Runtime Server's reason for a program that could
-// not start (see runtimes/server); it has no constant in apis/lifecycle yet.
-const reasonStartFailed = "StartFailed"
-
 // stopReason records why runtimed itself cancelled an execution, so that
 // the Runtime Server's CANCELLED state can be told apart as a Timeout, a
 // user's cancellation, or neither.
@@ -58,7 +54,7 @@ func outcomeOf(run *v1alpha1.Run, ts *runtimev1.TaskStatus, stop stopReason, dea
 		}
 		o := runstatus.Outcome{Phase: lifecycle.Failed, Reason: reason,
 			Message: runstatus.StderrTail(ts.GetMessage(), ts.GetStderr())}
-		if reason != reasonStartFailed {
+		if reason != lifecycle.ReasonStartFailed {
 			o.ExitCode = &exitCode
 		}
 		return o

@@ -29,7 +29,7 @@ func TestOutcomeOf(t *testing.T) {
 		{name: "success", status: ended(runtimev1.TaskState_TASK_STATE_SUCCEEDED, 0, ""), wantPhase: lifecycle.Succeeded, wantReason: lifecycle.ReasonSucceeded, wantExit: new(int32(0))},
 		{name: "non-zero exit keeps the code", status: ended(runtimev1.TaskState_TASK_STATE_FAILED, 2, "NonZeroExit"), wantPhase: lifecycle.Failed, wantReason: lifecycle.ReasonNonZeroExit, wantExit: new(int32(2))},
 		{name: "invalid outputs keep the server's reason", status: ended(runtimev1.TaskState_TASK_STATE_FAILED, 0, lifecycle.ReasonOutputsInvalid), wantPhase: lifecycle.Failed, wantReason: lifecycle.ReasonOutputsInvalid, wantExit: new(int32(0))},
-		{name: "a program that never started has no exit code", status: ended(runtimev1.TaskState_TASK_STATE_FAILED, -1, reasonStartFailed), wantPhase: lifecycle.Failed, wantReason: reasonStartFailed},
+		{name: "a program that never started has no exit code", status: ended(runtimev1.TaskState_TASK_STATE_FAILED, -1, lifecycle.ReasonStartFailed), wantPhase: lifecycle.Failed, wantReason: lifecycle.ReasonStartFailed},
 		{name: "a lost execution", status: nil, wantPhase: lifecycle.Failed, wantReason: lifecycle.ReasonExecutionLost},
 		{name: "runtimed's timeout wins over the exit it caused", status: ended(runtimev1.TaskState_TASK_STATE_CANCELLED, -1, "Cancelled"), stop: stopTimeout, wantPhase: lifecycle.Timeout, wantReason: lifecycle.ReasonTimeout},
 		{name: "the Runtime Server's own timeout", status: ended(runtimev1.TaskState_TASK_STATE_TIMED_OUT, -1, "Timeout"), wantPhase: lifecycle.Timeout, wantReason: lifecycle.ReasonTimeout},

@@ -9,20 +9,23 @@ import (
 	"os"
 	"regexp"
 	"strings"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/validation"
+	"kruntimes.io/kruntimes/apis/lifecycle"
 )
 
-// Bounds of Run.status.outputs.
+// Bounds of Run.status.outputs, as the API validates them.
 const (
-	MaxKeys       = 64
-	MaxKeyBytes   = 128
-	MaxValueBytes = 8 << 10
-	MaxTotalBytes = 64 << 10
+	MaxKeys       = validation.MaxOutputs
+	MaxKeyBytes   = validation.MaxOutputKeyBytes
+	MaxValueBytes = validation.MaxOutputValueBytes
+	MaxTotalBytes = validation.MaxOutputsTotalBytes
 )
 
-// Reasons a set of outputs is rejected; they double as Run reasons.
+// Reasons a set of outputs is rejected; they are Run reasons.
 const (
-	ReasonInvalid  = "OutputsInvalid"
-	ReasonTooLarge = "OutputsTooLarge"
+	ReasonInvalid  = lifecycle.ReasonOutputsInvalid
+	ReasonTooLarge = lifecycle.ReasonOutputsTooLarge
 )
 
 // keyPattern accepts the keys that are safe as environment variable names and

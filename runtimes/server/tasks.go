@@ -16,18 +16,20 @@ import (
 	"google.golang.org/protobuf/proto"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/apis/lifecycle"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimes/language"
 	"kruntimes.io/kruntimes/runtimes/outputs"
 	"kruntimes.io/kruntimes/runtimes/process"
 )
 
-// Task reasons reported in TaskStatus.reason.
+// Task reasons reported in TaskStatus.reason; runtimed copies them into the
+// Run, so they are the Run reasons of apis/lifecycle.
 const (
-	ReasonNonZeroExit = "NonZeroExit"
-	ReasonStartFailed = "StartFailed"
-	ReasonTimeout     = "Timeout"
-	ReasonCancelled   = "Cancelled"
+	ReasonNonZeroExit = lifecycle.ReasonNonZeroExit
+	ReasonStartFailed = lifecycle.ReasonStartFailed
+	ReasonTimeout     = lifecycle.ReasonTimeout
+	ReasonCancelled   = lifecycle.ReasonCancelled
 )
 
 // task is one Execute and everything retained about it until Forget.
