@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -111,20 +109,18 @@ func TestRuntimeControllerCreatesPool(t *testing.T) {
 		require.NoError(t, err, last)
 	})
 
-	if runtimedBuilt(f) {
-		t.Run("with runtimed the pool becomes Ready", func(t *testing.T) {
-			var last string
-			err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(ctx context.Context) (bool, error) {
-				got, err := client.KruntimesV1alpha1().Runtimes(ns).Get(ctx, "bash", metav1.GetOptions{})
-				if err != nil {
-					return false, nil
-				}
-				last = fmt.Sprintf("%+v", got.Status)
-				return got.Status.ReadyReplicas == 2 && apimeta.IsStatusConditionTrue(got.Status.Conditions, lifecycle.ConditionReady), nil
-			})
-			require.NoError(t, err, "last status: %s", last)
+	t.Run("with runtimed the pool becomes Ready", func(t *testing.T) {
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(ctx context.Context) (bool, error) {
+			got, err := client.KruntimesV1alpha1().Runtimes(ns).Get(ctx, "bash", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			last = fmt.Sprintf("%+v", got.Status)
+			return got.Status.ReadyReplicas == 2 && apimeta.IsStatusConditionTrue(got.Status.Conditions, lifecycle.ConditionReady), nil
 		})
-	}
+		require.NoError(t, err, "last status: %s", last)
+	})
 
 	t.Run("deleting the Runtime removes its pool", func(t *testing.T) {
 		require.NoError(t, client.KruntimesV1alpha1().Runtimes(ns).Delete(ctx, "bash", metav1.DeleteOptions{}))
@@ -148,13 +144,6 @@ func assertOwnedBy(t *testing.T, rt *v1alpha1.Runtime, meta metav1.ObjectMeta) {
 		assert.Equal(t, "Runtime", ref.Kind)
 		assert.Equal(t, v1alpha1.SchemeGroupVersion.String(), ref.APIVersion)
 	}
-}
-
-// runtimedBuilt reports whether bin/runtimed exists: the framework builds
-// it when cmd/runtimed does.
-func runtimedBuilt(f *framework.Framework) bool {
-	_, err := os.Stat(filepath.Join(f.RepoRoot, "bin", "runtimed"))
-	return err == nil
 }
 
 // TestSchedulerPlacesRunsByCapacity plays runtimed itself: e2e-testserver
@@ -284,27 +273,6 @@ func TestSchedulerPlacesRunsByCapacity(t *testing.T) {
 		})
 		assert.Contains(t, r.Status.Message, `"missing"`)
 	})
-}
-
-// TestTaskRunSucceedsOnRuntimePool is the full path: the runtime controller's
-// Pods with the real runtimed, the scheduler binding, runtimed executing.
-func TestTaskRunSucceedsOnRuntimePool(t *testing.T) {
-	f := framework.Get(t)
-	client := controllersClient(t, f)
-	if !runtimedBuilt(f) {
-		t.Skip("cmd/runtimed is not built yet; the scheduler and runtime controller are covered with stand-in Pods")
-	}
-	ns := f.CreateNamespace(t, "fullpath")
-	ctx := framework.Context(t, 4*time.Minute)
-	_, err := client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, newTestRuntime("bash", 1, 2), metav1.CreateOptions{})
-	require.NoError(t, err)
-	_, err = client.KruntimesV1alpha1().Runs(ns).Create(ctx, newTaskRun("hello", "bash"), metav1.CreateOptions{})
-	require.NoError(t, err)
-	r := waitRunTimeout(ctx, t, client, ns, "hello", "terminal", framework.PodTimeout+time.Minute, func(r *v1alpha1.Run) bool {
-		return lifecycle.IsTerminal(r.Status.Phase)
-	})
-	assert.Equal(t, lifecycle.Succeeded, r.Status.Phase, "message: %s", r.Status.Message)
-	assert.NotEmpty(t, r.Status.AssignedPod)
 }
 
 func scheduledReason(r *v1alpha1.Run) string {
