@@ -37,8 +37,9 @@ import (
 )
 
 // workers is how many Runs sync at once; the waits themselves run in their
-// own goroutines, so a few workers keep up with any capacity.
-const workers = 4
+// own goroutines; each sync is mostly one status write, so enough workers
+// keep writes to the API in flight at high capacity.
+const workers = 16
 
 // Run starts every part of runtimed and returns when ctx ends or one fails.
 func (o *options) Run(ctx context.Context) error {
@@ -50,6 +51,7 @@ func (o *options) Run(ctx context.Context) error {
 		return fmt.Errorf("load the Kubernetes client configuration: %w; pass --kubeconfig or run in a Pod with a service account", err)
 	}
 	restConfig.UserAgent = "runtimed/" + o.PodName
+	restConfig.QPS, restConfig.Burst = o.KubeAPIQPS, o.KubeAPIBurst
 	kube, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
 		return err

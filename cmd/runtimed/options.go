@@ -28,6 +28,8 @@ type options struct {
 	PodUID        string
 	HealthAddress string
 	Kubeconfig    string
+	KubeAPIQPS    float32
+	KubeAPIBurst  int
 	Logs          *logsapi.LoggingConfiguration
 }
 
@@ -48,7 +50,11 @@ func newOptions() *options {
 		PodNamespace:  os.Getenv(runtimepod.EnvPodNamespace),
 		PodUID:        os.Getenv(runtimepod.EnvPodUID),
 		HealthAddress: net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedHealthPort)),
-		Logs:          logs,
+		// Every Run costs runtimed two status writes (claim, outcome); at
+		// client-go's default of 5 QPS a Pod would finish 2.5 Runs/s.
+		KubeAPIQPS:   200,
+		KubeAPIBurst: 400,
+		Logs:         logs,
 	}
 }
 
@@ -61,6 +67,8 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PodNamespace, "pod-namespace", o.PodNamespace, "Namespace of this Pod and of the Runs it executes; defaults to $"+runtimepod.EnvPodNamespace+".")
 	fs.StringVar(&o.PodUID, "pod-uid", o.PodUID, "UID of this Pod: only Runs whose status.assignedPodUID matches are claimed; defaults to $"+runtimepod.EnvPodUID+".")
 	fs.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, "Address serving /healthz, /readyz and /metrics; defaults to $"+runtimepod.EnvPodIP+" (or 127.0.0.1) on the health port.")
+	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second runtimed may send to the Kubernetes API; the API server's priority and fairness still applies.")
+	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of requests runtimed may send to the Kubernetes API above --kube-api-qps.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig to reach the Kubernetes API; when empty, $KUBECONFIG and then the in-cluster configuration are used.")
 	logsapi.AddFlags(o.Logs, fs)
 }

@@ -126,19 +126,24 @@ func New(cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building the cluster client: %w", err)
 	}
-	// Binding is one status write per Run, so the kruntimes client gets
-	// more room than client-go's default of 5 QPS.
-	kr, err := versioned.NewForConfig(clientConfig(cfg.KruntimesConfig, 100, 200))
+	// Binding is one status write per Run, so the kruntimes client gets far
+	// more room than client-go's default of 5 QPS or the loopback's 50: the
+	// scheduler's rate is the cluster's rate of starting Runs.
+	kr, err := versioned.NewForConfig(clientConfig(cfg.KruntimesConfig, 1000, 2000))
 	if err != nil {
 		return nil, fmt.Errorf("building the kruntimes client: %w", err)
 	}
 	return &Manager{cfg: cfg, kube: kube, kruntimes: kr}, nil
 }
 
+// clientConfig raises c's client-side rate limit to at least qps and burst.
 func clientConfig(c *rest.Config, qps float32, burst int) *rest.Config {
 	c = rest.AddUserAgent(rest.CopyConfig(c), userAgent)
-	if c.QPS == 0 {
-		c.QPS, c.Burst = qps, burst
+	if c.QPS < qps {
+		c.QPS = qps
+	}
+	if c.Burst < burst {
+		c.Burst = burst
 	}
 	return c
 }

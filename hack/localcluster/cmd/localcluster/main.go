@@ -82,6 +82,15 @@ func run(ctx context.Context, o *options) error {
 	if stateDir == "" {
 		stateDir = filepath.Join(o.repoRoot, ".local", "cluster")
 	}
+	// Kubeconfigs written under the state directory name files in it; a
+	// relative path there would be read relative to the kubeconfig itself.
+	var err error
+	if stateDir, err = filepath.Abs(stateDir); err != nil {
+		return err
+	}
+	if o.kubeconfig, err = filepath.Abs(o.kubeconfig); err != nil {
+		return err
+	}
 	// Checked before building: a rebuild would replace binaries that the
 	// running cluster's Pods execute.
 	if pid, running := localcluster.RunningPID(stateDir); running {
@@ -94,13 +103,13 @@ func run(ctx context.Context, o *options) error {
 		sort.Strings(built)
 		fmt.Printf("    built: %v\n", built)
 		for name, err := range failed {
-			fmt.Printf("    %s does not build yet (images mapping to it will not run): %v\n", name, firstLine(err))
+			return fmt.Errorf("building %s for its container image: %w", name, err)
 		}
 	}
 	start := time.Now()
 	cluster, err := localcluster.Start(ctx, localcluster.Config{
 		RepoRoot:       o.repoRoot,
-		StateDir:       o.stateDir,
+		StateDir:       stateDir,
 		KubeconfigPath: o.kubeconfig,
 		NodeName:       o.nodeName,
 		PodIPBase:      base,
