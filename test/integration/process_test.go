@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,7 +17,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 )
@@ -88,24 +86,9 @@ func startServerProcess(t *testing.T, dataDir string) *serverProcess {
 			return false, fmt.Errorf("server exited early: %v\n%s", err, log)
 		default:
 		}
-		if _, err := os.Stat(kubeconfig); err != nil {
-			return false, nil
-		}
-		config, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return false, err
-		}
-		httpClient, err := rest.HTTPClientFor(config)
-		if err != nil {
-			return false, err
-		}
-		resp, err := httpClient.Get(config.Host + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
+		config, ready, err := readyServer(kubeconfig)
 		p.config = config
-		return resp.StatusCode == http.StatusOK, nil
+		return ready, err
 	})
 	require.NoError(t, err, "server process did not become ready")
 	p.config.QPS, p.config.Burst = 5000, 5000

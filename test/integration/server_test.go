@@ -86,23 +86,9 @@ func startServer(t testing.TB, dataDir string, extraArgs ...string) *testServer 
 			return false, err
 		default:
 		}
-		if _, err := os.Stat(kubeconfig); err != nil {
-			return false, nil
-		}
-		config, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
-		if err != nil {
-			return false, err
-		}
-		httpClient, err := rest.HTTPClientFor(config)
-		if err != nil {
-			return false, err
-		}
-		resp, err := httpClient.Get(config.Host + "/readyz")
-		if err != nil {
-			return false, nil
-		}
-		resp.Body.Close()
-		return resp.StatusCode == http.StatusOK, nil
+		var ready bool
+		config, ready, err = readyServer(kubeconfig)
+		return ready, err
 	})
 	require.NoError(t, err, "server did not become ready")
 	config.QPS, config.Burst = 1000, 1000
@@ -152,4 +138,27 @@ func forEachBackend(t *testing.T, test func(t *testing.T, s *testServer)) {
 	} {
 		t.Run(name, func(t *testing.T) { test(t, start(t)) })
 	}
+}
+
+// readyServer reports whether the server whose standalone kubeconfig is
+// written to path answers /readyz, and returns its client config once the
+// kubeconfig exists.
+func readyServer(path string) (*rest.Config, bool, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, false, nil
+	}
+	config, err := clientcmd.BuildConfigFromFlags("", path)
+	if err != nil {
+		return nil, false, err
+	}
+	httpClient, err := rest.HTTPClientFor(config)
+	if err != nil {
+		return nil, false, err
+	}
+	resp, err := httpClient.Get(config.Host + "/readyz")
+	if err != nil {
+		return config, false, nil
+	}
+	resp.Body.Close()
+	return config, resp.StatusCode == http.StatusOK, nil
 }
