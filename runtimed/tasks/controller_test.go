@@ -2,8 +2,10 @@ package tasks
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -12,19 +14,17 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/test/bufconn"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/klog/v2/ktesting"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
-	"kruntimes.io/kruntimes/client/clientset/versioned/fake"
+	"kruntimes.io/kruntimes/apiserver/testserver"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+	kruntimesclient "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimed/workspace"
@@ -50,20 +50,21 @@ func (c *countingRuntime) Execute(ctx context.Context, in *runtimev1.ExecuteRequ
 }
 
 type harness struct {
-	client    *fake.Clientset
+	client    versioned.Interface
 	runtime   *countingRuntime
 	workspace workspace.Root
 }
 
-// start runs a Controller of capacity against a fake API holding runs and
-// the real bash Runtime Server over an in-memory connection.
+// start runs a Controller of capacity against a real kruntimes-apiserver
+// holding runs and the real bash Runtime Server on a unix socket.
 func start(t *testing.T, capacity int, runs ...*v1alpha1.Run) *harness {
 	t.Helper()
 	return startWith(t, capacity, nil, runs...)
 }
 
-// startWith is start with setup run on the fake API before anything uses it.
-func startWith(t *testing.T, capacity int, setup func(*fake.Clientset), runs ...*v1alpha1.Run) *harness {
+// startWith is start with wrap applied to the Runs client the controller
+// writes through.
+func startWith(t *testing.T, capacity int, wrap func(kruntimesclient.RunsGetter) kruntimesclient.RunsGetter, runs ...*v1alpha1.Run) *harness {
 	t.Helper()
 	if _, err := os.Stat("/bin/bash"); err != nil {
 		t.Skip("bash is required to run tasks")
@@ -73,27 +74,28 @@ func startWith(t *testing.T, capacity int, setup func(*fake.Clientset), runs ...
 
 	srv, err := server.New(server.Options{Language: bash.New("", t.TempDir()), StateDir: t.TempDir(), BaseEnv: os.Environ()})
 	require.NoError(t, err)
-	lis := bufconn.Listen(1 << 20)
+	socket := filepath.Join(t.TempDir(), "runtime.sock")
+	lis, err := net.Listen("unix", socket)
+	require.NoError(t, err)
 	gs := grpc.NewServer()
 	srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
-	conn, err := grpc.NewClient("passthrough:///bufnet",
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return lis.DialContext(ctx) }),
-		grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	require.NoError(t, err)
 
-	objects := make([]runtime.Object, len(runs))
-	for i, r := range runs {
-		objects[i] = r
+	api := testserver.Start(t, "")
+	client := api.Client
+	for _, r := range runs {
+		createAt(t, client, r)
 	}
-	client := fake.NewSimpleClientset(objects...) //nolint:staticcheck // NewClientset needs an applyconfiguration schema that does not cover Run yet
-	if setup != nil {
-		setup(client)
+	var writer kruntimesclient.RunsGetter = client.KruntimesV1alpha1()
+	if wrap != nil {
+		writer = wrap(writer)
 	}
 	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithNamespace(testNamespace))
 	h := &harness{client: client, runtime: &countingRuntime{RuntimeClient: runtimev1.NewRuntimeClient(conn)}, workspace: workspace.Root(t.TempDir())}
 	c, err := New(Config{
-		Runs:      client.KruntimesV1alpha1(),
+		Runs:      writer,
 		Informer:  factory.Kruntimes().V1alpha1().Runs(),
 		Runtime:   h.runtime,
 		Workspace: h.workspace,
@@ -115,10 +117,34 @@ func startWith(t *testing.T, capacity int, setup func(*fake.Clientset), runs ...
 	return h
 }
 
+// createAt creates run and walks its status, through runs/status as the
+// scheduler and runtimed would, to the phase it carries.
+func createAt(t *testing.T, client versioned.Interface, run *v1alpha1.Run) {
+	t.Helper()
+	runs := client.KruntimesV1alpha1().Runs(run.Namespace)
+	want := run.Status
+	created, err := runs.Create(t.Context(), run, metav1.CreateOptions{})
+	require.NoError(t, err)
+	steps := []lifecycle.Phase{lifecycle.Scheduled}
+	if want.Phase == lifecycle.Running {
+		steps = append(steps, lifecycle.Running)
+	}
+	for _, phase := range steps {
+		status := want
+		status.Phase = phase
+		if phase == lifecycle.Scheduled {
+			status.StartTime = nil
+		}
+		created.Status = status
+		created, err = runs.UpdateStatus(t.Context(), created, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+}
+
 func scheduledRun(name, script string) *v1alpha1.Run {
 	now := metav1.NowMicro()
 	return &v1alpha1.Run{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace, UID: types.UID(name + "-uid"), ResourceVersion: "1"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNamespace},
 		Spec: v1alpha1.RunSpec{
 			Runtime: "bash",
 			Source:  v1alpha1.RunSource{Inline: script},
@@ -217,20 +243,50 @@ func TestCapacityIsNeverExceeded(t *testing.T) {
 }
 
 func TestConflictingStatusWriteIsRedone(t *testing.T) {
-	var conflicts atomic.Int32
-	h := startWith(t, 1, func(client *fake.Clientset) {
-		client.PrependReactor("update", "runs", func(action k8stesting.Action) (bool, runtime.Object, error) {
-			// The claim and the outcome each lose a race once.
-			if action.GetSubresource() == "status" && conflicts.Add(1)%2 == 1 && conflicts.Load() < 4 {
-				return true, nil, apierrors.NewConflict(schema.GroupResource{Group: "kruntimes.io", Resource: "runs"}, "r", assert.AnError)
-			}
-			return false, nil, nil
-		})
+	var racer *racingRuns
+	h := startWith(t, 1, func(runs kruntimesclient.RunsGetter) kruntimesclient.RunsGetter {
+		racer = &racingRuns{RunsGetter: runs}
+		return racer
 	}, scheduledRun("r", "true"))
 	run := h.waitFor(t, "r", "terminal", terminal)
 	assert.Equal(t, lifecycle.Succeeded, run.Status.Phase)
 	assert.Equal(t, int32(1), h.runtime.executes.Load(), "a redone claim never executes twice")
-	assert.GreaterOrEqual(t, conflicts.Load(), int32(4), "both writes hit a conflict first")
+	assert.GreaterOrEqual(t, racer.conflicts.Load(), int32(2), "both the claim and the outcome lost a race first")
+}
+
+// racingRuns makes the controller lose a real race on its first two status
+// writes: another writer changes the Run just before, so the server answers
+// 409 Conflict.
+type racingRuns struct {
+	kruntimesclient.RunsGetter
+	writes, conflicts atomic.Int32
+}
+
+func (r *racingRuns) Runs(namespace string) kruntimesclient.RunInterface {
+	return &racingRunInterface{RunInterface: r.RunsGetter.Runs(namespace), racer: r}
+}
+
+type racingRunInterface struct {
+	kruntimesclient.RunInterface
+	racer *racingRuns
+}
+
+func (r *racingRunInterface) UpdateStatus(ctx context.Context, run *v1alpha1.Run, opts metav1.UpdateOptions) (*v1alpha1.Run, error) {
+	if n := r.racer.writes.Add(1); n <= 3 && n%2 == 1 {
+		current, err := r.RunInterface.Get(ctx, run.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		current.Labels = map[string]string{"raced": fmt.Sprint(n)}
+		if _, err := r.RunInterface.Update(ctx, current, metav1.UpdateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	updated, err := r.RunInterface.UpdateStatus(ctx, run, opts)
+	if apierrors.IsConflict(err) {
+		r.racer.conflicts.Add(1)
+	}
+	return updated, err
 }
 
 func TestDeletedRunningRunIsCancelledAndCleanedUp(t *testing.T) {

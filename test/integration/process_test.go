@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
+	kruntimestestserver "kruntimes.io/kruntimes/apiserver/testserver"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 )
 
@@ -86,7 +87,7 @@ func startServerProcess(t *testing.T, dataDir string) *serverProcess {
 			return false, fmt.Errorf("server exited early: %v\n%s", err, log)
 		default:
 		}
-		config, ready, err := readyServer(kubeconfig)
+		config, ready, err := kruntimestestserver.Ready(kubeconfig)
 		p.config = config
 		return ready, err
 	})
