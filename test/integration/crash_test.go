@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
@@ -97,16 +98,11 @@ func TestCrashDurability(t *testing.T) {
 		}()
 	}
 	// Kill once a few hundred writes are acknowledged, mid-stream.
-	deadline := time.Now().Add(60 * time.Second)
-	for {
+	_ = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 60*time.Second, true, func(context.Context) (bool, error) {
 		mu.Lock()
-		n := len(ackedRVs)
-		mu.Unlock()
-		if n >= 400 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // polling a counter, not synchronizing
-	}
+		defer mu.Unlock()
+		return len(ackedRVs) >= 400, nil
+	})
 	p.kill()
 	stopWriters()
 	wg.Wait()

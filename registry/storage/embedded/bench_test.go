@@ -209,28 +209,32 @@ func BenchmarkCreateFsync(b *testing.B) {
 	klog.SetLogger(logr.Discard())
 	for _, writers := range []int{1, 25} {
 		b.Run(fmt.Sprintf("Writers=%d", writers), func(b *testing.B) {
-			backend := openTestBackend(b, Options{})
-			s := podStore(b, backend)
-			ctx := context.Background()
-			var next atomic.Int64
-			var wg sync.WaitGroup
-			b.ResetTimer()
-			for range writers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for n := next.Add(1); n <= int64(b.N); n = next.Add(1) {
-						name := fmt.Sprintf("pod-%d", n)
-						pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
-						if err := s.Create(ctx, "/pods/ns/"+name, pod, &example.Pod{}, 0); err != nil {
-							b.Error(err)
-							return
-						}
-					}
-				}()
-			}
-			wg.Wait()
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
+			benchmarkConcurrentCreates(b, podStore(b, openTestBackend(b, Options{})), writers)
 		})
 	}
+}
+
+// benchmarkConcurrentCreates creates b.N pods from writers goroutines and
+// reports writes/s.
+func benchmarkConcurrentCreates(b *testing.B, s storage.Interface, writers int) {
+	ctx := context.Background()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	b.ResetTimer()
+	for range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := next.Add(1); n <= int64(b.N); n = next.Add(1) {
+				name := fmt.Sprintf("pod-%d", n)
+				pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
+				if err := s.Create(ctx, "/pods/ns/"+name, pod, &example.Pod{}, 0); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
 }

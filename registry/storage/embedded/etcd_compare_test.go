@@ -11,14 +11,11 @@ package embedded
 import (
 	"context"
 	"fmt"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/apitesting"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/apis/example"
@@ -66,27 +63,7 @@ func BenchmarkCompareCreate(b *testing.B) {
 	for _, backend := range compareBackends(b) {
 		for _, writers := range []int{1, 25} {
 			b.Run(fmt.Sprintf("%s/Writers=%d", backend.name, writers), func(b *testing.B) {
-				s := backend.new(b)
-				ctx := context.Background()
-				var next atomic.Int64
-				var wg sync.WaitGroup
-				b.ResetTimer()
-				for range writers {
-					wg.Add(1)
-					go func() {
-						defer wg.Done()
-						for n := next.Add(1); n <= int64(b.N); n = next.Add(1) {
-							name := fmt.Sprintf("pod-%d", n)
-							pod := &example.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}}
-							if err := s.Create(ctx, "/pods/ns/"+name, pod, &example.Pod{}, 0); err != nil {
-								b.Error(err)
-								return
-							}
-						}
-					}()
-				}
-				wg.Wait()
-				b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "writes/s")
+				benchmarkConcurrentCreates(b, backend.new(b), writers)
 			})
 		}
 	}
