@@ -75,11 +75,9 @@ type Config struct {
 	Recorder record.EventRecorder
 }
 
-// Event reasons beyond the lifecycle reasons of apis/lifecycle.
-const (
-	eventStarted = "Started"
-	eventAdopted = "Adopted"
-)
+// eventAdopted is the Event reason of an execution taken over after a
+// restart; the other Events use the lifecycle reasons of apis/lifecycle.
+const eventAdopted = "Adopted"
 
 // Controller executes the task Runs assigned to its Pod.
 type Controller struct {
@@ -496,7 +494,6 @@ func (c *Controller) start(ctx context.Context, run *v1alpha1.Run, exec *executi
 		return fmt.Errorf("execute %s on the Runtime Server: %w", exec.id, err)
 	}
 	exec.logger.Info("Execution started", "executionID", exec.id)
-	c.recorder.Eventf(run, corev1.EventTypeNormal, eventStarted, "Attempt %d started on Pod %s", exec.attempt, c.pod.Name)
 	c.startWaiting(ctx, exec)
 	return nil
 }
@@ -634,11 +631,16 @@ func (c *Controller) finish(ctx context.Context, key string, run *v1alpha1.Run, 
 		c.recorder.Eventf(run, corev1.EventTypeWarning, lifecycle.ReasonRetrying, "Attempt %d failed (%s); attempt %d will be scheduled", run.Status.Attempt, o.Reason, updated.Status.Attempt)
 	} else {
 		logger.Info("Run completed", "phase", phase, "reason", o.Reason, "exitCode", o.ExitCode)
-		eventType := corev1.EventTypeNormal
-		if o.Phase == lifecycle.Failed || o.Phase == lifecycle.Timeout {
-			eventType = corev1.EventTypeWarning
+		// Events are written to the cluster's etcd: a routine success,
+		// thousands a minute, is in the Run's status and the log line
+		// above, not in an Event. Anything else gets one.
+		if o.Phase != lifecycle.Succeeded {
+			eventType := corev1.EventTypeNormal
+			if o.Phase == lifecycle.Failed || o.Phase == lifecycle.Timeout {
+				eventType = corev1.EventTypeWarning
+			}
+			c.recorder.Event(run, eventType, reasonOrPhase(o), "Run "+phase+": "+firstLine(updated.Status.Message))
 		}
-		c.recorder.Event(run, eventType, reasonOrPhase(o), "Run "+phase+": "+firstLine(updated.Status.Message))
 	}
 	c.mu.Lock()
 	c.finished[key] = attemptRef{uid: run.UID, attempt: run.Status.Attempt}

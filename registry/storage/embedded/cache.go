@@ -7,31 +7,21 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/apiserver/pkg/features"
 	"k8s.io/apiserver/pkg/storage"
-	utilfeature "k8s.io/apiserver/pkg/util/feature"
 )
 
 // cachedStore is the watch cache (CacheDelegator) in front of a store, with
-// two watches routed around the cache because the store serves them and the
-// cache cannot:
-//
-//   - A watch from a resourceVersion older than the cache's in-memory window
-//     (always the case right after a restart) gets 410 from the cache. The
-//     store still has that history on disk, so the watch is reopened on it:
-//     clients resume across restarts instead of relisting.
-//   - A watch-list (sendInitialEvents=true) is refused by the cache unless
-//     etcd reports RequestWatchProgress support (a global only etcd3 sets).
-//     The store implements those semantics itself.
+// one kind of watch routed around the cache because the store serves it and
+// the cache cannot: a watch from a resourceVersion older than the cache's
+// in-memory window (always the case right after a restart) gets 410 from the
+// cache. The store still has that history on disk, so the watch is reopened
+// on it: clients resume across restarts instead of relisting.
 type cachedStore struct {
 	storage.Interface
 	store *store
 }
 
 func (c *cachedStore) Watch(ctx context.Context, key string, opts storage.ListOptions) (watch.Interface, error) {
-	if opts.SendInitialEvents != nil && *opts.SendInitialEvents && utilfeature.DefaultFeatureGate.Enabled(features.WatchList) {
-		return c.store.Watch(ctx, key, opts)
-	}
 	w, err := c.Interface.Watch(ctx, key, opts)
 	if err != nil || opts.ResourceVersion == "" || opts.ResourceVersion == "0" {
 		return w, err

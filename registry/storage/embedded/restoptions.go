@@ -75,6 +75,7 @@ func (b *Backend) StorageDecorator() generic.StorageDecorator {
 			// closes the file.
 			return bare, func() {}, nil
 		}
+		declareProgressSupport()
 		window := config.EventsHistoryWindow
 		if window < storagebackend.DefaultEventsHistoryWindow {
 			window = storagebackend.DefaultEventsHistoryWindow

@@ -1,8 +1,14 @@
 // Command tasks benchmarks task Runs end to end against a cluster running
-// kruntimes: it creates N Runs of a trivial script at a given concurrency,
-// waits until all are terminal, and reports the create→Scheduled,
-// →Running and →Succeeded latencies (p50/p95/p99) from the Runs' microsecond
-// status timestamps, and the throughput in Runs/s.
+// kruntimes and reports the create→Scheduled, →Running and →terminal
+// latencies (p50/p95/p99) from the Runs' microsecond status timestamps, the
+// create→terminal latency the client observed through a watch, and the
+// throughput in Runs/s.
+//
+// By default the load is a closed loop: each of --concurrency workers keeps
+// one Run in flight, creating the next as soon as its previous Run is
+// terminal, so the latencies are those of the system at that load
+// (--concurrency 1 is a single Run at a time). --burst creates all Runs as
+// fast as --concurrency creators can instead, which measures queueing.
 //
 //	go run ./test/bench/tasks --kubeconfig .local/kubeconfig --runtime bash --runs 500 --concurrency 32
 package main
@@ -17,12 +23,13 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
+	"kruntimes.io/kruntimes/client/informers/externalversions"
 )
 
 type options struct {
@@ -32,6 +39,7 @@ type options struct {
 	script      string
 	runs        int
 	concurrency int
+	burst       bool
 	timeout     time.Duration
 	keep        bool
 }
@@ -43,7 +51,8 @@ func main() {
 	flag.StringVar(&o.runtime, "runtime", "bash", "Runtime that executes the Runs; it must exist and be Ready.")
 	flag.StringVar(&o.script, "script", "true", "Inline source of every Run.")
 	flag.IntVar(&o.runs, "runs", 200, "Number of Runs to create.")
-	flag.IntVar(&o.concurrency, "concurrency", 16, "Concurrent creators.")
+	flag.IntVar(&o.concurrency, "concurrency", 16, "Runs in flight (closed loop), or concurrent creators with --burst.")
+	flag.BoolVar(&o.burst, "burst", false, "Create every Run as fast as possible instead of keeping --concurrency Runs in flight.")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Give up when the Runs are not all terminal by then.")
 	flag.BoolVar(&o.keep, "keep", false, "Keep the Runs afterwards instead of deleting them.")
 	flag.Parse()
@@ -53,26 +62,117 @@ func main() {
 	}
 }
 
+// sample is what the benchmark knows of one Run.
+type sample struct {
+	created  time.Time     // just before the create request was sent
+	observed time.Duration // create → the client saw it terminal
+	final    *v1alpha1.Run
+}
+
+// terminalWatch tells waiters when Runs of the batch become terminal, from
+// one informer over the batch's label.
+type terminalWatch struct {
+	mu      sync.Mutex
+	waiters map[string]chan *v1alpha1.Run
+	done    map[string]*v1alpha1.Run
+}
+
+func (w *terminalWatch) observe(obj interface{}) {
+	r, ok := obj.(*v1alpha1.Run)
+	if !ok || !lifecycle.IsTerminal(r.Status.Phase) {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if _, seen := w.done[r.Name]; seen {
+		return
+	}
+	w.done[r.Name] = r
+	if ch, ok := w.waiters[r.Name]; ok {
+		ch <- r
+		delete(w.waiters, r.Name)
+	}
+}
+
+// expect returns a channel that receives the Run once it is terminal.
+func (w *terminalWatch) expect(name string) <-chan *v1alpha1.Run {
+	ch := make(chan *v1alpha1.Run, 1)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if r, ok := w.done[name]; ok {
+		ch <- r
+	} else {
+		w.waiters[name] = ch
+	}
+	return ch
+}
+
 func run(ctx context.Context, o options) error {
 	config, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
-		return fmt.Errorf("loading the kubeconfig (set --kubeconfig): %w", err)
+		return err
 	}
 	config.QPS, config.Burst = 5000, 5000
 	client, err := versioned.NewForConfig(config)
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
 	runs := client.KruntimesV1alpha1().Runs(o.namespace)
 	batch := fmt.Sprintf("bench-%d", time.Now().UnixNano()%1_000_000)
-	prefix := batch + "-"
+	selector := metav1.ListOptions{LabelSelector: "kruntimes.io/bench=" + batch}
+	if !o.keep {
+		defer func() {
+			_ = runs.DeleteCollection(context.Background(), metav1.DeleteOptions{}, selector)
+		}()
+	}
 
-	created := make(map[string]time.Time, o.runs)
+	tw := &terminalWatch{waiters: map[string]chan *v1alpha1.Run{}, done: map[string]*v1alpha1.Run{}}
+	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0,
+		externalversions.WithNamespace(o.namespace),
+		externalversions.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector.LabelSelector }))
+	informer := factory.Kruntimes().V1alpha1().Runs().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    tw.observe,
+		UpdateFunc: func(_, obj interface{}) { tw.observe(obj) },
+	}); err != nil {
+		return err
+	}
+	stopInformers := make(chan struct{})
+	factory.Start(stopInformers)
+	defer func() {
+		close(stopInformers)
+		factory.Shutdown()
+	}()
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return fmt.Errorf("watching the benchmark's Runs: %w", ctx.Err())
+	}
+
+	samples := make([]sample, o.runs)
 	var (
 		mu       sync.Mutex
 		firstErr error
 		wg       sync.WaitGroup
 	)
+	fail := func(err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if firstErr == nil {
+			firstErr = err
+			cancel()
+		}
+	}
+	// await waits for Run i to be terminal and records it.
+	await := func(i int, name string, terminal <-chan *v1alpha1.Run) {
+		select {
+		case r := <-terminal:
+			samples[i].observed = time.Since(samples[i].created)
+			samples[i].final = r
+		case <-ctx.Done():
+			fail(fmt.Errorf("%s was not terminal within %s: %w", name, o.timeout, ctx.Err()))
+		}
+	}
 	work := make(chan int)
 	start := time.Now()
 	for w := 0; w < o.concurrency; w++ {
@@ -80,8 +180,9 @@ func run(ctx context.Context, o options) error {
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				name := fmt.Sprintf("%s%d", prefix, i)
-				t0 := time.Now()
+				name := fmt.Sprintf("%s-%d", batch, i)
+				terminal := tw.expect(name)
+				samples[i].created = time.Now()
 				_, err := runs.Create(ctx, &v1alpha1.Run{
 					ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kruntimes.io/bench": batch}},
 					Spec: v1alpha1.RunSpec{
@@ -90,88 +191,77 @@ func run(ctx context.Context, o options) error {
 						Mode:    v1alpha1.RunMode{Task: &v1alpha1.TaskMode{}},
 					},
 				}, metav1.CreateOptions{})
-				mu.Lock()
-				if err != nil && firstErr == nil {
-					firstErr = fmt.Errorf("creating %s: %w", name, err)
-				} else if err == nil {
-					created[name] = t0
+				if err != nil {
+					fail(fmt.Errorf("creating %s: %w", name, err))
+					continue
 				}
-				mu.Unlock()
+				if o.burst {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						await(i, name, terminal)
+					}()
+				} else {
+					await(i, name, terminal)
+				}
 			}
 		}()
 	}
+feed:
 	for i := 0; i < o.runs; i++ {
-		work <- i
+		select {
+		case work <- i:
+		case <-ctx.Done():
+			break feed
+		}
 	}
 	close(work)
 	wg.Wait()
 	if firstErr != nil {
 		return firstErr
 	}
-	createdIn := time.Since(start)
-
-	selector := metav1.ListOptions{LabelSelector: "kruntimes.io/bench=" + batch}
-	var final []v1alpha1.Run
-	// Latencies come from status timestamps, so a slow poll costs no accuracy
-	// and keeps the benchmark from loading the apiserver it measures.
-	err = wait.PollUntilContextTimeout(ctx, time.Second, o.timeout, true, func(ctx context.Context) (bool, error) {
-		list, err := runs.List(ctx, selector)
-		if err != nil {
-			return false, nil
-		}
-		for _, r := range list.Items {
-			if !lifecycle.IsTerminal(r.Status.Phase) {
-				return false, nil
-			}
-		}
-		final = list.Items
-		return len(list.Items) == o.runs, nil
-	})
-	if err != nil {
-		return fmt.Errorf("the Runs were not all terminal within %s: %w", o.timeout, err)
-	}
-	if !o.keep {
-		defer func() {
-			_ = runs.DeleteCollection(context.Background(), metav1.DeleteOptions{}, selector)
-		}()
-	}
-	report(o, final, created, createdIn)
+	report(o, samples, time.Since(start))
 	return nil
 }
 
-func report(o options, final []v1alpha1.Run, created map[string]time.Time, createdIn time.Duration) {
-	var scheduled, running, done []time.Duration
+func report(o options, samples []sample, elapsed time.Duration) {
+	var scheduled, running, done, observed []time.Duration
 	var first, last time.Time
 	phases := map[lifecycle.Phase]int{}
-	for _, r := range final {
+	for _, s := range samples {
+		r := s.final
 		phases[r.Status.Phase]++
-		t0 := created[r.Name]
-		if first.IsZero() || t0.Before(first) {
-			first = t0
+		if first.IsZero() || s.created.Before(first) {
+			first = s.created
 		}
+		observed = append(observed, s.observed)
 		if t := r.Status.ScheduledTime; t != nil {
-			scheduled = append(scheduled, t.Sub(t0))
+			scheduled = append(scheduled, t.Sub(s.created))
 		}
 		if t := r.Status.StartTime; t != nil {
-			running = append(running, t.Sub(t0))
+			running = append(running, t.Sub(s.created))
 		}
 		if t := r.Status.CompletionTime; t != nil {
-			done = append(done, t.Sub(t0))
+			done = append(done, t.Sub(s.created))
 			if t.After(last) {
 				last = t.Time
 			}
 		}
 	}
-	fmt.Printf("runs=%d concurrency=%d runtime=%s phases=%v created in %s\n", o.runs, o.concurrency, o.runtime, phases, createdIn.Round(time.Millisecond))
+	load := fmt.Sprintf("closed loop, %d in flight", o.concurrency)
+	if o.burst {
+		load = fmt.Sprintf("burst, %d creators", o.concurrency)
+	}
+	fmt.Printf("runs=%d %s runtime=%s phases=%v in %s\n", o.runs, load, o.runtime, phases, elapsed.Round(time.Millisecond))
 	fmt.Printf("%-22s %10s %10s %10s\n", "latency from create", "p50", "p95", "p99")
 	for _, row := range []struct {
 		name string
 		d    []time.Duration
-	}{{"→ Scheduled", scheduled}, {"→ Running", running}, {"→ terminal", done}} {
+	}{{"→ Scheduled", scheduled}, {"→ Running", running}, {"→ terminal", done}, {"→ terminal observed", observed}} {
 		fmt.Printf("%-22s %10s %10s %10s\n", row.name, pct(row.d, 50), pct(row.d, 95), pct(row.d, 99))
 	}
 	if !last.IsZero() {
-		fmt.Printf("throughput: %.1f Runs/s (first create to last completion)\n", float64(len(final))/last.Sub(first).Seconds())
+		fmt.Printf("throughput: %.1f Runs/s (first create to last completion)\n", float64(len(samples))/last.Sub(first).Seconds())
 	}
 }
 
