@@ -51,7 +51,6 @@ const unschedulableRecheck = 30 * time.Second
 
 // Event reasons on a Run.
 const (
-	eventScheduled        = "Scheduled"
 	eventFailedScheduling = "FailedScheduling"
 	eventCancelled        = "Cancelled"
 )
@@ -76,6 +75,16 @@ type Scheduler struct {
 	clock   clock.Clock
 }
 
+// Option configures a Scheduler.
+type Option func(*Scheduler)
+
+// WithClock makes the scheduler read the time from c instead of the system
+// clock: heartbeat freshness, retry backoff and reservation expiry. Tests
+// step a fake clock to cross those deadlines without waiting for them.
+func WithClock(c clock.Clock) Option {
+	return func(s *Scheduler) { s.clock = c }
+}
+
 // New returns a scheduler fed by the given informers; podInformer may be
 // filtered to Pods labelled kruntimes.io/runtime. It adds RuntimeIndex and
 // AssignedPodIndex to the Run informer, so call it before starting that.
@@ -86,6 +95,7 @@ func New(ctx context.Context,
 	leaseInformer coordinationinformers.LeaseInformer,
 	client versioned.Interface,
 	recorder record.EventRecorder,
+	opts ...Option,
 ) (*Scheduler, error) {
 	registerMetrics()
 	if err := runInformer.Informer().AddIndexers(cache.Indexers{
@@ -114,6 +124,9 @@ func New(ctx context.Context,
 		),
 		assumed: newAssumeCache(),
 		clock:   clock.RealClock{},
+	}
+	for _, opt := range opts {
+		opt(s)
 	}
 	for what, handler := range map[string]struct {
 		informer cache.SharedIndexInformer
@@ -496,8 +509,9 @@ func (s *Scheduler) bind(ctx context.Context, run *v1alpha1.Run, pod *corev1.Pod
 	if run.Status.Attempt <= 1 {
 		pendingDuration.Observe(now.Sub(run.CreationTimestamp.Time).Seconds())
 	}
+	// No Event: a routine bind, thousands a minute, would go to the
+	// cluster's etcd; the Scheduled condition and assignedPod say it.
 	klog.FromContext(ctx).V(2).Info("Bound Run", "pod", klog.KObj(pod), "podUID", pod.UID)
-	s.recorder.Eventf(run, corev1.EventTypeNormal, eventScheduled, "Assigned to Pod %s", pod.Name)
 	return nil
 }
 

@@ -65,6 +65,7 @@ func Main(m *testing.M) int {
 	}
 	shared = f
 	code := m.Run()
+	stopControlPlane()
 	f.Cluster.Stop(ctx)
 	if code == 0 && os.Getenv(KeepEnv) != "1" {
 		_ = os.RemoveAll(f.Cluster.Config().StateDir)

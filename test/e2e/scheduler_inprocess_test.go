@@ -1,0 +1,578 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/component-base/metrics/legacyregistry"
+	"k8s.io/component-base/metrics/testutil"
+	"k8s.io/klog/v2/ktesting"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apiserver/testserver"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+	"kruntimes.io/kruntimes/client/informers/externalversions"
+	"kruntimes.io/kruntimes/controllers/retry"
+	"kruntimes.io/kruntimes/controllers/scheduler"
+	"kruntimes.io/kruntimes/test/e2e/framework"
+)
+
+// schedulerEnv runs a scheduler.Scheduler built by the test as
+// controllers/manager builds it, over real informers: Runs and Runtimes in a
+// standalone kruntimes-apiserver of its own, so the cluster's hosted
+// controllers never act on them, and Runtime Pods and heartbeat Leases in
+// the cluster's kube-apiserver. The Pods are bound to a node no agent owns,
+// so nothing runs them; the test writes their status and renews their
+// Leases as the kubelet and runtimed would. Every write the scheduler makes
+// is recorded on the wire.
+type schedulerEnv struct {
+	t   *testing.T
+	f   *framework.Framework
+	ctx context.Context
+	ns  string
+	// node is the Pods' node: no agent owns it, and being unique to the
+	// test, the Pod garbage collector's quarantine of it (40s) starts with
+	// the test.
+	node   string
+	api    *testserver.Server
+	client versioned.Interface // the test's own writes, not recorded
+	writes *apiWrites          // the scheduler's writes
+	probes int
+}
+
+func newSchedulerEnv(t *testing.T) *schedulerEnv {
+	t.Helper()
+	f := framework.Get(t)
+	_, ctx := ktesting.NewTestContext(t)
+	ns := f.CreateNamespace(t, "sched-inproc")
+	api := testserver.Start(t, "")
+	return &schedulerEnv{
+		t: t, f: f, ctx: ctx, ns: ns, node: "unowned-" + ns,
+		api: api, client: api.Client, writes: &apiWrites{},
+	}
+}
+
+// start runs the scheduler with workers until the test ends.
+func (e *schedulerEnv) start(workers int, opts ...scheduler.Option) {
+	t := e.t
+	t.Helper()
+	writer, err := versioned.NewForConfig(e.writes.config(e.api.Config))
+	require.NoError(t, err)
+	kruntimesInformers := externalversions.NewSharedInformerFactoryWithOptions(e.client, 0, externalversions.WithNamespace(e.ns))
+	// As controllers/manager: Runtime Pods by label, Leases by name.
+	labelled := kubeinformers.NewSharedInformerFactoryWithOptions(e.f.Client, 0, kubeinformers.WithNamespace(e.ns),
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = lifecycle.LabelRuntime }))
+	leases := kubeinformers.NewSharedInformerFactoryWithOptions(e.f.Client, 0, kubeinformers.WithNamespace(e.ns))
+	kr := kruntimesInformers.Kruntimes().V1alpha1()
+	s, err := scheduler.New(e.ctx, kr.Runs(), kr.Runtimes(), labelled.Core().V1().Pods(), leases.Coordination().V1().Leases(),
+		writer, newEventRecorder(t, e.f.Client, "kruntimes-scheduler-e2e"), opts...)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.Run(ctx, workers)
+	}()
+	startInformers(t, ctx.Done(), kruntimesInformers, labelled, leases)
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		kruntimesInformers.Shutdown()
+		labelled.Shutdown()
+		leases.Shutdown()
+	})
+}
+
+func (e *schedulerEnv) createRuntime(name string, capacity int32) {
+	e.t.Helper()
+	_, err := e.client.KruntimesV1alpha1().Runtimes(e.ns).Create(e.ctx, newTestRuntime(name, 0, capacity), metav1.CreateOptions{})
+	require.NoError(e.t, err)
+}
+
+// candidatePod creates a Pod of runtime that is Running and Ready, with a
+// heartbeat renewed until the test ends: a Pod the scheduler may bind to.
+func (e *schedulerEnv) candidatePod(name, runtime string) *corev1.Pod {
+	t := e.t
+	t.Helper()
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{lifecycle.LabelRuntime: runtime}},
+		Spec: corev1.PodSpec{
+			NodeName:   e.node,
+			Containers: []corev1.Container{{Name: "runtime", Image: "kruntimes.io/kruntimes-runtime:dev"}},
+		},
+	}
+	pods := e.f.Client.CoreV1().Pods(e.ns)
+	var created *corev1.Pod
+	// Admission wants the namespace's default ServiceAccount, which the
+	// cluster's controller-manager creates shortly after the namespace.
+	err := wait.PollUntilContextTimeout(e.ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		created, err = pods.Create(ctx, pod, metav1.CreateOptions{})
+		return err == nil, nil
+	})
+	require.NoError(t, err, "creating Pod %s", name)
+	now := metav1.Now()
+	created.Status.Phase = corev1.PodRunning
+	created.Status.Conditions = []corev1.PodCondition{
+		{Type: corev1.PodScheduled, Status: corev1.ConditionTrue, LastTransitionTime: now},
+		{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now},
+	}
+	created, err = pods.UpdateStatus(e.ctx, created, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	heartbeat(t, e.f, []corev1.Pod{*created})
+	return created
+}
+
+// createRun creates a Pending task Run of runtime, as a user would.
+func (e *schedulerEnv) createRun(name, runtime string, mutate ...func(*v1alpha1.Run)) *v1alpha1.Run {
+	e.t.Helper()
+	run := newTaskRun(name, runtime)
+	for _, m := range mutate {
+		m(run)
+	}
+	created, err := e.client.KruntimesV1alpha1().Runs(e.ns).Create(e.ctx, run, metav1.CreateOptions{})
+	require.NoError(e.t, err)
+	return created
+}
+
+// setStatus writes the status of Run name through runs/status, as the
+// scheduler or runtimed would.
+func (e *schedulerEnv) setStatus(name string, mutate func(*v1alpha1.RunStatus)) *v1alpha1.Run {
+	e.t.Helper()
+	runs := e.client.KruntimesV1alpha1().Runs(e.ns)
+	run, err := runs.Get(e.ctx, name, metav1.GetOptions{})
+	require.NoError(e.t, err)
+	mutate(&run.Status)
+	run, err = runs.UpdateStatus(e.ctx, run, metav1.UpdateOptions{})
+	require.NoError(e.t, err)
+	return run
+}
+
+// update changes Run name through the main resource.
+func (e *schedulerEnv) update(name string, mutate func(*v1alpha1.Run)) *v1alpha1.Run {
+	e.t.Helper()
+	runs := e.client.KruntimesV1alpha1().Runs(e.ns)
+	run, err := runs.Get(e.ctx, name, metav1.GetOptions{})
+	require.NoError(e.t, err)
+	mutate(run)
+	run, err = runs.Update(e.ctx, run, metav1.UpdateOptions{})
+	require.NoError(e.t, err)
+	return run
+}
+
+func bindTo(pod *corev1.Pod) func(*v1alpha1.RunStatus) {
+	return func(s *v1alpha1.RunStatus) {
+		now := metav1.NowMicro()
+		s.Phase = lifecycle.Scheduled
+		s.AssignedPod, s.AssignedPodUID = pod.Name, pod.UID
+		s.ScheduledTime = &now
+	}
+}
+
+func toRunning(s *v1alpha1.RunStatus) {
+	now := metav1.NowMicro()
+	s.Phase = lifecycle.Running
+	s.StartTime = &now
+}
+
+// runningOn creates a Run of runtime that is Running on pod.
+func (e *schedulerEnv) runningOn(name, runtime string, pod *corev1.Pod) *v1alpha1.Run {
+	e.t.Helper()
+	e.createRun(name, runtime)
+	e.setStatus(name, bindTo(pod))
+	return e.setStatus(name, toRunning)
+}
+
+// writesOf returns the scheduler's writes of Run name.
+func (e *schedulerEnv) writesOf(name string) []apiWrite {
+	return e.writes.Since(0, named("runs/status", name))
+}
+
+// waitForWrites waits until the scheduler made n writes of Run name and
+// returns them.
+func (e *schedulerEnv) waitForWrites(name string, n int) []apiWrite {
+	e.t.Helper()
+	return e.waitForWritesWithin(name, n, framework.ShortTimeout)
+}
+
+func (e *schedulerEnv) waitForWritesWithin(name string, n int, timeout time.Duration) []apiWrite {
+	e.t.Helper()
+	var got []apiWrite
+	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		got = e.writesOf(name)
+		return len(got) >= n, nil
+	})
+	require.NoError(e.t, err, "waiting for %d writes of Run %s; all writes: %v", n, name, describe(e.writes.All()))
+	return got
+}
+
+// settle returns once the scheduler has synced every Run queued before the
+// call. It creates a Run of a Runtime that does not exist and waits for the
+// scheduler to say so: after the informers' initial list, Run events reach
+// the queue in the order the server made them, and one worker takes keys in
+// queue order, so every key queued earlier was synced before this one.
+// Tests use it to assert that a sync wrote nothing.
+func (e *schedulerEnv) settle() {
+	e.t.Helper()
+	e.probes++
+	name := fmt.Sprintf("probe-%d", e.probes)
+	e.createRun(name, "no-such-runtime-"+name)
+	e.waitForWrites(name, 1)
+}
+
+func runOf(t *testing.T, w apiWrite) *v1alpha1.Run {
+	t.Helper()
+	require.True(t, w.Applied(), "%s answered %d", w, w.Code)
+	return decode[v1alpha1.Run](t, w)
+}
+
+// schedulingAttempts reads kruntimes_scheduler_attempts_total{result} from
+// this process's registry: how often a scheduler here tried to place a Run
+// with that result.
+func schedulingAttempts(t *testing.T, result string) float64 {
+	t.Helper()
+	values, err := testutil.GetCounterValuesFromGatherer(legacyregistry.DefaultGatherer, "kruntimes_scheduler_attempts_total", map[string]string{}, "result")
+	require.NoError(t, err)
+	return values[result]
+}
+
+func TestSchedulerBindsToLeastLoadedPod(t *testing.T) {
+	e := newSchedulerEnv(t)
+	e.createRuntime("bash", 2)
+	a := e.candidatePod("a", "bash")
+	b := e.candidatePod("b", "bash")
+	e.runningOn("busy", "bash", a)
+	r := e.createRun("r", "bash")
+	e.start(1)
+
+	e.waitForWrites("r", 1)
+	e.settle()
+	writes := e.writesOf("r")
+	require.Len(t, writes, 1, "one binding, nothing after: %v", describe(writes))
+	got := runOf(t, writes[0])
+	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
+	assert.Equal(t, "b", got.Status.AssignedPod, "a holds one of its two slots, b none")
+	assert.Equal(t, b.UID, got.Status.AssignedPodUID)
+	assert.NotNil(t, got.Status.ScheduledTime)
+	assert.Equal(t, r.ResourceVersion, got.ResourceVersion, "binds with the Run's resourceVersion")
+	cond := apimeta.FindStatusCondition(got.Status.Conditions, lifecycle.ConditionScheduled)
+	require.NotNil(t, cond)
+	assert.Equal(t, metav1.ConditionTrue, cond.Status)
+	assert.Empty(t, e.writesOf("busy"), "a Running Run is not the scheduler's")
+
+	stored, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, "r", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, lifecycle.Scheduled, stored.Status.Phase)
+	assert.Equal(t, "b", stored.Status.AssignedPod)
+}
+
+// TestSchedulerAssumedReservationPreventsDoubleBooking runs two workers and
+// holds the first binding on the wire until the other Run's decision was
+// written: that decision cannot have seen the binding in the informer, or
+// even in the server, so only the reservation can keep the slot.
+func TestSchedulerAssumedReservationPreventsDoubleBooking(t *testing.T) {
+	e := newSchedulerEnv(t)
+	e.createRuntime("bash", 1)
+	a := e.candidatePod("a", "bash")
+	e.createRun("first", "bash")
+	e.createRun("second", "bash")
+
+	var (
+		holding             atomic.Bool
+		releaseOnce         sync.Once
+		released            = make(chan struct{})
+		heldUntilOtherWrite atomic.Bool
+	)
+	e.writes.before = func(w apiWrite) {
+		if w.Resource != "runs/status" {
+			return
+		}
+		var run v1alpha1.Run
+		if json.Unmarshal(w.Body, &run) == nil && run.Status.Phase == lifecycle.Scheduled && holding.CompareAndSwap(false, true) {
+			select {
+			case <-released:
+				heldUntilOtherWrite.Store(true)
+			case <-time.After(framework.ShortTimeout):
+			}
+			return
+		}
+		releaseOnce.Do(func() { close(released) })
+	}
+	e.start(2)
+
+	e.waitForWrites("first", 1)
+	e.waitForWrites("second", 1)
+	require.True(t, heldUntilOtherWrite.Load(), "the other Run was decided while the binding was held: %v", describe(e.writes.All()))
+	var bound, waiting string
+	for _, name := range []string{"first", "second"} {
+		writes := e.writesOf(name)
+		require.Len(t, writes, 1, "%s: %v", name, describe(writes))
+		got := runOf(t, writes[0])
+		switch got.Status.Phase {
+		case lifecycle.Scheduled:
+			assert.Empty(t, bound, "both Runs bound to the one slot")
+			bound = name
+			assert.Equal(t, a.Name, got.Status.AssignedPod)
+		case lifecycle.Pending:
+			waiting = name
+			cond := apimeta.FindStatusCondition(got.Status.Conditions, lifecycle.ConditionScheduled)
+			require.NotNil(t, cond)
+			assert.Equal(t, lifecycle.ReasonNoCapacity, cond.Reason)
+			assert.Equal(t, got.Status.Message, cond.Message)
+		default:
+			t.Fatalf("%s written as %s", name, got.Status.Phase)
+		}
+	}
+	require.NotEmpty(t, bound)
+	require.NotEmpty(t, waiting)
+
+	// Once the informer shows the bound Run finished, the slot is free.
+	run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, bound, metav1.GetOptions{})
+	require.NoError(t, err)
+	finishRun(e.ctx, t, e.client, run)
+	writes := e.waitForWrites(waiting, 2)
+	got := runOf(t, writes[1])
+	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
+	assert.Equal(t, a.Name, got.Status.AssignedPod)
+	e.settle()
+	assert.Len(t, e.writesOf(bound), 1, "%v", describe(e.writesOf(bound)))
+	assert.Len(t, e.writesOf(waiting), 2, "%v", describe(e.writesOf(waiting)))
+}
+
+// TestSchedulerConflictReleasesReservationAndRetries makes the scheduler lose
+// a real race: just before its first binding goes out, another writer
+// changes the Run, so the server answers 409 Conflict.
+func TestSchedulerConflictReleasesReservationAndRetries(t *testing.T) {
+	e := newSchedulerEnv(t)
+	e.createRuntime("bash", 1)
+	a := e.candidatePod("a", "bash")
+	e.createRun("r1", "bash")
+	e.createRun("r2", "bash")
+
+	var racing atomic.Bool
+	type race struct {
+		run string // whose binding lost the race
+		err error
+	}
+	raced := make(chan race, 1)
+	e.writes.before = func(w apiWrite) {
+		if w.Resource != "runs/status" || !racing.CompareAndSwap(false, true) {
+			return
+		}
+		runs := e.client.KruntimesV1alpha1().Runs(e.ns)
+		current, err := runs.Get(e.ctx, w.Name, metav1.GetOptions{})
+		if err == nil {
+			current.Labels = map[string]string{"raced": "yes"}
+			_, err = runs.Update(e.ctx, current, metav1.UpdateOptions{})
+		}
+		raced <- race{run: w.Name, err: err}
+	}
+	e.start(1)
+
+	var r race
+	select {
+	case r = <-raced:
+	case <-e.ctx.Done():
+		t.Fatal("the scheduler wrote nothing")
+	case <-time.After(framework.ShortTimeout):
+		t.Fatal("the scheduler wrote nothing")
+	}
+	require.NoError(t, r.err, "racing the scheduler")
+	loser := r.run
+	e.waitForWrites("r1", 1)
+	e.waitForWrites("r2", 1)
+	other := map[string]string{"r1": "r2", "r2": "r1"}[loser]
+
+	// The refused binding held no slot: the other Run, synced next, got it.
+	writes := e.writesOf(other)
+	require.Len(t, writes, 1, "%v", describe(writes))
+	got := runOf(t, writes[0])
+	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
+	assert.Equal(t, a.Name, got.Status.AssignedPod)
+
+	// The conflict reached the queue, which retried from the newer copy.
+	e.waitForWrites(loser, 2)
+	e.settle()
+	writes = e.writesOf(loser)
+	require.Len(t, writes, 2, "%v", describe(writes))
+	assert.Equal(t, 409, writes[0].Code, "the binding lost the race")
+	first := decode[v1alpha1.Run](t, writes[0])
+	assert.Equal(t, lifecycle.Scheduled, first.Status.Phase)
+	retried := runOf(t, writes[1])
+	assert.NotEqual(t, first.ResourceVersion, retried.ResourceVersion, "the retry starts from the Run the informer saw next")
+	assert.Equal(t, lifecycle.Pending, retried.Status.Phase, "the slot went to %s meanwhile", other)
+	cond := apimeta.FindStatusCondition(retried.Status.Conditions, lifecycle.ConditionScheduled)
+	require.NotNil(t, cond)
+	assert.Equal(t, lifecycle.ReasonNoCapacity, cond.Reason)
+}
+
+func TestSchedulerWritesUnschedulableOnlyWhenItChanges(t *testing.T) {
+	e := newSchedulerEnv(t)
+	clock := testingclock.NewFakeClock(time.Now())
+	e.createRuntime("bash", 1)
+	e.createRun("r", "bash")
+	e.start(1, scheduler.WithClock(clock))
+
+	writes := e.waitForWrites("r", 1)
+	got := runOf(t, writes[0])
+	assert.Equal(t, lifecycle.Pending, got.Status.Phase)
+	assert.Contains(t, got.Status.Message, "no Pods yet")
+	e.settle()
+
+	// A minute later something about the Run changes, but not why it
+	// cannot be placed.
+	attempts := schedulingAttempts(t, "no_capacity")
+	clock.Step(time.Minute)
+	e.update("r", func(r *v1alpha1.Run) { r.Labels = map[string]string{"touched": "yes"} })
+	e.settle()
+	assert.Greater(t, schedulingAttempts(t, "no_capacity"), attempts, "the Run was examined again")
+	assert.Len(t, e.writesOf("r"), 1, "nothing changed, nothing written: %v", describe(e.writesOf("r")))
+}
+
+func TestSchedulerRunOfMissingRuntime(t *testing.T) {
+	e := newSchedulerEnv(t)
+	e.createRun("r", "missing")
+	e.start(1)
+
+	e.waitForWrites("r", 1)
+	e.settle()
+	writes := e.writesOf("r")
+	require.Len(t, writes, 1, "%v", describe(writes))
+	got := runOf(t, writes[0])
+	assert.Equal(t, lifecycle.Pending, got.Status.Phase)
+	cond := apimeta.FindStatusCondition(got.Status.Conditions, lifecycle.ConditionScheduled)
+	require.NotNil(t, cond)
+	assert.Equal(t, lifecycle.ReasonRuntimeNotFound, cond.Reason)
+	assert.Contains(t, got.Status.Message, `"missing"`)
+}
+
+func TestSchedulerCancelsRunAskedToCancelWhilePending(t *testing.T) {
+	e := newSchedulerEnv(t)
+	e.createRuntime("bash", 1)
+	e.candidatePod("a", "bash")
+	e.createRun("r", "bash", func(r *v1alpha1.Run) { r.Spec.CancelRequested = true })
+	e.start(1)
+
+	e.waitForWrites("r", 1)
+	e.settle()
+	writes := e.writesOf("r")
+	require.Len(t, writes, 1, "cancelled, never bound: %v", describe(writes))
+	got := runOf(t, writes[0])
+	assert.Equal(t, lifecycle.Cancelled, got.Status.Phase)
+	assert.NotNil(t, got.Status.CompletionTime)
+	assert.Empty(t, got.Status.AssignedPod)
+	cond := apimeta.FindStatusCondition(got.Status.Conditions, lifecycle.ConditionCompleted)
+	require.NotNil(t, cond)
+	assert.Equal(t, metav1.ConditionTrue, cond.Status)
+	assert.Equal(t, lifecycle.ReasonCancelled, cond.Reason)
+}
+
+func TestSchedulerRespectsRetryBackoff(t *testing.T) {
+	e := newSchedulerEnv(t)
+	// Whole seconds: the condition's transition time is stored as such.
+	now := time.Now().Truncate(time.Second)
+	clock := testingclock.NewFakeClock(now)
+	e.createRuntime("bash", 1)
+	a := e.candidatePod("a", "bash")
+	// Attempt 1 ran on a and failed; runtimed sent the Run back to Pending.
+	e.createRun("r", "bash")
+	e.setStatus("r", bindTo(a))
+	e.setStatus("r", toRunning)
+	run := e.setStatus("r", func(s *v1alpha1.RunStatus) {
+		s.Phase = lifecycle.Pending
+		s.Attempt = 2
+		s.AssignedPod, s.AssignedPodUID = "", ""
+		s.ScheduledTime, s.StartTime = nil, nil
+		apimeta.SetStatusCondition(&s.Conditions, metav1.Condition{
+			Type: lifecycle.ConditionScheduled, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonRetrying,
+			Message: "attempt 1 of 2 failed", LastTransitionTime: metav1.NewTime(now),
+		})
+	})
+	// Attempt 1 failed, so the default backoff is one second.
+	require.Equal(t, now.Add(time.Second), retry.NotBefore(run))
+	e.start(1, scheduler.WithClock(clock))
+
+	e.settle()
+	assert.Empty(t, e.writesOf("r"), "not bound before retry.NotBefore")
+
+	clock.Step(2 * time.Second)
+	writes := e.waitForWrites("r", 1)
+	got := runOf(t, writes[0])
+	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
+	assert.Equal(t, a.Name, got.Status.AssignedPod)
+	assert.Equal(t, int32(2), got.Status.Attempt)
+}
+
+// TestSchedulerReleasingCapacityWakesPendingRunsOfThatRuntime watches which
+// Runs the scheduler examines, through its attempts metric, as capacity is
+// held and released.
+func TestSchedulerReleasingCapacityWakesPendingRunsOfThatRuntime(t *testing.T) {
+	// A woken Run is bound within wakeTimeout; one nobody woke waits for
+	// the scheduler's periodic re-check, 30s after it was last examined.
+	const wakeTimeout = 10 * time.Second
+	e := newSchedulerEnv(t)
+	e.createRuntime("bash", 1)
+	e.createRuntime("python", 1)
+	a := e.candidatePod("a", "bash")
+	e.runningOn("running", "bash", a)
+	e.createRun("waiting", "bash")
+	e.createRun("other", "python")
+	e.start(1)
+
+	for _, name := range []string{"waiting", "other"} {
+		got := runOf(t, e.waitForWrites(name, 1)[0])
+		assert.Equal(t, lifecycle.ReasonNoCapacity, scheduledReason(got), name)
+	}
+	e.settle()
+	noCapacity := schedulingAttempts(t, "no_capacity")
+	examined := func() float64 { return schedulingAttempts(t, "no_capacity") - noCapacity }
+
+	e.update("running", func(r *v1alpha1.Run) { r.Labels = map[string]string{"touched": "yes"} })
+	e.settle()
+	assert.Zero(t, examined(), "no capacity released, nobody woken")
+
+	const finalizer = "e2e.kruntimes.io/hold"
+	e.update("running", func(r *v1alpha1.Run) { r.Finalizers = append(r.Finalizers, finalizer) })
+	require.NoError(t, e.client.KruntimesV1alpha1().Runs(e.ns).Delete(e.ctx, "running", metav1.DeleteOptions{}))
+	e.settle()
+	assert.Zero(t, examined(), "a deleting Run with a finalizer still holds its slot")
+	assert.Len(t, e.writesOf("waiting"), 1)
+
+	// Its deletion releases the slot and wakes the Pending Runs of bash
+	// only, well before the periodic re-check (30s) would.
+	e.update("running", func(r *v1alpha1.Run) { r.Finalizers = nil })
+	got := runOf(t, e.waitForWritesWithin("waiting", 2, wakeTimeout)[1])
+	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
+	assert.Equal(t, a.Name, got.Status.AssignedPod)
+	e.settle()
+	assert.Zero(t, examined(), "the python Run was not woken")
+
+	// A Run finishing releases its slot too.
+	e.createRun("next", "bash")
+	e.waitForWrites("next", 1)
+	e.settle()
+	noCapacity = schedulingAttempts(t, "no_capacity")
+	run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, "waiting", metav1.GetOptions{})
+	require.NoError(t, err)
+	finishRun(e.ctx, t, e.client, run)
+	got = runOf(t, e.waitForWritesWithin("next", 2, wakeTimeout)[1])
+	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
+	assert.Equal(t, a.Name, got.Status.AssignedPod)
+	e.settle()
+	assert.Zero(t, examined(), "the python Run was not woken")
+	assert.Len(t, e.writesOf("other"), 1)
+}
