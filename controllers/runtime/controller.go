@@ -60,7 +60,8 @@ type Controller struct {
 
 // New returns a controller fed by the given informers. The kube informers
 // may be filtered to objects labelled kruntimes.io/runtime: everything this
-// controller creates carries that label.
+// controller creates carries that label, and create tells an unlabelled
+// object in the way from one the informers have not caught up with.
 func New(ctx context.Context,
 	runtimeInformer informers.RuntimeInformer,
 	deploymentInformer appsinformers.DeploymentInformer,
@@ -277,8 +278,8 @@ func (c *Controller) syncServiceAccount(ctx context.Context, rt *v1alpha1.Runtim
 	want := newServiceAccount(rt)
 	existing, err := c.serviceAccounts.ServiceAccounts(rt.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
-		_, err = c.kubeClient.CoreV1().ServiceAccounts(rt.Namespace).Create(ctx, want, metav1.CreateOptions{})
-		return c.created(ctx, rt, "ServiceAccount", want.Name, err)
+		_, err = create(ctx, c, rt, "ServiceAccount", want, c.kubeClient.CoreV1().ServiceAccounts(rt.Namespace))
+		return err
 	}
 	if err != nil {
 		return err
@@ -290,8 +291,8 @@ func (c *Controller) syncRole(ctx context.Context, rt *v1alpha1.Runtime) error {
 	want := newRole(rt)
 	existing, err := c.roles.Roles(rt.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
-		_, err = c.kubeClient.RbacV1().Roles(rt.Namespace).Create(ctx, want, metav1.CreateOptions{})
-		return c.created(ctx, rt, "Role", want.Name, err)
+		_, err = create(ctx, c, rt, "Role", want, c.kubeClient.RbacV1().Roles(rt.Namespace))
+		return err
 	}
 	if err != nil {
 		return err
@@ -313,8 +314,8 @@ func (c *Controller) syncRoleBinding(ctx context.Context, rt *v1alpha1.Runtime) 
 	bindings := c.kubeClient.RbacV1().RoleBindings(rt.Namespace)
 	existing, err := c.roleBindings.RoleBindings(rt.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
-		_, err = bindings.Create(ctx, want, metav1.CreateOptions{})
-		return c.created(ctx, rt, "RoleBinding", want.Name, err)
+		_, err = create(ctx, c, rt, "RoleBinding", want, bindings)
+		return err
 	}
 	if err != nil {
 		return err
@@ -348,8 +349,8 @@ func (c *Controller) syncDeployment(ctx context.Context, rt *v1alpha1.Runtime) (
 	deployments := c.kubeClient.AppsV1().Deployments(rt.Namespace)
 	existing, err := c.deployments.Deployments(rt.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {
-		created, err := deployments.Create(ctx, want, metav1.CreateOptions{})
-		if err := c.created(ctx, rt, "Deployment", want.Name, err); err != nil {
+		created, err := create(ctx, c, rt, "Deployment", want, deployments)
+		if err != nil {
 			return nil, err
 		}
 		return created, nil
@@ -400,17 +401,35 @@ func deploymentNeedsUpdate(existing, want *appsv1.Deployment) bool {
 	return false
 }
 
-func (c *Controller) created(ctx context.Context, rt *v1alpha1.Runtime, kind, name string, err error) error {
+// createGetter is what create needs of a typed client.
+type createGetter[T metav1.Object] interface {
+	Create(context.Context, T, metav1.CreateOptions) (T, error)
+	Get(context.Context, string, metav1.GetOptions) (T, error)
+}
+
+// create creates want, an object of rt's pool the informer does not have,
+// and returns it as the server has it. AlreadyExists means either the
+// informer has not caught up or someone else's object holds the name
+// without the kruntimes.io/runtime label, which the informers never see:
+// only a live read tells them apart. That is rare, so it is not cached.
+func create[T metav1.Object](ctx context.Context, c *Controller, rt *v1alpha1.Runtime, kind string, want T, client createGetter[T]) (T, error) {
+	name := want.GetName()
+	obj, err := client.Create(ctx, want, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		// The informer has not caught up; the add event requeues the Runtime.
-		return nil
+		obj, err = client.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			// Not found: deleted since; the retry creates it.
+			return obj, fmt.Errorf("reading %s %s/%s, which already exists: %w", kind, rt.Namespace, name, err)
+		}
+		// Ours: the informer's add event requeues the Runtime.
+		return obj, checkOwned(rt, kind, obj)
 	}
 	if err != nil {
-		return fmt.Errorf("creating %s %s/%s: %w", kind, rt.Namespace, name, err)
+		return obj, fmt.Errorf("creating %s %s/%s: %w", kind, rt.Namespace, name, err)
 	}
 	klog.FromContext(ctx).V(2).Info("Created", "kind", kind, "name", name)
 	c.recorder.Eventf(rt, corev1.EventTypeNormal, eventCreated, "Created %s %s", kind, name)
-	return nil
+	return obj, nil
 }
 
 func (c *Controller) updated(ctx context.Context, rt *v1alpha1.Runtime, kind, name string, err error) error {

@@ -237,11 +237,27 @@ func TestRuntimeControllerCreatesPoolThenWritesNothingMore(t *testing.T) {
 }
 
 func TestRuntimeControllerReportsForeignDeploymentAndLeavesIt(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		labels map[string]string
+	}{
+		// The controller's informers see it: the conflict shows in the cache.
+		{name: "labelled as a pool", labels: map[string]string{lifecycle.LabelRuntime: "bash", "app": "foreign"}},
+		// Its informers never see it: only creating the Deployment finds it.
+		{name: "unlabelled", labels: map[string]string{"app": "foreign"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			testForeignDeployment(t, tc.labels)
+		})
+	}
+}
+
+// testForeignDeployment has someone else's Deployment, labelled with labels,
+// hold the name of Runtime bash's.
+func testForeignDeployment(t *testing.T, labels map[string]string) {
 	e := newRuntimeControllerEnv(t)
 	name := runtimepod.DeploymentName("bash")
-	// Someone else's Deployment of that name, labelled as a pool: the
-	// controller's informers see only labelled objects.
-	labels := map[string]string{lifecycle.LabelRuntime: "bash", "app": "foreign"}
+	_, visible := labels[lifecycle.LabelRuntime]
 	foreign, err := e.kube.AppsV1().Deployments(e.ns).Create(e.ctx, &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
@@ -265,12 +281,26 @@ func TestRuntimeControllerReportsForeignDeploymentAndLeavesIt(t *testing.T) {
 	assert.Equal(t, metav1.ConditionFalse, readyCondition(got).Status)
 	assert.Contains(t, readyCondition(got).Message, "delete or rename it")
 	e.settle()
+	var creates int
 	for _, w := range e.kubeWrites.Since(0, poolOf("bash")) {
-		assert.NotEqual(t, "deployments", w.Resource, "the foreign Deployment is not taken: %s", w)
+		if w.Resource != "deployments" {
+			continue
+		}
+		// Unseen, it can only be found by trying to create the Deployment,
+		// which the server refuses: that changes nothing.
+		if !visible && w.Verb == "create" && w.Code == http.StatusConflict {
+			creates++
+			continue
+		}
+		assert.Fail(t, "the foreign Deployment is not taken", "%s (%d)", w, w.Code)
+	}
+	if !visible {
+		assert.Positive(t, creates, "the controller tried to create its Deployment")
 	}
 	d, err := e.kube.AppsV1().Deployments(e.ns).Get(e.ctx, name, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, foreign.ResourceVersion, d.ResourceVersion, "the foreign Deployment is untouched")
+	assert.Equal(t, foreign.UID, d.UID)
 
 	err = wait.PollUntilContextTimeout(e.ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
 		events, err := e.kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{})
