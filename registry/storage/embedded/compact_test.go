@@ -91,3 +91,62 @@ func TestTTLSurvivesRestart(t *testing.T) {
 	assert.Equal(t, "ADDED", string(nextEvent(t, w).Type))
 	assert.Equal(t, "DELETED", string(nextEvent(t, w).Type), "the TTL is enforced after a restart")
 }
+
+// TestReopenAfterCompactingTrailingDeletions: compaction at the committed
+// revision removes the history entries of the deletions just before it, so
+// the newest history entry is older than the committed revision. That file
+// is sound and must open (it once was refused as corrupt after an idle
+// period following a DeleteCollection).
+func TestReopenAfterCompactingTrailingDeletions(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b, err := Open(dir, Options{CompactionInterval: -1, NoSync: true})
+	require.NoError(t, err)
+	s := podStore(t, b)
+	createPod(ctx, t, s, "ns", "kept", "Running")
+	for i := range 3 {
+		name := fmt.Sprintf("gone%d", i)
+		createPod(ctx, t, s, "ns", name, "Pending")
+		require.NoError(t, s.Delete(ctx, "/pods/ns/"+name, &example.Pod{}, nil, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{}))
+	}
+	rev := b.CurrentRevision()
+	require.NoError(t, b.Compact(ctx, rev))
+	require.NoError(t, b.Close())
+
+	b, err = Open(dir, Options{CompactionInterval: -1, NoSync: true})
+	require.NoError(t, err, "a compacted file is not corrupt")
+	t.Cleanup(func() { _ = b.Close() })
+	assert.Equal(t, rev, b.CurrentRevision(), "the revision survives the compaction of its history entry")
+	s = podStore(t, b)
+	list := &example.PodList{}
+	require.NoError(t, s.GetList(ctx, "/pods/", storage.ListOptions{Predicate: storage.Everything, Recursive: true}, list))
+	require.Len(t, list.Items, 1)
+	assert.Equal(t, "kept", list.Items[0].Name)
+
+	w, err := s.Watch(ctx, "/pods/", storage.ListOptions{ResourceVersion: fmt.Sprint(rev), Predicate: storage.Everything, Recursive: true})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	createPod(ctx, t, s, "ns", "next", "Pending")
+	ev := nextEvent(t, w)
+	assert.Equal(t, "ADDED", string(ev.Type))
+	assert.Equal(t, fmt.Sprint(rev+1), ev.Object.(*example.Pod).ResourceVersion, "revisions continue after the compacted one")
+}
+
+// TestTruncatedHistoryIsRefused: history entries missing above the
+// compacted revision mean a damaged file.
+func TestTruncatedHistoryIsRefused(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	b, err := Open(dir, Options{CompactionInterval: -1, NoSync: true})
+	require.NoError(t, err)
+	s := podStore(t, b)
+	createPod(ctx, t, s, "ns", "a", "Pending")
+	setPhase(ctx, t, s, "ns", "a", "Running")
+	rev := b.CurrentRevision()
+	require.NoError(t, b.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketLog).Delete(encodeUint(rev)) }))
+	require.NoError(t, b.Close())
+
+	_, err = Open(dir, Options{CompactionInterval: -1, NoSync: true})
+	require.ErrorContains(t, err, "kruntimes.db")
+	assert.ErrorContains(t, err, "history")
+}

@@ -235,8 +235,16 @@ func (b *Backend) initOrCheck(existed bool) (err error) {
 			if !ok || compact > rev {
 				return corrupt("invalid compaction record")
 			}
-			if k, _ := tx.Bucket(bucketLog).Cursor().Last(); k != nil && binary.BigEndian.Uint64(k) != rev {
-				return corrupt("last history revision %d does not match committed revision %d", binary.BigEndian.Uint64(k), rev)
+			// The newest history entry is the committed revision, unless a
+			// compaction at the committed revision removed the entries of
+			// the deletions (and superseded writes) just before it. A new
+			// file has revision 1 and no history.
+			last := uint64(1)
+			if k, _ := tx.Bucket(bucketLog).Cursor().Last(); k != nil {
+				last = binary.BigEndian.Uint64(k)
+			}
+			if last > rev || (last < rev && compact < rev) {
+				return corrupt("last history revision %d does not match committed revision %d (compacted up to %d)", last, rev, compact)
 			}
 			b.rev.Store(rev)
 			b.compactRev.Store(compact)
