@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Regenerates deepcopy, defaults, conversion, OpenAPI, clientset, listers,
-# informers and applyconfigurations from the types under apis/.
+# Regenerates deepcopy, defaults, conversion, protobuf, OpenAPI, clientset,
+# listers, informers and applyconfigurations from the types under apis/.
 set -o errexit
 set -o nounset
 set -o pipefail
@@ -23,6 +23,55 @@ KUBE_CODEGEN_READONLY_PKGS+=(k8s.io/api/core/v1)
 kube::codegen::gen_helpers \
     --boilerplate "${BOILERPLATE}" \
     "${ROOT}/apis"
+
+# Protobuf encoding (generated.proto, generated.pb.go) for the versioned API
+# packages, as Kubernetes' built-in types have it. go-to-protobuf writes
+# generated.proto next to the Go sources but runs protoc on
+# <output-dir>/<import path>, writing generated.pb.go there, i.e. it expects a
+# GOPATH-like tree. Build one in a scratch dir: this module is linked in
+# under its path, and the .proto files of the packages we only reference are
+# copied from the read-only module cache.
+# protoc comes from the system; hack/install-protoc.sh installs it if missing.
+command -v protoc >/dev/null 2>&1 || "${ROOT}/hack/install-protoc.sh"
+PROTO_PKGS=(kruntimes.io/kruntimes/apis/kruntimes/v1alpha1)
+PROTO_DEPS=(
+    k8s.io/apimachinery/pkg/util/intstr
+    k8s.io/apimachinery/pkg/api/resource
+    k8s.io/apimachinery/pkg/runtime/schema
+    k8s.io/apimachinery/pkg/runtime
+    k8s.io/apimachinery/pkg/apis/meta/v1
+    k8s.io/api/core/v1
+)
+(
+    # Pinned by the code-generator module: the generator, its protoc plugin
+    # and the goimports it runs on the result.
+    cd "${CODEGEN_PKG}"
+    GO111MODULE=on go install k8s.io/code-generator/cmd/go-to-protobuf \
+        k8s.io/code-generator/cmd/go-to-protobuf/protoc-gen-gogo
+    # goimports' own module pins its dependencies (x/telemetry), which the
+    # code-generator module does not carry; install that exact version.
+    tools_version="$(go list -m -f '{{.Version}}' golang.org/x/tools)"
+    (cd / && GO111MODULE=on GOFLAGS= go install "golang.org/x/tools/cmd/goimports@${tools_version}")
+)
+GOGO_DIR="$(cd "${CODEGEN_PKG}" && go list -m -f '{{.Dir}}' github.com/gogo/protobuf)"
+PROTO_SCRATCH="$(mktemp -d)"
+trap 'rm -rf "${PROTO_SCRATCH}"' EXIT
+PROTO_OUT="${PROTO_SCRATCH}/src"
+for pkg in "${PROTO_DEPS[@]}"; do
+    mkdir -p "${PROTO_OUT}/${pkg}"
+    cp "$(go list -f '{{.Dir}}' "${pkg}")/generated.proto" "${PROTO_OUT}/${pkg}/"
+done
+mkdir -p "${PROTO_OUT}/github.com/gogo/protobuf/gogoproto"
+cp "${GOGO_DIR}/gogoproto/gogo.proto" "${PROTO_OUT}/github.com/gogo/protobuf/gogoproto/"
+chmod -R u+w "${PROTO_OUT}"
+mkdir -p "$(dirname "${PROTO_OUT}/${MODULE}")"
+ln -s "${ROOT}" "${PROTO_OUT}/${MODULE}"
+PATH="${GOBIN}:${PATH}" "${GOBIN}/go-to-protobuf" \
+    --go-header-file "${BOILERPLATE}" \
+    --output-dir "${PROTO_OUT}" \
+    --proto-import "${GOGO_DIR}/protobuf" \
+    --apimachinery-packages "$(printf -- '-%s,' "${PROTO_DEPS[@]}" | sed 's/,$//')" \
+    --packages "$(IFS=,; echo "${PROTO_PKGS[*]}")"
 
 kube::codegen::gen_openapi \
     --output-dir "${ROOT}/apiserver/openapi" \

@@ -63,6 +63,9 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 	o.Storage = NewStorageOptions(o.RecommendedOptions.Etcd)
 	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
+	// Store objects as protobuf, as kube-apiserver does; --storage-media-type
+	// overrides it. Objects are read back in any encoding (see storageCodec).
+	o.RecommendedOptions.Etcd.DefaultStorageMediaType = runtime.ContentTypeProtobuf
 	_, _ = o.ComponentGlobalsRegistry.ComponentGlobalsOrRegister(basecompatibility.DefaultKubeComponent,
 		basecompatibility.NewEffectiveVersionFromString(baseversion.DefaultKubeBinaryVersion, "", ""),
 		utilfeature.DefaultMutableFeatureGate)
@@ -163,10 +166,18 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 
 	embeddedBackend := o.Storage.Backend() == BackendEmbedded
 	etcd := o.RecommendedOptions.Etcd
+	// The generic options pass StorageConfig.Codec through unchanged (only
+	// kube-apiserver's storage factory honours --storage-media-type), so
+	// both backends get a codec for it here.
+	codec, encodeVersioner, err := storageCodec(etcd.DefaultStorageMediaType)
+	if err != nil {
+		return nil, nil, err
+	}
+	etcd.StorageConfig.Codec, etcd.StorageConfig.EncodeVersioner = codec, encodeVersioner
 	if embeddedBackend {
 		o.RecommendedOptions.Etcd = nil
 	}
-	err := o.RecommendedOptions.ApplyTo(serverConfig)
+	err = o.RecommendedOptions.ApplyTo(serverConfig)
 	o.RecommendedOptions.Etcd = etcd
 	if err != nil {
 		return nil, nil, err

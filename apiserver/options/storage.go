@@ -4,7 +4,13 @@ import (
 	"fmt"
 
 	"github.com/spf13/pflag"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
+	serverstorage "k8s.io/apiserver/pkg/server/storage"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apiserver"
 )
 
 // Storage backends.
@@ -45,6 +51,11 @@ func (o *StorageOptions) AddFlags(fs *pflag.FlagSet) {
 
 // Validate checks the storage flags.
 func (o *StorageOptions) Validate() []error {
+	// The etcd options check --storage-media-type only when etcd is the
+	// backend; it applies to both.
+	if _, _, err := storageCodec(o.Etcd.DefaultStorageMediaType); err != nil {
+		return []error{fmt.Errorf("--storage-media-type: %w", err)}
+	}
 	switch o.Backend() {
 	case BackendEmbedded:
 		if o.Path == "" {
@@ -55,4 +66,18 @@ func (o *StorageOptions) Validate() []error {
 		return []error{fmt.Errorf("--storage-backend=%q is not supported: use %q or %q", o.Backend(), BackendEmbedded, BackendEtcd3)}
 	}
 	return nil
+}
+
+// storageCodec writes objects to storage as v1alpha1 in mediaType
+// (--storage-media-type) and reads them back into the internal version from
+// any encoding the apiserver speaks (JSON, YAML, protobuf, CBOR), so data
+// written with another --storage-media-type stays readable and is rewritten
+// in mediaType on its next update.
+func storageCodec(mediaType string) (runtime.Codec, runtime.GroupVersioner, error) {
+	return serverstorage.NewStorageCodec(serverstorage.StorageCodecConfig{
+		StorageMediaType:  mediaType,
+		StorageSerializer: apiserver.Codecs,
+		StorageVersion:    v1alpha1.SchemeGroupVersion,
+		MemoryVersion:     schema.GroupVersion{Group: v1alpha1.GroupName, Version: runtime.APIVersionInternal},
+	})
 }

@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -52,6 +53,10 @@ func (o *options) Run(ctx context.Context) error {
 	}
 	restConfig.UserAgent = "runtimed/" + o.PodName
 	restConfig.QPS, restConfig.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	// Protobuf on the wire, as Kubernetes' own components: every event of
+	// runtimed's watch is decoded, at a tenth of JSON's cost.
+	restConfig.ContentType = runtime.ContentTypeProtobuf
+	restConfig.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	kube, err := kubernetes.NewForConfig(restConfig)
 	if err != nil {
 		return err

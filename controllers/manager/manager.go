@@ -136,9 +136,14 @@ func New(cfg Config) (*Manager, error) {
 	return &Manager{cfg: cfg, kube: kube, kruntimes: kr}, nil
 }
 
-// clientConfig raises c's client-side rate limit to at least qps and burst.
+// clientConfig raises c's client-side rate limit to at least qps and burst,
+// and makes its clients prefer protobuf.
 func clientConfig(c *rest.Config, qps float32, burst int) *rest.Config {
 	c = rest.AddUserAgent(rest.CopyConfig(c), userAgent)
+	// Protobuf on the wire, as Kubernetes' own controllers: a tenth of
+	// JSON's decode cost, on the scheduler's hot path.
+	c.ContentType = runtime.ContentTypeProtobuf
+	c.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	if c.QPS < qps {
 		c.QPS = qps
 	}

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -113,6 +114,9 @@ func run(ctx context.Context, o options) error {
 		return err
 	}
 	config.QPS, config.Burst = 5000, 5000
+	// Protobuf, as kruntimes' own components use.
+	config.ContentType = runtime.ContentTypeProtobuf
+	config.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	client, err := versioned.NewForConfig(config)
 	if err != nil {
 		return err
