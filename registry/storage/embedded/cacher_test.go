@@ -6,8 +6,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/apitesting"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
@@ -18,9 +20,11 @@ import (
 	"k8s.io/apiserver/pkg/apis/example"
 	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
 	"k8s.io/apiserver/pkg/storage"
+	etcdfeature "k8s.io/apiserver/pkg/storage/feature"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 )
 
 // The suite again, through StorageDecorator with the watch cache on: what
@@ -303,4 +307,31 @@ func TestCachedReadAtRevisionOfAnotherResource(t *testing.T) {
 	}, list))
 	require.Len(t, list.Items, 1)
 	require.Equal(t, fmt.Sprint(otherRev), list.ResourceVersion)
+}
+
+// TestWatchListServedByCache: a watch-list (what client-go informers open)
+// is served by the watch cache, not by a store watcher of its own that
+// decodes every event; the cache allows it only because progress.go tells
+// the feature checker that this store answers progress requests.
+func TestWatchListServedByCache(t *testing.T) {
+	ctx, s, _ := cachedTestSetup(t)
+	require.True(t, etcdfeature.DefaultFeatureSupportChecker.Supports(storage.RequestWatchProgress))
+	createPod(ctx, t, s, "ns", "a", "Running")
+
+	pred := storage.Everything
+	pred.AllowWatchBookmarks = true
+	w, err := s.Watch(ctx, "/pods/", storage.ListOptions{Recursive: true, SendInitialEvents: ptr.To(true), Predicate: pred})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	_, fromStore := w.(*watchChan)
+	assert.False(t, fromStore, "the watch-list went to the store")
+
+	ev := nextEvent(t, w)
+	require.Equal(t, watch.Added, ev.Type)
+	assert.Equal(t, "a", ev.Object.(*example.Pod).Name)
+	ev = nextEvent(t, w)
+	require.Equal(t, watch.Bookmark, ev.Type)
+	meta, err := apimeta.Accessor(ev.Object)
+	require.NoError(t, err)
+	assert.Equal(t, "true", meta.GetAnnotations()[metav1.InitialEventsAnnotationKey], "the initial events end with their bookmark")
 }
