@@ -10,20 +10,15 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
-	"k8s.io/apimachinery/pkg/api/apitesting"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/apis/example"
-	examplev1 "k8s.io/apiserver/pkg/apis/example/v1"
 	"k8s.io/apiserver/pkg/storage"
-	"k8s.io/apiserver/pkg/storage/storagebackend"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -50,24 +45,8 @@ func podAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
 func benchStore(b *testing.B, opts Options) (context.Context, storage.Interface, *Backend) {
 	b.Helper()
 	backend := openTestBackend(b, opts)
-	config := storagebackend.NewDefaultConfig("", apitesting.TestCodec(codecs, examplev1.SchemeGroupVersion)).ForResource(schema.GroupResource{Resource: "pods"})
-	s, destroy, err := backend.StorageDecorator()(config, "/pods/",
-		func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) },
-		func() runtime.Object { return &example.Pod{} },
-		func() runtime.Object { return &example.PodList{} },
-		podAttrs,
-		storage.IndexerFuncs{"spec.nodeName": func(obj runtime.Object) string { return obj.(*example.Pod).Spec.NodeName }},
-		&cache.Indexers{
-			"f:spec.nodeName":      func(obj interface{}) ([]string, error) { return []string{obj.(*example.Pod).Spec.NodeName}, nil },
-			"f:metadata.namespace": func(obj interface{}) ([]string, error) { return []string{obj.(*example.Pod).Namespace}, nil },
-		})
-	require.NoError(b, err)
-	b.Cleanup(destroy)
-	ctx := context.Background()
-	require.NoError(b, wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		return s.ReadinessCheck() == nil, nil
-	}))
-	return ctx, s, backend
+	keyFunc := func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) }
+	return context.Background(), decoratedPodStore(b, backend, keyFunc, podAttrs), backend
 }
 
 // precreate seeds pods from many goroutines so group commit amortizes the

@@ -53,27 +53,35 @@ func cachedTestSetup(t *testing.T, opts ...func(*cachedSetup)) (context.Context,
 		opt(&o)
 	}
 	b := openTestBackend(t, Options{NoSync: true, ProgressNotifyInterval: o.progressInterval})
-	config := storagebackend.NewDefaultConfig("", apitesting.TestCodec(codecs, examplev1.SchemeGroupVersion)).ForResource(schema.GroupResource{Resource: "pods"})
 	keyFunc := func(obj runtime.Object) (string, error) { return storage.NamespaceKeyFunc("/pods/", obj) }
 	if o.clusterScoped {
 		keyFunc = func(obj runtime.Object) (string, error) { return storage.NoNamespaceKeyFunc("/pods/", obj) }
 	}
+	return context.Background(), decoratedPodStore(t, b, keyFunc, suitePodAttrs), b
+}
+
+// decoratedPodStore builds b's pods store the way the apiserver does:
+// through StorageDecorator (so with the watch cache unless b's options turn
+// it off), indexing spec.nodeName like the upstream cacher tests, and waits
+// until it is ready.
+func decoratedPodStore(tb testing.TB, b *Backend, keyFunc func(runtime.Object) (string, error), attrs storage.AttrFunc) storage.Interface {
+	tb.Helper()
+	config := storagebackend.NewDefaultConfig("", apitesting.TestCodec(codecs, examplev1.SchemeGroupVersion)).ForResource(schema.GroupResource{Resource: "pods"})
 	s, destroy, err := b.StorageDecorator()(config, "/pods/", keyFunc,
 		func() runtime.Object { return &example.Pod{} },
 		func() runtime.Object { return &example.PodList{} },
-		suitePodAttrs,
+		attrs,
 		storage.IndexerFuncs{"spec.nodeName": func(obj runtime.Object) string { return obj.(*example.Pod).Spec.NodeName }},
 		&cache.Indexers{
 			"f:spec.nodeName":      func(obj interface{}) ([]string, error) { return []string{obj.(*example.Pod).Spec.NodeName}, nil },
 			"f:metadata.namespace": func(obj interface{}) ([]string, error) { return []string{obj.(*example.Pod).Namespace}, nil },
 		})
-	require.NoError(t, err)
-	t.Cleanup(destroy)
-	ctx := context.Background()
-	require.NoError(t, wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+	require.NoError(tb, err)
+	tb.Cleanup(destroy)
+	require.NoError(tb, wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
 		return s.ReadinessCheck() == nil, nil
 	}), "watch cache never became ready")
-	return ctx, s, b
+	return s
 }
 
 func clusterScoped(o *cachedSetup) { o.clusterScoped = true }
