@@ -408,11 +408,23 @@ func TestSchedulerConflictReleasesReservationAndRetries(t *testing.T) {
 	e.waitForWrites(loser, 2)
 	e.settle()
 	writes = e.writesOf(loser)
-	require.Len(t, writes, 2, "%v", describe(writes))
+	require.GreaterOrEqual(t, len(writes), 2, "%v", describe(writes))
 	assert.Equal(t, 409, writes[0].Code, "the binding lost the race")
 	first := decode[v1alpha1.Run](t, writes[0])
 	assert.Equal(t, lifecycle.Scheduled, first.Status.Phase)
-	retried := runOf(t, writes[1])
+	// The racing label change also queues the loser; if that sync runs
+	// before the informer has seen the scheduler's own write, its stale
+	// copy is refused too. Such refusals are allowed, nothing else is.
+	var applied []apiWrite
+	for _, w := range writes[1:] {
+		if w.Applied() {
+			applied = append(applied, w)
+		} else {
+			assert.Equal(t, 409, w.Code, "only a stale copy may be refused: %v", describe(writes))
+		}
+	}
+	require.Len(t, applied, 1, "%v", describe(writes))
+	retried := runOf(t, applied[0])
 	assert.NotEqual(t, first.ResourceVersion, retried.ResourceVersion, "the retry starts from the Run the informer saw next")
 	assert.Equal(t, lifecycle.Pending, retried.Status.Phase, "the slot went to %s meanwhile", other)
 	cond := apimeta.FindStatusCondition(retried.Status.Conditions, lifecycle.ConditionScheduled)
