@@ -17,6 +17,8 @@ type reservation struct {
 	runUID  types.UID
 	podUID  types.UID
 	expires time.Time // zero while the bind is in flight
+	// bound: the server accepted the bind; the informer has not shown it.
+	bound bool
 }
 
 // assumeCache holds reservations, like kube-scheduler's assumed Pods: a
@@ -39,14 +41,24 @@ func (a *assumeCache) assume(runUID, podUID types.UID) {
 	a.byRun[runUID] = reservation{runUID: runUID, podUID: podUID}
 }
 
-// finishBinding starts the reservation's expiry once the bind returned.
-func (a *assumeCache) finishBinding(runUID types.UID, now time.Time) {
+// finishBinding starts the reservation's expiry once the bind returned;
+// bound says whether the server accepted it (false: outcome unknown).
+func (a *assumeCache) finishBinding(runUID types.UID, now time.Time, bound bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if r, ok := a.byRun[runUID]; ok {
-		r.expires = now.Add(assumeTTL)
+		r.expires, r.bound = now.Add(assumeTTL), bound
 		a.byRun[runUID] = r
 	}
+}
+
+// bound reports whether the server accepted runUID's bind and the
+// informer has not caught up yet (within the reservation's lifetime).
+func (a *assumeCache) bound(runUID types.UID, now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.byRun[runUID]
+	return ok && r.bound && !now.After(r.expires)
 }
 
 // forget drops the reservation of runUID: the bind failed, or the informer
@@ -55,6 +67,14 @@ func (a *assumeCache) forget(runUID types.UID) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	delete(a.byRun, runUID)
+}
+
+// holds reports whether runUID holds an unexpired reservation at now.
+func (a *assumeCache) holds(runUID types.UID, now time.Time) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r, ok := a.byRun[runUID]
+	return ok && (r.expires.IsZero() || !now.After(r.expires))
 }
 
 // reservedOn returns the Runs holding reservations on podUID at now, and

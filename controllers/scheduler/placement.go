@@ -100,6 +100,20 @@ type placement struct {
 	message string
 }
 
+// capacityOf is how many Runs each Pod of rt takes at once.
+func capacityOf(rt *v1alpha1.Runtime) int32 {
+	return max(rt.Spec.Capacity.Runs, 1)
+}
+
+// freeSlots counts the slots left on the candidate Pods.
+func freeSlots(loads []podLoad, rt *v1alpha1.Runtime) int {
+	free := 0
+	for _, l := range loads {
+		free += max(int(capacityOf(rt))-l.used, 0)
+	}
+	return free
+}
+
 // choosePod returns the least-loaded candidate with a free slot; ties go to
 // the Pod whose name sorts first, so the choice does not depend on cache
 // order. excluded counts the Pods that were no candidates, by reason.

@@ -219,11 +219,20 @@ func TestAssumeCache(t *testing.T) {
 	assert.ElementsMatch(t, []types.UID{"run-2"}, a.reservedOn("pod-a", testNow))
 
 	// An in-flight bind never expires; a finished one expires after assumeTTL.
-	a.finishBinding("run-2", testNow)
+	a.finishBinding("run-2", testNow, true)
+	assert.True(t, a.bound("run-2", testNow), "accepted by the server, not yet seen")
+	assert.True(t, a.holds("run-2", testNow.Add(assumeTTL-time.Second)))
+	assert.False(t, a.holds("run-2", testNow.Add(assumeTTL+time.Second)), "expired")
+	assert.False(t, a.bound("run-2", testNow.Add(assumeTTL+time.Second)), "expired")
+	assert.True(t, a.holds("run-3", testNow.Add(time.Hour)), "in flight")
+	assert.False(t, a.bound("run-3", testNow), "in flight")
 	assert.Len(t, a.reservedOn("pod-a", testNow.Add(assumeTTL-time.Second)), 1)
 	assert.Empty(t, a.reservedOn("pod-a", testNow.Add(assumeTTL+time.Second)))
 	assert.Len(t, a.reservedOn("pod-b", testNow.Add(time.Hour)), 1, "in-flight bind")
 
 	a.assume("run-3", "pod-a")
 	assert.Empty(t, a.reservedOn("pod-b", testNow), "re-assuming moves the reservation")
+	a.assume("run-4", "pod-a")
+	a.finishBinding("run-4", testNow, false)
+	assert.False(t, a.bound("run-4", testNow), "outcome unknown: the Run is placed again")
 }

@@ -36,9 +36,10 @@ import (
 
 // Indexes the scheduler adds to the Run informer.
 const (
-	// RuntimeIndex keys Runs by <namespace>/<spec.runtime>: releasing
-	// capacity wakes the Pending Runs of one Runtime, not a namespace.
-	RuntimeIndex = "kruntimes.io/runtime"
+	// PendingIndex keys Pending Runs by <namespace>/<spec.runtime>:
+	// releasing capacity wakes the waiting Runs of one Runtime, without
+	// scanning the namespace or the Runtime's finished Runs.
+	PendingIndex = "kruntimes.io/pending"
 	// AssignedPodIndex keys Runs by <namespace>/<status.assignedPod>: a
 	// Pod's usage is read without scanning the namespace.
 	AssignedPodIndex = "kruntimes.io/assigned-pod"
@@ -67,8 +68,9 @@ type Scheduler struct {
 	leases     coordinationlisters.LeaseLister
 	synced     []cache.InformerSynced
 
-	queue   workqueue.TypedRateLimitingInterface[string]
-	assumed *assumeCache
+	queue    workqueue.TypedRateLimitingInterface[string]
+	assumed  *assumeCache
+	arrivals *arrivals
 	// placing serializes choosing a Pod and reserving its slot, so two
 	// workers never give the same slot away; binding runs outside it.
 	placing sync.Mutex
@@ -99,7 +101,7 @@ func New(ctx context.Context,
 ) (*Scheduler, error) {
 	registerMetrics()
 	if err := runInformer.Informer().AddIndexers(cache.Indexers{
-		RuntimeIndex:     runtimeIndexFunc,
+		PendingIndex:     pendingIndexFunc,
 		AssignedPodIndex: assignedPodIndexFunc,
 	}); err != nil {
 		return nil, fmt.Errorf("indexing Runs by Runtime and Pod: %w", err)
@@ -122,8 +124,9 @@ func New(ctx context.Context,
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kruntimes_scheduler"},
 		),
-		assumed: newAssumeCache(),
-		clock:   clock.RealClock{},
+		assumed:  newAssumeCache(),
+		arrivals: newArrivals(),
+		clock:    clock.RealClock{},
 	}
 	for _, opt := range opts {
 		opt(s)
@@ -179,10 +182,13 @@ func (s *Scheduler) Run(ctx context.Context, workers int) {
 	<-ctx.Done()
 }
 
-func runtimeIndexFunc(obj any) ([]string, error) {
+func pendingIndexFunc(obj any) ([]string, error) {
 	run, ok := obj.(*v1alpha1.Run)
 	if !ok {
 		return nil, fmt.Errorf("not a Run: %T", obj)
+	}
+	if !wantsScheduling(run) {
+		return nil, nil
 	}
 	return []string{run.Namespace + "/" + run.Spec.Runtime}, nil
 }
@@ -229,6 +235,7 @@ func (s *Scheduler) addRun(obj any) {
 	if run == nil {
 		return
 	}
+	s.arrivals.see(run.UID)
 	s.observe(run)
 	if wantsScheduling(run) {
 		s.enqueueRun(run)
@@ -244,7 +251,11 @@ func (s *Scheduler) updateRun(oldObj, newObj any) {
 	if wantsScheduling(run) {
 		s.enqueueRun(run)
 	}
-	if holdsCapacity(old) && !(holdsCapacity(run) && run.Status.AssignedPodUID == old.Status.AssignedPodUID) {
+	released := holdsCapacity(old) && !(holdsCapacity(run) && run.Status.AssignedPodUID == old.Status.AssignedPodUID)
+	// A Run that leaves the line without taking a slot (cancelled, being
+	// deleted) may have been the one a younger Run left a free slot to.
+	leftLine := wantsScheduling(old) && !wantsScheduling(run) && run.Status.Phase != lifecycle.Scheduled
+	if released || leftLine {
 		s.wakeRuntime(run.Namespace, run.Spec.Runtime)
 	}
 }
@@ -255,7 +266,8 @@ func (s *Scheduler) deleteRun(obj any) {
 		return
 	}
 	s.assumed.forget(run.UID)
-	if holdsCapacity(run) {
+	s.arrivals.forget(run.UID)
+	if holdsCapacity(run) || wantsScheduling(run) {
 		s.wakeRuntime(run.Namespace, run.Spec.Runtime)
 	}
 }
@@ -265,7 +277,7 @@ func (s *Scheduler) runtimeChanged(obj any) {
 		obj = tombstone.Obj
 	}
 	if rt, ok := obj.(*v1alpha1.Runtime); ok {
-		s.wakeRuntime(rt.Namespace, rt.Name)
+		s.wakeAll(rt.Namespace, rt.Name)
 	}
 }
 
@@ -276,7 +288,7 @@ func (s *Scheduler) runtimeUpdated(oldObj, newObj any) {
 		return
 	}
 	if old.Spec.Capacity != rt.Spec.Capacity || old.UID != rt.UID {
-		s.wakeRuntime(rt.Namespace, rt.Name)
+		s.wakeAll(rt.Namespace, rt.Name)
 	}
 }
 
@@ -285,7 +297,7 @@ func (s *Scheduler) podChanged(obj any) {
 		obj = tombstone.Obj
 	}
 	if pod, ok := obj.(*corev1.Pod); ok {
-		s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+		s.wakeAll(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
 	}
 }
 
@@ -300,7 +312,7 @@ func (s *Scheduler) podUpdated(oldObj, newObj any) {
 	if old.Status.Phase != pod.Status.Phase || podReady(old) != podReady(pod) ||
 		(old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) ||
 		old.Labels[lifecycle.LabelRuntime] != pod.Labels[lifecycle.LabelRuntime] {
-		s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+		s.wakeAll(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
 	}
 }
 
@@ -323,23 +335,43 @@ func (s *Scheduler) leaseUpdated(oldObj, newObj any) {
 	if err != nil {
 		return
 	}
-	s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+	s.wakeAll(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
 }
 
-// wakeRuntime queues the Pending Runs of one Runtime.
+// wakeAll queues every waiting Run of one Runtime, oldest first: its Pods
+// or its spec changed, which may change what each Run waits for.
+func (s *Scheduler) wakeAll(namespace, runtime string) {
+	if runtime == "" {
+		return
+	}
+	runs := s.pending(namespace, runtime)
+	for _, run := range s.oldest(runs, len(runs)) {
+		s.enqueueRun(run)
+	}
+}
+
+// wakeRuntime queues as many of the Runtime's oldest waiting Runs as it has
+// free slots: a released slot costs one placement, not one per waiting Run.
 func (s *Scheduler) wakeRuntime(namespace, runtime string) {
 	if runtime == "" {
 		return
 	}
-	objs, err := s.runIndexer.ByIndex(RuntimeIndex, namespace+"/"+runtime)
-	if err != nil {
+	now := s.clock.Now()
+	if len(s.pending(namespace, runtime)) == 0 {
 		return
 	}
-	for _, obj := range objs {
-		if run, ok := obj.(*v1alpha1.Run); ok && wantsScheduling(run) {
-			s.enqueueRun(run)
-		}
+	rt, err := s.runtimes.Runtimes(namespace).Get(runtime)
+	if err != nil {
+		// Each waiting Run will say that the Runtime is missing.
+		s.wakeAll(namespace, runtime)
+		return
 	}
+	loads, _, err := s.loads(namespace, rt, now)
+	if err != nil {
+		s.wakeAll(namespace, runtime)
+		return
+	}
+	s.enqueueOldest(namespace, runtime, freeSlots(loads, rt), now)
 }
 
 func (s *Scheduler) worker(ctx context.Context) {
@@ -393,6 +425,10 @@ func (s *Scheduler) sync(ctx context.Context, key string) error {
 		return s.cancel(ctx, run)
 	}
 	now := s.clock.Now()
+	if s.assumed.bound(run.UID, now) {
+		// Bound already; a copy older than the binding is in the informer.
+		return nil
+	}
 	if notBefore := retry.NotBefore(run); notBefore.After(now) {
 		s.queue.AddAfter(key, notBefore.Sub(now))
 		return nil
@@ -419,15 +455,39 @@ func (s *Scheduler) sync(ctx context.Context, key string) error {
 }
 
 // place chooses a Pod for run among rt's candidates and reserves the slot.
+// Free slots go to the oldest waiting Runs: a Run with as many older ones
+// waiting as there are free slots leaves them the slots.
 func (s *Scheduler) place(run *v1alpha1.Run, rt *v1alpha1.Runtime) placement {
 	s.placing.Lock()
 	defer s.placing.Unlock()
 	// A reservation left by an earlier attempt of this Run is not a load.
 	s.assumed.forget(run.UID)
 	now := s.clock.Now()
-	pods, err := s.pods.Pods(run.Namespace).List(labels.SelectorFromSet(labels.Set{lifecycle.LabelRuntime: rt.Name}))
+	loads, excluded, err := s.loads(run.Namespace, rt, now)
 	if err != nil {
 		return placement{message: err.Error()}
+	}
+	capacity := capacityOf(rt)
+	if free := freeSlots(loads, rt); free > 0 && s.waitingAhead(run, now) >= free {
+		// The older Runs take every free slot, as if the Pods were full.
+		// They were queued when the slots were released; queueing the
+		// oldest again guarantees progress should that have been missed.
+		s.enqueueOldest(run.Namespace, rt.Name, 1, now)
+		return placement{message: noCapacityMessage(len(loads), capacity, excluded)}
+	}
+	p := choosePod(loads, capacity, excluded)
+	if p.pod != nil {
+		s.assumed.assume(run.UID, p.pod.UID)
+	}
+	return p
+}
+
+// loads returns rt's candidate Pods with their usage, and counts the other
+// Pods by why they are no candidates.
+func (s *Scheduler) loads(namespace string, rt *v1alpha1.Runtime, now time.Time) ([]podLoad, map[string]int, error) {
+	pods, err := s.pods.Pods(namespace).List(labels.SelectorFromSet(labels.Set{lifecycle.LabelRuntime: rt.Name}))
+	if err != nil {
+		return nil, nil, err
 	}
 	excluded := map[string]int{}
 	loads := make([]podLoad, 0, len(pods))
@@ -442,29 +502,21 @@ func (s *Scheduler) place(run *v1alpha1.Run, rt *v1alpha1.Runtime) placement {
 		}
 		loads = append(loads, podLoad{pod: pod, used: usage(pod, s.runsOn(pod), s.assumed.reservedOn(pod.UID, now))})
 	}
-	capacity := rt.Spec.Capacity.Runs
-	if capacity < 1 {
-		capacity = 1
+	return loads, excluded, nil
+}
+
+// enqueueOldest queues the n oldest waiting Runs of a Runtime.
+func (s *Scheduler) enqueueOldest(namespace, runtime string, n int, now time.Time) {
+	if n <= 0 {
+		return
 	}
-	p := choosePod(loads, capacity, excluded)
-	if p.pod != nil {
-		s.assumed.assume(run.UID, p.pod.UID)
+	for _, run := range s.waiting(namespace, runtime, n, now) {
+		s.enqueueRun(run)
 	}
-	return p
 }
 
 func (s *Scheduler) runsOn(pod *corev1.Pod) []*v1alpha1.Run {
-	objs, err := s.runIndexer.ByIndex(AssignedPodIndex, pod.Namespace+"/"+pod.Name)
-	if err != nil {
-		return nil
-	}
-	runs := make([]*v1alpha1.Run, 0, len(objs))
-	for _, obj := range objs {
-		if run, ok := obj.(*v1alpha1.Run); ok {
-			runs = append(runs, run)
-		}
-	}
-	return runs
+	return s.indexed(AssignedPodIndex, pod.Namespace+"/"+pod.Name)
 }
 
 // bind assigns run to pod with one status update carrying the Run's
@@ -495,7 +547,7 @@ func (s *Scheduler) bind(ctx context.Context, run *v1alpha1.Run, pod *corev1.Pod
 		if definitelyNotApplied(err) {
 			s.assumed.forget(run.UID)
 		} else {
-			s.assumed.finishBinding(run.UID, s.clock.Now())
+			s.assumed.finishBinding(run.UID, s.clock.Now(), false)
 		}
 		if apierrors.IsConflict(err) {
 			observeAttempt(resultConflict)
@@ -504,7 +556,7 @@ func (s *Scheduler) bind(ctx context.Context, run *v1alpha1.Run, pod *corev1.Pod
 		}
 		return fmt.Errorf("binding Run %s/%s to Pod %s: %w", run.Namespace, run.Name, pod.Name, err)
 	}
-	s.assumed.finishBinding(run.UID, s.clock.Now())
+	s.assumed.finishBinding(run.UID, s.clock.Now(), true)
 	observeAttempt(resultScheduled)
 	if run.Status.Attempt <= 1 {
 		pendingDuration.Observe(now.Sub(run.CreationTimestamp.Time).Seconds())

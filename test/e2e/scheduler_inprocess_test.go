@@ -353,10 +353,12 @@ func TestSchedulerAssumedReservationPreventsDoubleBooking(t *testing.T) {
 	assert.Len(t, e.writesOf(waiting), 2, "%v", describe(e.writesOf(waiting)))
 }
 
-// TestSchedulerConflictReleasesReservationAndRetries makes the scheduler lose
-// a real race: just before its first binding goes out, another writer
-// changes the Run, so the server answers 409 Conflict.
-func TestSchedulerConflictReleasesReservationAndRetries(t *testing.T) {
+// TestSchedulerConflictRetriesFromNewerCopy makes the scheduler lose a real
+// race: just before its first binding goes out, another writer changes the
+// Run, so the server answers 409 Conflict. The Run keeps its place in line:
+// the younger Run does not take the slot meanwhile, and the retry binds
+// from the copy the informer saw next.
+func TestSchedulerConflictRetriesFromNewerCopy(t *testing.T) {
 	e := newSchedulerEnv(t)
 	e.createRuntime("bash", 1)
 	a := e.candidatePod("a", "bash")
@@ -370,7 +372,9 @@ func TestSchedulerConflictReleasesReservationAndRetries(t *testing.T) {
 	}
 	raced := make(chan race, 1)
 	e.writes.before = func(w apiWrite) {
-		if w.Resource != "runs/status" || !racing.CompareAndSwap(false, true) {
+		var run v1alpha1.Run
+		if w.Resource != "runs/status" || json.Unmarshal(w.Body, &run) != nil ||
+			run.Status.Phase != lifecycle.Scheduled || !racing.CompareAndSwap(false, true) {
 			return
 		}
 		runs := e.client.KruntimesV1alpha1().Runs(e.ns)
@@ -387,49 +391,53 @@ func TestSchedulerConflictReleasesReservationAndRetries(t *testing.T) {
 	select {
 	case r = <-raced:
 	case <-e.ctx.Done():
-		t.Fatal("the scheduler wrote nothing")
+		t.Fatal("the scheduler bound nothing")
 	case <-time.After(framework.ShortTimeout):
-		t.Fatal("the scheduler wrote nothing")
+		t.Fatal("the scheduler bound nothing")
 	}
 	require.NoError(t, r.err, "racing the scheduler")
 	loser := r.run
-	e.waitForWrites("r1", 1)
-	e.waitForWrites("r2", 1)
 	other := map[string]string{"r1": "r2", "r2": "r1"}[loser]
 
-	// The refused binding held no slot: the other Run, synced next, got it.
-	writes := e.writesOf(other)
-	require.Len(t, writes, 1, "%v", describe(writes))
-	got := runOf(t, writes[0])
-	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
-	assert.Equal(t, a.Name, got.Status.AssignedPod)
-
 	// The conflict reached the queue, which retried from the newer copy.
-	e.waitForWrites(loser, 2)
+	var writes, applied []apiWrite
+	require.NoError(t, wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, framework.ShortTimeout, true, func(context.Context) (bool, error) {
+		writes, applied = e.writesOf(loser), nil
+		if len(writes) == 0 {
+			return false, nil
+		}
+		for _, w := range writes[1:] {
+			if w.Applied() {
+				applied = append(applied, w)
+			}
+		}
+		return len(applied) > 0, nil
+	}), "waiting for the retried binding: %v", describe(e.writes.All()))
 	e.settle()
 	writes = e.writesOf(loser)
-	require.GreaterOrEqual(t, len(writes), 2, "%v", describe(writes))
 	assert.Equal(t, 409, writes[0].Code, "the binding lost the race")
 	first := decode[v1alpha1.Run](t, writes[0])
 	assert.Equal(t, lifecycle.Scheduled, first.Status.Phase)
 	// The racing label change also queues the loser; if that sync runs
 	// before the informer has seen the scheduler's own write, its stale
 	// copy is refused too. Such refusals are allowed, nothing else is.
-	var applied []apiWrite
 	for _, w := range writes[1:] {
-		if w.Applied() {
-			applied = append(applied, w)
-		} else {
+		if !w.Applied() {
 			assert.Equal(t, 409, w.Code, "only a stale copy may be refused: %v", describe(writes))
 		}
 	}
 	require.Len(t, applied, 1, "%v", describe(writes))
 	retried := runOf(t, applied[0])
 	assert.NotEqual(t, first.ResourceVersion, retried.ResourceVersion, "the retry starts from the Run the informer saw next")
-	assert.Equal(t, lifecycle.Pending, retried.Status.Phase, "the slot went to %s meanwhile", other)
-	cond := apimeta.FindStatusCondition(retried.Status.Conditions, lifecycle.ConditionScheduled)
-	require.NotNil(t, cond)
-	assert.Equal(t, lifecycle.ReasonNoCapacity, cond.Reason)
+	assert.Equal(t, lifecycle.Scheduled, retried.Status.Phase)
+	assert.Equal(t, a.Name, retried.Status.AssignedPod)
+
+	// The younger Run waited its turn.
+	for _, w := range e.writesOf(other) {
+		got := runOf(t, w)
+		assert.Equal(t, lifecycle.Pending, got.Status.Phase, "%s took the slot of the older %s", other, loser)
+		assert.Equal(t, lifecycle.ReasonNoCapacity, scheduledReason(got))
+	}
 }
 
 func TestSchedulerWritesUnschedulableOnlyWhenItChanges(t *testing.T) {
@@ -587,4 +595,86 @@ func TestSchedulerReleasingCapacityWakesPendingRunsOfThatRuntime(t *testing.T) {
 	e.settle()
 	assert.Zero(t, examined(), "the python Run was not woken")
 	assert.Len(t, e.writesOf("other"), 1)
+}
+
+// TestSchedulerPlacesOldestFirst releases one slot at a time while several
+// Runs wait for it: each slot goes to the oldest waiting Run, including
+// over a Run created just before the slot was released.
+func TestSchedulerPlacesOldestFirst(t *testing.T) {
+	e := newSchedulerEnv(t)
+	e.createRuntime("bash", 1)
+	a := e.candidatePod("a", "bash")
+	e.runningOn("running", "bash", a)
+	e.start(1)
+	// Created one after the other while the scheduler runs, so that within
+	// one second (creationTimestamp's precision) it sees them in this order.
+	order := []string{"w1", "w2", "w3", "w4", "w5"}
+	for _, name := range order {
+		e.createRun(name, "bash")
+		got := runOf(t, e.waitForWrites(name, 1)[0])
+		require.Equal(t, lifecycle.ReasonNoCapacity, scheduledReason(got), name)
+	}
+
+	holder := "running"
+	for i, name := range order {
+		if i == 2 {
+			// A Run created now is younger than every waiting one.
+			e.createRun("late", "bash")
+			e.waitForWrites("late", 1)
+			order = append(order, "late")
+		}
+		run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, holder, metav1.GetOptions{})
+		require.NoError(t, err)
+		finishRun(e.ctx, t, e.client, run)
+		got := runOf(t, e.waitForWrites(name, 2)[1])
+		assert.Equal(t, lifecycle.Scheduled, got.Status.Phase, "%s is the oldest waiting Run", name)
+		e.settle()
+		for _, younger := range order[i+1:] {
+			assert.Len(t, e.writesOf(younger), 1, "%s overtook %s: %v", younger, name, describe(e.writesOf(younger)))
+		}
+		holder = name
+	}
+	run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, holder, metav1.GetOptions{})
+	require.NoError(t, err)
+	finishRun(e.ctx, t, e.client, run)
+	got := runOf(t, e.waitForWrites("late", 2)[1])
+	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
+}
+
+// TestSchedulerStartingUpPlacesOldestFirst frees a slot while the
+// scheduler is down and three Runs created a second apart wait for it. On
+// start the informer lists them in an order of its own, and each is synced
+// in that order; the slot still goes to the oldest. Their names sort the
+// oldest in the middle, so neither key order nor its reverse is age order.
+func TestSchedulerStartingUpPlacesOldestFirst(t *testing.T) {
+	e := newSchedulerEnv(t)
+	e.createRuntime("bash", 1)
+	a := e.candidatePod("a", "bash")
+	running := e.runningOn("running", "bash", a)
+	var created []*v1alpha1.Run
+	for _, name := range []string{"m-oldest", "a-younger", "z-youngest"} {
+		if len(created) > 0 {
+			// creationTimestamp has whole seconds: wait for the next one.
+			last := created[len(created)-1].CreationTimestamp.Time
+			require.NoError(t, wait.PollUntilContextTimeout(e.ctx, 10*time.Millisecond, framework.ShortTimeout, true, func(context.Context) (bool, error) {
+				return time.Now().Truncate(time.Second).After(last), nil
+			}))
+		}
+		created = append(created, e.createRun(name, "bash"))
+	}
+	require.True(t, created[0].CreationTimestamp.Before(&created[1].CreationTimestamp))
+	require.True(t, created[1].CreationTimestamp.Before(&created[2].CreationTimestamp))
+	finishRun(e.ctx, t, e.client, running)
+	e.start(1)
+
+	got := runOf(t, e.waitForWrites("m-oldest", 1)[0])
+	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
+	assert.Equal(t, a.Name, got.Status.AssignedPod)
+	e.settle()
+	for _, name := range []string{"a-younger", "z-youngest"} {
+		for _, w := range e.writesOf(name) {
+			assert.Equal(t, lifecycle.ReasonNoCapacity, scheduledReason(runOf(t, w)), "%s took the slot: %v", name, describe(e.writes.All()))
+		}
+	}
+	assert.Len(t, e.writesOf("m-oldest"), 1)
 }
