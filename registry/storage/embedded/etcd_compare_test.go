@@ -61,11 +61,14 @@ func compareBackends(b *testing.B) []struct {
 func BenchmarkCompareCreate(b *testing.B) {
 	klog.SetLogger(logr.Discard())
 	for _, backend := range compareBackends(b) {
-		for _, writers := range []int{1, 25} {
+		for _, writers := range []int{1, 25, 64} {
 			b.Run(fmt.Sprintf("%s/Writers=%d", backend.name, writers), func(b *testing.B) {
 				benchmarkConcurrentCreates(b, backend.new(b), writers)
 			})
 		}
+		b.Run(backend.name+"/Paced=1000/s", func(b *testing.B) {
+			benchmarkPacedCreates(b, backend.new(b), 1000)
+		})
 	}
 }
 
