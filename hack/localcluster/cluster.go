@@ -309,7 +309,7 @@ func (c *Cluster) apiServerArgs(etcdURL string, port int) []string {
 		"--kubelet-client-key=" + p.key(pairKubeletClient),
 		"--kubelet-certificate-authority=" + p.clusterCA(),
 		"--kubelet-preferred-address-types=InternalIP",
-		"--profiling=false",
+		"--profiling=true", // for profiling kube-apiserver under the benchmarks
 	}
 }
 
