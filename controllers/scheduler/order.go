@@ -61,11 +61,39 @@ func older(a *v1alpha1.Run, seqA uint64, b *v1alpha1.Run, seqB uint64) bool {
 }
 
 // eligible reports whether run could take a slot now: Pending, not being
-// deleted or cancelled, past its retry backoff, and not already holding a
-// reservation.
+// deleted or cancelled, past its retry backoff, not already holding a
+// reservation, and not backing off after a failed sync (a Run whose bind
+// keeps failing must not hold up the line behind it).
 func (s *Scheduler) eligible(run *v1alpha1.Run, now time.Time) bool {
 	return wantsScheduling(run) && !run.Spec.CancelRequested &&
-		!retry.NotBefore(run).After(now) && !s.assumed.holds(run.UID, now)
+		!retry.NotBefore(run).After(now) && !s.assumed.holds(run.UID, now) &&
+		!s.failing.has(run.Namespace+"/"+run.Name)
+}
+
+// keySet is a set of queue keys safe for concurrent use.
+type keySet struct {
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+func (k *keySet) set(key string, in bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.keys == nil {
+		k.keys = map[string]struct{}{}
+	}
+	if in {
+		k.keys[key] = struct{}{}
+	} else {
+		delete(k.keys, key)
+	}
+}
+
+func (k *keySet) has(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	_, ok := k.keys[key]
+	return ok
 }
 
 // pending returns the Pending Runs of one Runtime.
@@ -132,22 +160,19 @@ func (s *Scheduler) oldest(runs []*v1alpha1.Run, n int) []*v1alpha1.Run {
 	return out
 }
 
-// waiting returns the n oldest eligible Runs of one Runtime, oldest first.
-func (s *Scheduler) waiting(namespace, runtime string, n int, now time.Time) []*v1alpha1.Run {
-	runs := slices.DeleteFunc(s.pending(namespace, runtime), func(run *v1alpha1.Run) bool {
-		return !s.eligible(run, now)
-	})
-	return s.oldest(runs, n)
-}
-
-// waitingAhead counts the eligible Runs of run's Runtime created before run.
-func (s *Scheduler) waitingAhead(run *v1alpha1.Run, now time.Time) int {
+// atLeastWaitingAhead reports whether at least n eligible Runs of run's
+// Runtime were created before run. It stops counting at n: a young Run in
+// a long line is told so after a few of the Runs ahead of it.
+func (s *Scheduler) atLeastWaitingAhead(run *v1alpha1.Run, n int, now time.Time) bool {
 	seq := s.arrivals.of(run.UID)
 	ahead := 0
 	for _, other := range s.pending(run.Namespace, run.Spec.Runtime) {
-		if other.UID != run.UID && s.eligible(other, now) && older(other, s.arrivals.of(other.UID), run, seq) {
+		if ahead >= n {
+			break
+		}
+		if other.UID != run.UID && older(other, s.arrivals.of(other.UID), run, seq) && s.eligible(other, now) {
 			ahead++
 		}
 	}
-	return ahead
+	return ahead >= n
 }

@@ -3,6 +3,8 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,9 +70,16 @@ type Scheduler struct {
 	leases     coordinationlisters.LeaseLister
 	synced     []cache.InformerSynced
 
-	queue    workqueue.TypedRateLimitingInterface[string]
+	queue workqueue.TypedRateLimitingInterface[string]
+	// wakes holds <namespace>/<runtime> of Runtimes that released slots:
+	// one worker hands them to their oldest waiting Runs, off the informer's
+	// event handler, and releases that arrive meanwhile share one pass.
+	wakes    workqueue.TypedInterface[string]
 	assumed  *assumeCache
 	arrivals *arrivals
+	// failing holds the keys of Runs whose last sync failed other than
+	// by a routine conflict; they wait out their backoff out of line.
+	failing keySet
 	// placing serializes choosing a Pod and reserving its slot, so two
 	// workers never give the same slot away; binding runs outside it.
 	placing sync.Mutex
@@ -124,6 +133,9 @@ func New(ctx context.Context,
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kruntimes_scheduler"},
 		),
+		wakes: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{
+			Name: "kruntimes_scheduler_wakes",
+		}),
 		assumed:  newAssumeCache(),
 		arrivals: newArrivals(),
 		clock:    clock.RealClock{},
@@ -171,6 +183,7 @@ func (s *Scheduler) Run(ctx context.Context, workers int) {
 	defer func() {
 		logger.Info("Shutting down Run scheduler")
 		s.queue.ShutDown()
+		s.wakes.ShutDown()
 		wg.Wait()
 	}()
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, s.synced...) {
@@ -179,6 +192,7 @@ func (s *Scheduler) Run(ctx context.Context, workers int) {
 	for i := 0; i < workers; i++ {
 		wg.Go(func() { wait.UntilWithContext(ctx, s.worker, time.Second) })
 	}
+	wg.Go(func() { wait.UntilWithContext(ctx, s.wakeWorker, time.Second) })
 	<-ctx.Done()
 }
 
@@ -350,14 +364,33 @@ func (s *Scheduler) wakeAll(namespace, runtime string) {
 	}
 }
 
-// wakeRuntime queues as many of the Runtime's oldest waiting Runs as it has
-// free slots: a released slot costs one placement, not one per waiting Run.
+// wakeRuntime has the wake worker queue as many of the Runtime's oldest
+// waiting Runs as it has free slots: a released slot costs one placement,
+// not one per waiting Run.
 func (s *Scheduler) wakeRuntime(namespace, runtime string) {
-	if runtime == "" {
-		return
+	if runtime != "" {
+		s.wakes.Add(namespace + "/" + runtime)
 	}
+}
+
+func (s *Scheduler) wakeWorker(context.Context) {
+	for {
+		key, quit := s.wakes.Get()
+		if quit {
+			return
+		}
+		namespace, runtime, _ := strings.Cut(key, "/")
+		s.fillFreeSlots(namespace, runtime)
+		s.wakes.Done(key)
+	}
+}
+
+// fillFreeSlots queues as many of the Runtime's oldest waiting Runs as it
+// has free slots.
+func (s *Scheduler) fillFreeSlots(namespace, runtime string) {
 	now := s.clock.Now()
-	if len(s.pending(namespace, runtime)) == 0 {
+	pending := s.pending(namespace, runtime)
+	if len(pending) == 0 {
 		return
 	}
 	rt, err := s.runtimes.Runtimes(namespace).Get(runtime)
@@ -371,7 +404,14 @@ func (s *Scheduler) wakeRuntime(namespace, runtime string) {
 		s.wakeAll(namespace, runtime)
 		return
 	}
-	s.enqueueOldest(namespace, runtime, freeSlots(loads, rt), now)
+	free := freeSlots(loads, rt)
+	if free == 0 {
+		return
+	}
+	waiting := slices.DeleteFunc(pending, func(run *v1alpha1.Run) bool { return !s.eligible(run, now) })
+	for _, run := range s.oldest(waiting, free) {
+		s.enqueueRun(run)
+	}
 }
 
 func (s *Scheduler) worker(ctx context.Context) {
@@ -385,7 +425,9 @@ func (s *Scheduler) processNextWorkItem(ctx context.Context) bool {
 		return false
 	}
 	defer s.queue.Done(key)
-	if err := s.sync(ctx, key); err != nil {
+	err := s.sync(ctx, key)
+	s.failing.set(key, err != nil && !apierrors.IsConflict(err))
+	if err != nil {
 		if apierrors.IsConflict(err) {
 			// Routine: a newer copy is on its way to the informer.
 			klog.FromContext(ctx).V(4).Info("Conflict, will retry", "key", key, "err", err)
@@ -468,11 +510,9 @@ func (s *Scheduler) place(run *v1alpha1.Run, rt *v1alpha1.Runtime) placement {
 		return placement{message: err.Error()}
 	}
 	capacity := capacityOf(rt)
-	if free := freeSlots(loads, rt); free > 0 && s.waitingAhead(run, now) >= free {
-		// The older Runs take every free slot, as if the Pods were full.
-		// They were queued when the slots were released; queueing the
-		// oldest again guarantees progress should that have been missed.
-		s.enqueueOldest(run.Namespace, rt.Name, 1, now)
+	if free := freeSlots(loads, rt); free > 0 && s.atLeastWaitingAhead(run, free, now) {
+		// The older Runs take every free slot, as if the Pods were full;
+		// releasing the slots queued them.
 		return placement{message: noCapacityMessage(len(loads), capacity, excluded)}
 	}
 	p := choosePod(loads, capacity, excluded)
@@ -503,16 +543,6 @@ func (s *Scheduler) loads(namespace string, rt *v1alpha1.Runtime, now time.Time)
 		loads = append(loads, podLoad{pod: pod, used: usage(pod, s.runsOn(pod), s.assumed.reservedOn(pod.UID, now))})
 	}
 	return loads, excluded, nil
-}
-
-// enqueueOldest queues the n oldest waiting Runs of a Runtime.
-func (s *Scheduler) enqueueOldest(namespace, runtime string, n int, now time.Time) {
-	if n <= 0 {
-		return
-	}
-	for _, run := range s.waiting(namespace, runtime, n, now) {
-		s.enqueueRun(run)
-	}
 }
 
 func (s *Scheduler) runsOn(pod *corev1.Pod) []*v1alpha1.Run {
