@@ -76,17 +76,20 @@ type keySet struct {
 	keys map[string]struct{}
 }
 
-func (k *keySet) set(key string, in bool) {
+// set puts key in or out of the set and reports whether that changed it.
+func (k *keySet) set(key string, in bool) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.keys == nil {
 		k.keys = map[string]struct{}{}
 	}
+	_, was := k.keys[key]
 	if in {
 		k.keys[key] = struct{}{}
 	} else {
 		delete(k.keys, key)
 	}
+	return was != in
 }
 
 func (k *keySet) has(key string) bool {

@@ -373,6 +373,17 @@ func (s *Scheduler) wakeRuntime(namespace, runtime string) {
 	}
 }
 
+// wakeRuntimeOf wakes the Runtime of the Run of key.
+func (s *Scheduler) wakeRuntimeOf(key string) {
+	namespace, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return
+	}
+	if run, err := s.runs.Runs(namespace).Get(name); err == nil {
+		s.wakeRuntime(namespace, run.Spec.Runtime)
+	}
+}
+
 func (s *Scheduler) wakeWorker(context.Context) {
 	for {
 		key, quit := s.wakes.Get()
@@ -426,7 +437,12 @@ func (s *Scheduler) processNextWorkItem(ctx context.Context) bool {
 	}
 	defer s.queue.Done(key)
 	err := s.sync(ctx, key)
-	s.failing.set(key, err != nil && !apierrors.IsConflict(err))
+	failing := err != nil && !apierrors.IsConflict(err)
+	if s.failing.set(key, failing) && failing {
+		// It may have been handed a free slot it cannot take: the next
+		// Run in line gets it.
+		s.wakeRuntimeOf(key)
+	}
 	if err != nil {
 		if apierrors.IsConflict(err) {
 			// Routine: a newer copy is on its way to the informer.

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/rest"
 )
 
@@ -42,6 +44,9 @@ type apiWrites struct {
 	// before, when set, runs before each write is sent, on the writer's
 	// goroutine; tests use it to race the writer or hold it back.
 	before func(apiWrite)
+	// refuse, when set and true for a write, answers it 403 Forbidden
+	// without sending it, as a server whose authorizer denies it would.
+	refuse func(apiWrite) bool
 }
 
 // config returns a copy of base whose writes are recorded. It speaks JSON
@@ -78,7 +83,13 @@ func (a *apiWrites) config(base *rest.Config) *rest.Config {
 			if a.before != nil {
 				a.before(w)
 			}
-			resp, err := rt.RoundTrip(req)
+			var resp *http.Response
+			var err error
+			if a.refuse != nil && a.refuse(w) {
+				resp = forbidden(req, w)
+			} else {
+				resp, err = rt.RoundTrip(req)
+			}
 			if resp != nil {
 				w.Code = resp.StatusCode
 			}
@@ -170,3 +181,16 @@ func decode[T any](t *testing.T, w apiWrite) *T {
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
+// forbidden is the answer of a server that denies w.
+func forbidden(req *http.Request, w apiWrite) *http.Response {
+	status := apierrors.NewForbidden(schema.GroupResource{Resource: w.Resource}, w.Name, fmt.Errorf("refused by the test")).ErrStatus
+	status.Kind, status.APIVersion = "Status", "v1"
+	body, _ := json.Marshal(status)
+	return &http.Response{
+		StatusCode: http.StatusForbidden,
+		Header:     http.Header{"Content-Type": []string{"application/json"}},
+		Body:       io.NopCloser(bytes.NewReader(body)),
+		Request:    req,
+	}
+}

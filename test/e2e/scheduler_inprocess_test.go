@@ -678,3 +678,45 @@ func TestSchedulerStartingUpPlacesOldestFirst(t *testing.T) {
 	}
 	assert.Len(t, e.writesOf("m-oldest"), 1)
 }
+
+// TestSchedulerRunThatCannotBindDoesNotHoldUpTheLine has the server refuse
+// every binding of the oldest waiting Run (403, as an authorizer denying
+// it would). The slot it is handed goes to the next Run in line, without
+// waiting for the periodic re-check, and the refused Run binds once the
+// server lets it.
+func TestSchedulerRunThatCannotBindDoesNotHoldUpTheLine(t *testing.T) {
+	// Well under the periodic re-check (30s) a Run nobody woke waits for.
+	const wakeTimeout = 10 * time.Second
+	e := newSchedulerEnv(t)
+	e.createRuntime("bash", 1)
+	a := e.candidatePod("a", "bash")
+	running := e.runningOn("running", "bash", a)
+	var refusing atomic.Bool
+	refusing.Store(true)
+	e.writes.refuse = func(w apiWrite) bool {
+		var run v1alpha1.Run
+		return refusing.Load() && w.Name == "stuck" && json.Unmarshal(w.Body, &run) == nil &&
+			run.Status.Phase == lifecycle.Scheduled
+	}
+	e.start(1)
+	for _, name := range []string{"stuck", "next"} {
+		e.createRun(name, "bash")
+		require.Equal(t, lifecycle.ReasonNoCapacity, scheduledReason(runOf(t, e.waitForWrites(name, 1)[0])), name)
+	}
+
+	finishRun(e.ctx, t, e.client, running)
+	refused := e.waitForWrites("stuck", 2)[1]
+	assert.Equal(t, 403, refused.Code, "the oldest Run was handed the slot")
+	got := runOf(t, e.waitForWritesWithin("next", 2, wakeTimeout)[1])
+	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase, "the next Run took the slot the refused one could not")
+	assert.Equal(t, a.Name, got.Status.AssignedPod)
+
+	refusing.Store(false)
+	next, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, "next", metav1.GetOptions{})
+	require.NoError(t, err)
+	finishRun(e.ctx, t, e.client, next)
+	require.NoError(t, wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, wakeTimeout, true, func(ctx context.Context) (bool, error) {
+		run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(ctx, "stuck", metav1.GetOptions{})
+		return err == nil && run.Status.Phase == lifecycle.Scheduled, nil
+	}), "the refused Run binds once the server accepts it: %v", describe(e.writesOf("stuck")))
+}
