@@ -94,6 +94,10 @@ func (b *Backend) commit(batch []*writeOp) {
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		next = base
 		kvb, logb, idx, meta := tx.Bucket(bucketKV), tx.Bucket(bucketLog), tx.Bucket(bucketKeyRev), tx.Bucket(bucketMeta)
+		// Revisions only grow, so a full page is never split again: pack
+		// the log's pages (bbolt splits them half full by default), as
+		// etcd does for its revision-keyed bucket.
+		logb.FillPercent = 0.9
 		for _, op := range batch {
 			op.succeeded, op.current = false, nil
 			var cur *kvRecord
