@@ -174,6 +174,14 @@ func (e *schedulerEnv) update(name string, mutate func(*v1alpha1.Run)) *v1alpha1
 	return run
 }
 
+// finish makes Run name Succeeded, as runtimed would, releasing its slot.
+func (e *schedulerEnv) finish(name string) {
+	e.t.Helper()
+	run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+	require.NoError(e.t, err)
+	finishRun(e.ctx, e.t, e.client, run)
+}
+
 func bindTo(pod *corev1.Pod) func(*v1alpha1.RunStatus) {
 	return func(s *v1alpha1.RunStatus) {
 		now := metav1.NowMicro()
@@ -341,9 +349,7 @@ func TestSchedulerAssumedReservationPreventsDoubleBooking(t *testing.T) {
 	require.NotEmpty(t, waiting)
 
 	// Once the informer shows the bound Run finished, the slot is free.
-	run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, bound, metav1.GetOptions{})
-	require.NoError(t, err)
-	finishRun(e.ctx, t, e.client, run)
+	e.finish(bound)
 	writes := e.waitForWrites(waiting, 2)
 	got := runOf(t, writes[1])
 	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
@@ -586,9 +592,7 @@ func TestSchedulerReleasingCapacityWakesPendingRunsOfThatRuntime(t *testing.T) {
 	e.waitForWrites("next", 1)
 	e.settle()
 	noCapacity = schedulingAttempts(t, "no_capacity")
-	run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, "waiting", metav1.GetOptions{})
-	require.NoError(t, err)
-	finishRun(e.ctx, t, e.client, run)
+	e.finish("waiting")
 	got = runOf(t, e.waitForWritesWithin("next", 2, wakeTimeout)[1])
 	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
 	assert.Equal(t, a.Name, got.Status.AssignedPod)
@@ -623,9 +627,7 @@ func TestSchedulerPlacesOldestFirst(t *testing.T) {
 			e.waitForWrites("late", 1)
 			order = append(order, "late")
 		}
-		run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, holder, metav1.GetOptions{})
-		require.NoError(t, err)
-		finishRun(e.ctx, t, e.client, run)
+		e.finish(holder)
 		got := runOf(t, e.waitForWrites(name, 2)[1])
 		assert.Equal(t, lifecycle.Scheduled, got.Status.Phase, "%s is the oldest waiting Run", name)
 		e.settle()
@@ -634,9 +636,7 @@ func TestSchedulerPlacesOldestFirst(t *testing.T) {
 		}
 		holder = name
 	}
-	run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, holder, metav1.GetOptions{})
-	require.NoError(t, err)
-	finishRun(e.ctx, t, e.client, run)
+	e.finish(holder)
 	got := runOf(t, e.waitForWrites("late", 2)[1])
 	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
 }
@@ -712,9 +712,7 @@ func TestSchedulerRunThatCannotBindDoesNotHoldUpTheLine(t *testing.T) {
 	assert.Equal(t, a.Name, got.Status.AssignedPod)
 
 	refusing.Store(false)
-	next, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, "next", metav1.GetOptions{})
-	require.NoError(t, err)
-	finishRun(e.ctx, t, e.client, next)
+	e.finish("next")
 	require.NoError(t, wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, wakeTimeout, true, func(ctx context.Context) (bool, error) {
 		run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(ctx, "stuck", metav1.GetOptions{})
 		return err == nil && run.Status.Phase == lifecycle.Scheduled, nil
