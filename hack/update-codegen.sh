@@ -9,9 +9,17 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd -P)"
 cd "${ROOT}"
 MODULE="kruntimes.io/kruntimes"
 BOILERPLATE="${ROOT}/hack/boilerplate.go.txt"
-CODEGEN_PKG="${CODEGEN_PKG:-$(go list -m -f '{{.Dir}}' k8s.io/code-generator)}"
-# Pinned generator binaries go to the repo's ignored bin/, not the user's GOPATH.
-export GOBIN="${ROOT}/bin/codegen"
+# `go list -m` prints an empty Dir for a module that is not in the module
+# cache yet, so download it first: on a fresh machine nothing else has.
+if [ -z "${CODEGEN_PKG:-}" ]; then
+    go mod download k8s.io/code-generator
+    CODEGEN_PKG="$(go list -m -f '{{.Dir}}' k8s.io/code-generator)"
+fi
+# Pinned generator binaries go to the repo's ignored bin/, not the user's
+# GOPATH. hack/verify-codegen.sh points CODEGEN_BIN at the checkout's bin/ so
+# that the generators it regenerates with are linked once, not on every run:
+# go install leaves an up-to-date binary alone.
+export GOBIN="${CODEGEN_BIN:-${ROOT}/bin/codegen}"
 mkdir -p "${GOBIN}"
 
 # shellcheck source=/dev/null
@@ -53,7 +61,7 @@ PROTO_DEPS=(
     tools_version="$(go list -m -f '{{.Version}}' golang.org/x/tools)"
     (cd / && GO111MODULE=on GOFLAGS= go install "golang.org/x/tools/cmd/goimports@${tools_version}")
 )
-GOGO_DIR="$(cd "${CODEGEN_PKG}" && go list -m -f '{{.Dir}}' github.com/gogo/protobuf)"
+GOGO_DIR="$(cd "${CODEGEN_PKG}" && go mod download github.com/gogo/protobuf && go list -m -f '{{.Dir}}' github.com/gogo/protobuf)"
 PROTO_SCRATCH="$(mktemp -d)"
 trap 'rm -rf "${PROTO_SCRATCH}"' EXIT
 PROTO_OUT="${PROTO_SCRATCH}/src"

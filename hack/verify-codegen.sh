@@ -17,7 +17,7 @@ git ls-files -z --cached --others --exclude-standard | while IFS= read -r -d '' 
 done | xargs -0 cp --parents -t "${SCRATCH}"
 mkdir -p "${SCRATCH}/bin"
 
-(cd "${SCRATCH}" && hack/update-codegen.sh >/dev/null)
+(cd "${SCRATCH}" && CODEGEN_BIN="${ROOT}/bin/codegen" hack/update-codegen.sh >/dev/null)
 
 ret=0
 for d in apis apiserver/openapi client hack/api-rule-violations.list; do
