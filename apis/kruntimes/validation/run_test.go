@@ -1,0 +1,352 @@
+package validation
+
+import (
+	"encoding/pem"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	"kruntimes.io/kruntimes/apis/kruntimes"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+)
+
+// The bounds below are written as the numbers docs/api.md and the design
+// give, not as the constants of validation.go, so that changing a constant
+// by accident fails here.
+
+// taskRun is a minimal valid task Run, as defaulting leaves it.
+func taskRun() *kruntimes.Run {
+	return &kruntimes.Run{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello", Namespace: "default"},
+		Spec: kruntimes.RunSpec{
+			Runtime:     "bash",
+			Source:      kruntimes.RunSource{Inline: "echo hello"},
+			Mode:        kruntimes.RunMode{Task: &kruntimes.TaskMode{}},
+			RetryPolicy: &kruntimes.RetryPolicy{MaxAttempts: 1},
+		},
+	}
+}
+
+// functionRun is a minimal valid function Run with inline source.
+func functionRun() *kruntimes.Run {
+	run := taskRun()
+	run.Spec.Runtime = "python"
+	run.Spec.Source = kruntimes.RunSource{Inline: "def handle(event, context):\n    return event\n", InlinePath: "handler.py"}
+	run.Spec.Mode = kruntimes.RunMode{Function: &kruntimes.FunctionMode{Handler: "handler.handle"}}
+	return run
+}
+
+// asFunction turns the Run a case starts from into a valid function Run.
+func asFunction(run *kruntimes.Run) { run.Spec = functionRun().Spec }
+
+// bytesOf is n bytes of text.
+func bytesOf(n int) string { return strings.Repeat("x", n) }
+
+// cleanPathOf is a clean relative path of n bytes, in segments short enough
+// to be file names.
+func cleanPathOf(n int) string {
+	b := []byte(bytesOf(n))
+	for i := 63; i < n-1; i += 64 {
+		b[i] = '/'
+	}
+	return string(b)
+}
+
+func envVars(n int) []kruntimes.EnvVar {
+	env := make([]kruntimes.EnvVar, n)
+	for i := range env {
+		env[i] = kruntimes.EnvVar{Name: fmt.Sprintf("VAR_%d", i), Value: "v"}
+	}
+	return env
+}
+
+func durationOf(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
+
+func withBackoff(run *kruntimes.Run, b kruntimes.RetryBackoff) {
+	run.Spec.RetryPolicy = &kruntimes.RetryPolicy{MaxAttempts: 3, Backoff: &b}
+}
+
+func TestMinimalRunsAreValid(t *testing.T) {
+	assert.Empty(t, ValidateRun(taskRun()), "task Run")
+	assert.Empty(t, ValidateRun(functionRun()), "function Run")
+}
+
+func TestRunSpecBounds(t *testing.T) {
+	type c = boundCase[*kruntimes.Run]
+	cases := []c{
+		accepted("inline source of exactly 256 KiB is accepted",
+			func(r *kruntimes.Run) { r.Spec.Source.Inline = bytesOf(256 << 10) }),
+		rejected("inline source of 256 KiB + 1 byte is rejected at spec.source.inline",
+			func(r *kruntimes.Run) { r.Spec.Source.Inline = bytesOf(256<<10 + 1) },
+			field.ErrorTypeTooLong, "spec.source.inline"),
+
+		accepted("inlinePath of exactly 1024 bytes is accepted",
+			func(r *kruntimes.Run) { asFunction(r); r.Spec.Source.InlinePath = cleanPathOf(1024) }),
+		rejected("inlinePath of 1025 bytes is rejected at spec.source.inlinePath",
+			func(r *kruntimes.Run) { asFunction(r); r.Spec.Source.InlinePath = cleanPathOf(1025) },
+			field.ErrorTypeTooLong, "spec.source.inlinePath"),
+
+		accepted("256 env vars are accepted",
+			func(r *kruntimes.Run) { r.Spec.Env = envVars(256) }),
+		rejected("257 env vars are rejected at spec.env",
+			func(r *kruntimes.Run) { r.Spec.Env = envVars(257) },
+			field.ErrorTypeTooMany, "spec.env"),
+
+		accepted("env value of exactly 32 KiB is accepted",
+			func(r *kruntimes.Run) { r.Spec.Env = []kruntimes.EnvVar{{Name: "BIG", Value: bytesOf(32 << 10)}} }),
+		rejected("env value of 32 KiB + 1 byte is rejected at spec.env[0].value",
+			func(r *kruntimes.Run) { r.Spec.Env = []kruntimes.EnvVar{{Name: "BIG", Value: bytesOf(32<<10 + 1)}} },
+			field.ErrorTypeTooLong, "spec.env[0].value"),
+
+		accepted("256 task args are accepted",
+			func(r *kruntimes.Run) { r.Spec.Mode.Task.Args = make([]string, 256) }),
+		rejected("257 task args are rejected at spec.mode.task.args",
+			func(r *kruntimes.Run) { r.Spec.Mode.Task.Args = make([]string, 257) },
+			field.ErrorTypeTooMany, "spec.mode.task.args"),
+
+		accepted("handler of exactly 1024 bytes is accepted",
+			func(r *kruntimes.Run) { asFunction(r); r.Spec.Mode.Function.Handler = bytesOf(1024) }),
+		rejected("handler of 1025 bytes is rejected at spec.mode.function.handler",
+			func(r *kruntimes.Run) { asFunction(r); r.Spec.Mode.Function.Handler = bytesOf(1025) },
+			field.ErrorTypeTooLong, "spec.mode.function.handler"),
+
+		accepted("maxAttempts 1 is accepted",
+			func(r *kruntimes.Run) { r.Spec.RetryPolicy.MaxAttempts = 1 }),
+		rejected("maxAttempts 0 is rejected at spec.retryPolicy.maxAttempts",
+			func(r *kruntimes.Run) { r.Spec.RetryPolicy.MaxAttempts = 0 },
+			field.ErrorTypeInvalid, "spec.retryPolicy.maxAttempts"),
+		accepted("maxAttempts 100 is accepted",
+			func(r *kruntimes.Run) { r.Spec.RetryPolicy.MaxAttempts = 100 }),
+		rejected("maxAttempts 101 is rejected at spec.retryPolicy.maxAttempts",
+			func(r *kruntimes.Run) { r.Spec.RetryPolicy.MaxAttempts = 101 },
+			field.ErrorTypeInvalid, "spec.retryPolicy.maxAttempts"),
+
+		accepted("backoff initial of zero is accepted",
+			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Initial: durationOf(0)}) }),
+		rejected("backoff initial of -1ns is rejected at spec.retryPolicy.backoff.initial",
+			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Initial: durationOf(-1)}) },
+			field.ErrorTypeInvalid, "spec.retryPolicy.backoff.initial"),
+		accepted("backoff max of zero is accepted",
+			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Max: durationOf(0)}) }),
+		rejected("backoff max of -1ns is rejected at spec.retryPolicy.backoff.max",
+			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Max: durationOf(-1)}) },
+			field.ErrorTypeInvalid, "spec.retryPolicy.backoff.max"),
+		accepted("backoff max equal to initial is accepted",
+			func(r *kruntimes.Run) {
+				withBackoff(r, kruntimes.RetryBackoff{Initial: durationOf(time.Second), Max: durationOf(time.Second)})
+			}),
+		rejected("backoff max 1ns below initial is rejected at spec.retryPolicy.backoff.max",
+			func(r *kruntimes.Run) {
+				withBackoff(r, kruntimes.RetryBackoff{Initial: durationOf(time.Second), Max: durationOf(time.Second - 1)})
+			},
+			field.ErrorTypeInvalid, "spec.retryPolicy.backoff.max"),
+		accepted(`backoff factor "1" is accepted`,
+			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Factor: "1"}) }),
+		rejected(`backoff factor "0.99" is rejected at spec.retryPolicy.backoff.factor`,
+			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Factor: "0.99"}) },
+			field.ErrorTypeInvalid, "spec.retryPolicy.backoff.factor"),
+		accepted(`backoff factor "10" is accepted`,
+			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Factor: "10"}) }),
+		rejected(`backoff factor "10.01" is rejected at spec.retryPolicy.backoff.factor`,
+			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Factor: "10.01"}) },
+			field.ErrorTypeInvalid, "spec.retryPolicy.backoff.factor"),
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			run := taskRun()
+			tc.mutate(run)
+			tc.assertErrors(t, ValidateRun(run))
+		})
+	}
+}
+
+// runningTask is a task Run as runtimed sees it while it runs: the status
+// update old → run is valid until a case changes one field of run.
+func runningTask() (run, old *kruntimes.Run) {
+	old = taskRun()
+	old.ResourceVersion = "7"
+	start := metav1.NewMicroTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	old.Status = kruntimes.RunStatus{
+		Phase:          lifecycle.Running,
+		Attempt:        1,
+		AssignedPod:    "runtime-bash-5d8f7-abcde",
+		AssignedPodUID: "0b6c1c2e-0f7a-4f38-9d64-3c1f6a0c5b11",
+		ScheduledTime:  &start,
+		StartTime:      &start,
+	}
+	return old.DeepCopy(), old
+}
+
+// readyFunction is a function Run that is Ready with an endpoint.
+func readyFunction() (run, old *kruntimes.Run) {
+	_, old = runningTask()
+	old.Spec = functionRun().Spec
+	old.Status.Phase = lifecycle.Ready
+	old.Status.Endpoint = &kruntimes.RunEndpoint{
+		Protocol: kruntimes.RunEndpointProtocolHTTPS,
+		URL:      "https://kruntimes-apiserver.kruntimes-system.svc/apis/kruntimes.io/v1alpha1/namespaces/default/runs/hello/invoke?uid=0b6c1c2e",
+	}
+	return old.DeepCopy(), old
+}
+
+func conditions(n int) []metav1.Condition {
+	conds := make([]metav1.Condition, n)
+	for i := range conds {
+		conds[i] = metav1.Condition{
+			Type:               fmt.Sprintf("Condition%d", i),
+			Status:             metav1.ConditionTrue,
+			Reason:             "Testing",
+			LastTransitionTime: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+		}
+	}
+	return conds
+}
+
+// outputsOf is n outputs with short keys.
+func outputsOf(n int) map[string]string {
+	out := make(map[string]string, n)
+	for i := range n {
+		out[fmt.Sprintf("KEY_%d", i)] = "v"
+	}
+	return out
+}
+
+// outputsTotaling is outputs whose keys and values add up to exactly total
+// bytes, every value within its own bound.
+func outputsTotaling(total int) map[string]string {
+	out := map[string]string{}
+	for i := 0; total > 0; i++ {
+		k := fmt.Sprintf("K%02d", i)
+		v := bytesOf(min(8<<10, total-len(k)))
+		out[k] = v
+		total -= len(k) + len(v)
+	}
+	return out
+}
+
+// pemBundleOf is a bundle of exactly n bytes: one CERTIFICATE block as large
+// as fits, then the newlines a bundle file may end with. Validation checks
+// PEM framing, not the certificate inside.
+func pemBundleOf(n int) []byte {
+	for size := n * 3 / 4; size > 0; size-- {
+		block := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: make([]byte, size)})
+		if len(block) <= n {
+			return append(block, strings.Repeat("\n", n-len(block))...)
+		}
+	}
+	panic(fmt.Sprintf("no PEM block fits in %d bytes", n))
+}
+
+func urlOf(base string, n int) string {
+	return base + "&pad=" + bytesOf(n-len(base)-len("&pad="))
+}
+
+func TestMinimalRunStatusUpdatesAreValid(t *testing.T) {
+	run, old := runningTask()
+	assert.Empty(t, ValidateRunStatusUpdate(run, old), "running task")
+	run, old = readyFunction()
+	assert.Empty(t, ValidateRunStatusUpdate(run, old), "ready function")
+}
+
+func TestRunStatusBounds(t *testing.T) {
+	type c = boundCase[*kruntimes.Run]
+	cases := []c{
+		accepted("16 conditions are accepted",
+			func(r *kruntimes.Run) { r.Status.Conditions = conditions(16) }),
+		rejected("17 conditions are rejected at status.conditions",
+			func(r *kruntimes.Run) { r.Status.Conditions = conditions(17) },
+			field.ErrorTypeTooMany, "status.conditions"),
+
+		accepted("message of exactly 4 KiB is accepted",
+			func(r *kruntimes.Run) { r.Status.Message = bytesOf(4 << 10) }),
+		rejected("message of 4 KiB + 1 byte is rejected at status.message",
+			func(r *kruntimes.Run) { r.Status.Message = bytesOf(4<<10 + 1) },
+			field.ErrorTypeTooLong, "status.message"),
+
+		accepted("64 outputs are accepted",
+			func(r *kruntimes.Run) { r.Status.Outputs = outputsOf(64) }),
+		rejected("65 outputs are rejected at status.outputs",
+			func(r *kruntimes.Run) { r.Status.Outputs = outputsOf(65) },
+			field.ErrorTypeTooMany, "status.outputs"),
+
+		accepted("output key of exactly 128 bytes is accepted",
+			func(r *kruntimes.Run) { r.Status.Outputs = map[string]string{bytesOf(128): "v"} }),
+		rejected("output key of 129 bytes is rejected at status.outputs[<its first 32 bytes>…]",
+			func(r *kruntimes.Run) { r.Status.Outputs = map[string]string{bytesOf(129): "v"} },
+			field.ErrorTypeTooLong, "status.outputs["+bytesOf(32)+"…]"),
+
+		accepted("output value of exactly 8 KiB is accepted",
+			func(r *kruntimes.Run) { r.Status.Outputs = map[string]string{"RESULT": bytesOf(8 << 10)} }),
+		rejected("output value of 8 KiB + 1 byte is rejected at status.outputs[RESULT]",
+			func(r *kruntimes.Run) { r.Status.Outputs = map[string]string{"RESULT": bytesOf(8<<10 + 1)} },
+			field.ErrorTypeTooLong, "status.outputs[RESULT]"),
+
+		accepted("outputs of exactly 64 KiB in all are accepted",
+			func(r *kruntimes.Run) { r.Status.Outputs = outputsTotaling(64 << 10) }),
+		rejected("outputs of 64 KiB + 1 byte in all are rejected at status.outputs",
+			func(r *kruntimes.Run) { r.Status.Outputs = outputsTotaling(64<<10 + 1) },
+			field.ErrorTypeTooLong, "status.outputs"),
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			run, old := runningTask()
+			tc.mutate(run)
+			tc.assertErrors(t, ValidateRunStatusUpdate(run, old))
+		})
+	}
+}
+
+func TestRunEndpointBounds(t *testing.T) {
+	type c = boundCase[*kruntimes.Run]
+	cases := []c{
+		accepted("endpoint url of exactly 2048 bytes is accepted",
+			func(r *kruntimes.Run) { r.Status.Endpoint.URL = urlOf(r.Status.Endpoint.URL, 2048) }),
+		rejected("endpoint url of 2049 bytes is rejected at status.endpoint.url",
+			func(r *kruntimes.Run) { r.Status.Endpoint.URL = urlOf(r.Status.Endpoint.URL, 2049) },
+			field.ErrorTypeTooLong, "status.endpoint.url"),
+
+		accepted("caBundle of exactly 16 KiB is accepted",
+			func(r *kruntimes.Run) { r.Status.Endpoint.CABundle = pemBundleOf(16 << 10) }),
+		rejected("caBundle of 16 KiB + 1 byte is rejected at status.endpoint.caBundle",
+			func(r *kruntimes.Run) { r.Status.Endpoint.CABundle = pemBundleOf(16<<10 + 1) },
+			field.ErrorTypeTooLong, "status.endpoint.caBundle"),
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			run, old := readyFunction()
+			tc.mutate(run)
+			tc.assertErrors(t, ValidateRunStatusUpdate(run, old))
+		})
+	}
+}
+
+// The helpers must build what their names say, or the bounds above test
+// something else.
+func TestBoundHelpers(t *testing.T) {
+	for _, n := range []int{1024, 1025} {
+		p := cleanPathOf(n)
+		require.Len(t, p, n)
+		assert.NotContains(t, p, "//")
+		assert.False(t, strings.HasSuffix(p, "/"))
+	}
+	for _, n := range []int{64 << 10, 64<<10 + 1} {
+		total := 0
+		for k, v := range outputsTotaling(n) {
+			total += len(k) + len(v)
+			assert.LessOrEqual(t, len(v), 8<<10)
+		}
+		assert.Equal(t, n, total)
+	}
+	for _, n := range []int{16 << 10, 16<<10 + 1} {
+		b := pemBundleOf(n)
+		require.Len(t, b, n)
+		assert.True(t, isPEMCertificates(b), "a bundle of %d bytes is PEM", n)
+	}
+	assert.Len(t, urlOf("https://example.com/?uid=1", 2048), 2048)
+}
