@@ -156,6 +156,9 @@ func TestRunSpecBounds(t *testing.T) {
 		rejected(`backoff factor "10.01" is rejected at spec.retryPolicy.backoff.factor`,
 			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Factor: "10.01"}) },
 			field.ErrorTypeInvalid, "spec.retryPolicy.backoff.factor"),
+		rejected(`backoff factor "NaN" is rejected at spec.retryPolicy.backoff.factor`,
+			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Factor: "NaN"}) },
+			field.ErrorTypeInvalid, "spec.retryPolicy.backoff.factor"),
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -173,7 +173,9 @@ func validateRetryPolicy(p *kruntimes.RetryPolicy, fldPath *field.Path) field.Er
 			allErrs = append(allErrs, field.Invalid(bPath.Child("max"), b.Max.Duration.String(), "must not be below initial"))
 		}
 		if b.Factor != "" {
-			if f, err := strconv.ParseFloat(b.Factor, 64); err != nil || f < 1 || f > 10 {
+			// Test that f is inside the range, not outside it: NaN compares
+			// false with every number and would pass "f < 1 || f > 10".
+			if f, err := strconv.ParseFloat(b.Factor, 64); err != nil || !(f >= 1 && f <= 10) {
 				allErrs = append(allErrs, field.Invalid(bPath.Child("factor"), b.Factor, `must be a decimal number from 1 to 10, such as "2" or "1.5"`))
 			}
 		}
