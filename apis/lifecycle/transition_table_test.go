@@ -26,7 +26,8 @@ var tableColumns = [8]Phase{Pending, Scheduled, Running, Ready, Succeeded, Faile
 // transitionTable is every single-update transition, written out rather than
 // derived from classes: a row is the phase a Run is in, a column the phase a
 // status update writes, a cell the modes it is allowed for. The diagonal is
-// an update that keeps the phase.
+// an update that keeps the phase. docs/api.md ("Phases") states the same
+// table as lists of next phases; TestDocsPhaseTable holds the two together.
 var transitionTable = map[Phase][8]modes{
 	// to:      Pe  Sc  Ru  Re  Su  Fa  Ti  Ca   (the order of tableColumns)
 	Pending:   {TF, TF, __, __, __, TF, __, TF},
