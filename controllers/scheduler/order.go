@@ -8,7 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
-	"kruntimes.io/kruntimes/controllers/retry"
+	"kruntimes.io/kruntimes/apis/retry"
 )
 
 // arrivals numbers Runs in the order the scheduler first saw them. The

@@ -33,7 +33,7 @@ import (
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	informers "kruntimes.io/kruntimes/client/informers/externalversions/kruntimes/v1alpha1"
 	listers "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
-	"kruntimes.io/kruntimes/controllers/retry"
+	"kruntimes.io/kruntimes/apis/retry"
 )
 
 // Indexes the scheduler adds to the Run informer.

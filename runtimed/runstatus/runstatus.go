@@ -14,7 +14,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/kruntimes/validation"
 	"kruntimes.io/kruntimes/apis/lifecycle"
-	"kruntimes.io/kruntimes/controllers/retry"
+	"kruntimes.io/kruntimes/apis/retry"
 )
 
 // ExecutionID is the Runtime Server task ID of one attempt of a Run. Execute
@@ -36,6 +36,12 @@ func ParseExecutionID(id string) (uid types.UID, attempt int32, ok bool) {
 		return "", 0, false
 	}
 	return types.UID(id[:i]), n, true
+}
+
+// DeadlinePassed reports whether run's spec.timeout has ended it at now.
+func DeadlinePassed(run *v1alpha1.Run, now time.Time) bool {
+	d := Deadline(run)
+	return !d.IsZero() && !now.Before(d)
 }
 
 // Deadline is when spec.timeout ends the Run, counted from status.startTime;
@@ -98,42 +104,23 @@ func CheckOutputs(o Outcome) Outcome {
 }
 
 // Finish returns the status that records o on run at now: a terminal phase,
-// or, for a failure that retry.Decide retries, Pending with attempt+1, the
-// assignment cleared and condition Scheduled=False reason Retrying (whose
-// transition time starts the backoff the scheduler waits). retried says
-// which.
+// or, for a failure that retry.Decide retries, the retry.Requeue of it.
+// retried says which.
 func Finish(run *v1alpha1.Run, o Outcome, now time.Time) (out *v1alpha1.Run, retried bool) {
-	out = run.DeepCopy()
-	st := &out.Status
 	if o.Phase == lifecycle.Failed {
-		d := retry.Decide(run.Spec.RetryPolicy, run.Status.Attempt, retry.Failure{Reason: o.Reason}, Deadline(run), now)
+		d := retry.Decide(run.Spec.RetryPolicy, run.Status.Attempt, retry.Failure{Reason: o.Reason, Message: o.Message}, Deadline(run), now)
 		if d.Retry {
-			st.Phase = lifecycle.Pending
-			st.Attempt = d.NextAttempt
-			st.AssignedPod, st.AssignedPodUID = "", ""
-			st.ScheduledTime, st.CompletionTime = nil, nil
-			st.ExitCode, st.Outputs = nil, nil
-			st.Message = BoundMessage(d.Why + "; " + o.Message)
-			// Remove first, so the transition time is now even when the
-			// condition was already False: NotBefore counts from it.
-			meta.RemoveStatusCondition(&st.Conditions, lifecycle.ConditionScheduled)
-			meta.SetStatusCondition(&st.Conditions, metav1.Condition{
-				Type:               lifecycle.ConditionScheduled,
-				Status:             metav1.ConditionFalse,
-				Reason:             lifecycle.ReasonRetrying,
-				Message:            BoundMessage(d.Why),
-				ObservedGeneration: run.Generation,
-				LastTransitionTime: metav1.NewTime(now),
-			})
-			return out, true
+			return retry.Requeue(run, d, now), true
 		}
 	}
+	out = run.DeepCopy()
+	st := &out.Status
 	completed := metav1.NewMicroTime(now)
 	st.Phase = o.Phase
 	st.CompletionTime = &completed
 	st.ExitCode = o.ExitCode
 	st.Outputs = o.Outputs
-	st.Message = BoundMessage(o.Message)
+	st.Message = validation.BoundMessage(o.Message)
 	reason := o.Reason
 	if reason == "" {
 		reason = string(o.Phase)
@@ -142,7 +129,7 @@ func Finish(run *v1alpha1.Run, o Outcome, now time.Time) (out *v1alpha1.Run, ret
 		Type:               lifecycle.ConditionCompleted,
 		Status:             metav1.ConditionTrue,
 		Reason:             reason,
-		Message:            BoundMessage(conditionMessage(o)),
+		Message:            validation.BoundMessage(conditionMessage(o)),
 		ObservedGeneration: run.Generation,
 		LastTransitionTime: metav1.NewTime(now),
 	})
@@ -158,32 +145,18 @@ func conditionMessage(o Outcome) string {
 	return "the task " + strings.ToLower(string(o.Phase))
 }
 
-// BoundMessage cuts s to validation.MaxMessageBytes at a rune boundary,
-// keeping its start.
-func BoundMessage(s string) string {
-	if len(s) <= validation.MaxMessageBytes {
-		return s
-	}
-	const ellipsis = "…"
-	cut := validation.MaxMessageBytes - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
-}
-
 // StderrTail appends the end of stderr to msg so the whole stays within
 // validation.MaxMessageBytes: the last lines of stderr are what explain a
 // failure, so the tail is kept and its start is dropped.
 func StderrTail(msg string, stderr []byte) string {
 	tail := strings.TrimRight(strings.ToValidUTF8(string(stderr), "\uFFFD"), "\n")
 	if tail == "" {
-		return BoundMessage(msg)
+		return validation.BoundMessage(msg)
 	}
 	const header, marker = "; stderr tail:\n", "…"
 	room := validation.MaxMessageBytes - len(msg) - len(header)
 	if room <= len(marker) {
-		return BoundMessage(msg)
+		return validation.BoundMessage(msg)
 	}
 	if len(tail) > room {
 		start := len(tail) - (room - len(marker))

@@ -14,7 +14,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/kruntimes/validation"
 	"kruntimes.io/kruntimes/apis/lifecycle"
-	"kruntimes.io/kruntimes/controllers/retry"
+	"kruntimes.io/kruntimes/apis/retry"
 )
 
 var now = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
@@ -187,8 +187,8 @@ func TestStderrTail(t *testing.T) {
 }
 
 func TestBoundMessage(t *testing.T) {
-	assert.Equal(t, "short", BoundMessage("short"))
-	long := BoundMessage(strings.Repeat("ü", validation.MaxMessageBytes))
+	assert.Equal(t, "short", validation.BoundMessage("short"))
+	long := validation.BoundMessage(strings.Repeat("ü", validation.MaxMessageBytes))
 	assert.LessOrEqual(t, len(long), validation.MaxMessageBytes)
 	assert.True(t, strings.HasSuffix(long, "…"))
 }

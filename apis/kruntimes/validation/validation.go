@@ -6,6 +6,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -422,4 +423,19 @@ func validateRuntimeSpec(spec *kruntimes.RuntimeSpec, fldPath *field.Path) field
 		}
 	}
 	return allErrs
+}
+
+// BoundMessage cuts s to MaxMessageBytes at a rune boundary, keeping its
+// start, so a message written to status.message or a condition always
+// passes validation.
+func BoundMessage(s string) string {
+	if len(s) <= MaxMessageBytes {
+		return s
+	}
+	const ellipsis = "…"
+	cut := MaxMessageBytes - len(ellipsis)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + ellipsis
 }

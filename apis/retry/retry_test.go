@@ -5,9 +5,12 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
 )
 
 func TestDecide(t *testing.T) {
@@ -78,4 +81,74 @@ func TestNotBefore(t *testing.T) {
 	running := retrying(2)
 	running.Status.Phase = "Running"
 	assert.True(t, NotBefore(running).IsZero())
+}
+
+func TestRequeue(t *testing.T) {
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	start := metav1.NewMicroTime(now.Add(-time.Minute))
+	exit := int32(1)
+	running := func(function bool) *v1alpha1.Run {
+		run := &v1alpha1.Run{
+			ObjectMeta: metav1.ObjectMeta{Name: "r", Generation: 1},
+			Spec:       v1alpha1.RunSpec{RetryPolicy: &v1alpha1.RetryPolicy{MaxAttempts: 3}},
+			Status: v1alpha1.RunStatus{
+				Phase: lifecycle.Running, Attempt: 1, AssignedPod: "pod", AssignedPodUID: "pod-uid",
+				ScheduledTime: &start, StartTime: &start, ExitCode: &exit, Outputs: map[string]string{"a": "1"},
+				Conditions: []metav1.Condition{{Type: lifecycle.ConditionScheduled, Status: metav1.ConditionTrue, Reason: lifecycle.ReasonScheduled}},
+			},
+		}
+		if function {
+			run.Spec.Mode.Function = &v1alpha1.FunctionMode{Handler: "h.main"}
+			run.Status.Phase = lifecycle.Ready
+			run.Status.ReadyTime = &start
+			run.Status.Conditions = append(run.Status.Conditions, metav1.Condition{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue, Reason: lifecycle.ReasonFunctionRegistered})
+		} else {
+			run.Spec.Mode.Task = &v1alpha1.TaskMode{}
+		}
+		return run
+	}
+
+	t.Run("a failed task goes back to Pending with attempt+1 and no assignment", func(t *testing.T) {
+		run := running(false)
+		d := Decide(run.Spec.RetryPolicy, 1, Failure{Reason: lifecycle.ReasonNonZeroExit, Message: "exit 1"}, time.Time{}, now)
+		require.True(t, d.Retry)
+		out := Requeue(run, d, now)
+		assert.Equal(t, lifecycle.Pending, out.Status.Phase)
+		assert.Equal(t, int32(2), out.Status.Attempt)
+		assert.Empty(t, out.Status.AssignedPod)
+		assert.Empty(t, out.Status.AssignedPodUID)
+		assert.Nil(t, out.Status.ScheduledTime)
+		assert.Nil(t, out.Status.StartTime)
+		assert.Nil(t, out.Status.ExitCode)
+		assert.Nil(t, out.Status.Outputs)
+		assert.Contains(t, out.Status.Message, "exit 1", "the failure's own message is kept")
+		c := meta.FindStatusCondition(out.Status.Conditions, lifecycle.ConditionScheduled)
+		require.NotNil(t, c)
+		assert.Equal(t, metav1.ConditionFalse, c.Status)
+		assert.Equal(t, lifecycle.ReasonRetrying, c.Reason)
+		assert.Nil(t, meta.FindStatusCondition(out.Status.Conditions, lifecycle.ConditionReady), "a task has no Ready condition")
+		assert.Equal(t, now.Add(time.Second), NotBefore(out), "the backoff counts from now")
+		assert.Equal(t, lifecycle.Running, run.Status.Phase, "the input is not modified")
+	})
+
+	t.Run("a Ready function is no longer Ready once requeued", func(t *testing.T) {
+		run := running(true)
+		d := Decide(run.Spec.RetryPolicy, 1, Failure{Reason: "RegistrationFailed"}, time.Time{}, now)
+		out := Requeue(run, d, now)
+		ready := meta.FindStatusCondition(out.Status.Conditions, lifecycle.ConditionReady)
+		require.NotNil(t, ready)
+		assert.Equal(t, metav1.ConditionFalse, ready.Status)
+		assert.Equal(t, lifecycle.ReasonRetrying, ready.Reason)
+		assert.Nil(t, out.Status.ReadyTime)
+	})
+
+	t.Run("a Run whose owner was lost is placed again without backoff", func(t *testing.T) {
+		run := running(true)
+		d := Decide(run.Spec.RetryPolicy, 1, Failure{Reason: lifecycle.ReasonOwnerLost}, time.Time{}, now)
+		out := Requeue(run, d, now)
+		c := meta.FindStatusCondition(out.Status.Conditions, lifecycle.ConditionScheduled)
+		require.NotNil(t, c)
+		assert.Equal(t, lifecycle.ReasonOwnerLost, c.Reason)
+		assert.True(t, NotBefore(out).IsZero())
+	})
 }

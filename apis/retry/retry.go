@@ -7,7 +7,11 @@ import (
 	"strconv"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/kruntimes/validation"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 )
 
@@ -24,6 +28,8 @@ type Failure struct {
 	Reason string
 	// Cancelled is set when the user asked for cancellation: never retried.
 	Cancelled bool
+	// Message says what went wrong, for the Run's status.message.
+	Message string
 }
 
 // Decision is what to do after a failed attempt.
@@ -36,6 +42,8 @@ type Decision struct {
 	NextAttempt int32
 	// Why explains the decision for the Run's message.
 	Why string
+	// Failure is the failure the decision is about.
+	Failure Failure
 }
 
 // Decide returns whether attempt (1-based) of a Run with policy is retried
@@ -48,24 +56,73 @@ func Decide(policy *v1alpha1.RetryPolicy, attempt int32, failure Failure, deadli
 	}
 	switch {
 	case failure.Cancelled || failure.Reason == lifecycle.ReasonCancelled:
-		return Decision{Why: "cancelled Runs are not retried"}
+		return Decision{Failure: failure, Why: "cancelled Runs are not retried"}
 	case !deadline.IsZero() && !now.Before(deadline):
-		return Decision{Why: "the Run's timeout has passed"}
+		return Decision{Failure: failure, Why: "the Run's timeout has passed"}
 	case attempt >= maxAttempts:
-		return Decision{Why: fmt.Sprintf("attempt %d of %d failed (%s); no attempts left", attempt, maxAttempts, failure.Reason)}
+		return Decision{Failure: failure, Why: fmt.Sprintf("attempt %d of %d failed (%s); no attempts left", attempt, maxAttempts, failure.Reason)}
 	case policy != nil && len(policy.RetryableReasons) > 0 && !slices.Contains(policy.RetryableReasons, failure.Reason):
-		return Decision{Why: fmt.Sprintf("reason %s is not in retryPolicy.retryableReasons", failure.Reason)}
+		return Decision{Failure: failure, Why: fmt.Sprintf("reason %s is not in retryPolicy.retryableReasons", failure.Reason)}
 	}
 	delay := Delay(policy, attempt)
 	if !deadline.IsZero() && now.Add(delay).After(deadline) {
-		return Decision{Why: fmt.Sprintf("the next attempt would start after the Run's timeout (backoff %s)", delay)}
+		return Decision{Failure: failure, Why: fmt.Sprintf("the next attempt would start after the Run's timeout (backoff %s)", delay)}
 	}
 	return Decision{
 		Retry:       true,
 		Delay:       delay,
 		NextAttempt: attempt + 1,
+		Failure:     failure,
 		Why:         fmt.Sprintf("attempt %d of %d failed (%s); retrying in %s", attempt, maxAttempts, failure.Reason, delay),
 	}
+}
+
+// Requeue returns run sent back to Pending for the retry d decided: attempt
+// d.NextAttempt, the assignment and the previous attempt's results cleared,
+// and condition Scheduled=False, whose transition time (now) starts the
+// backoff NotBefore waits. The reason is Retrying, except for a Run whose
+// owner was lost (reason OwnerLost): the failure was its Pod's, so it is
+// placed again at once. A function Run's Ready condition turns False with
+// the same reason. run itself is not modified.
+func Requeue(run *v1alpha1.Run, d Decision, now time.Time) *v1alpha1.Run {
+	out := run.DeepCopy()
+	st := &out.Status
+	st.Phase = lifecycle.Pending
+	st.Attempt = d.NextAttempt
+	st.AssignedPod, st.AssignedPodUID = "", ""
+	st.ScheduledTime, st.StartTime, st.ReadyTime, st.CompletionTime = nil, nil, nil, nil
+	st.ExitCode, st.Outputs = nil, nil
+	message := d.Why
+	if d.Failure.Message != "" {
+		message += "; " + d.Failure.Message
+	}
+	st.Message = validation.BoundMessage(message)
+	reason := lifecycle.ReasonRetrying
+	if d.Failure.Reason == lifecycle.ReasonOwnerLost {
+		reason = lifecycle.ReasonOwnerLost
+	}
+	// Remove first, so the transition time is now even when the condition
+	// was already False: NotBefore counts from it.
+	meta.RemoveStatusCondition(&st.Conditions, lifecycle.ConditionScheduled)
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+		Type:               lifecycle.ConditionScheduled,
+		Status:             metav1.ConditionFalse,
+		Reason:             reason,
+		Message:            validation.BoundMessage(d.Why),
+		ObservedGeneration: run.Generation,
+		LastTransitionTime: metav1.NewTime(now),
+	})
+	if run.Spec.Mode.Function != nil {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type:               lifecycle.ConditionReady,
+			Status:             metav1.ConditionFalse,
+			Reason:             reason,
+			Message:            validation.BoundMessage(d.Why),
+			ObservedGeneration: run.Generation,
+			LastTransitionTime: metav1.NewTime(now),
+		})
+	}
+	return out
 }
 
 // Delay is the exponential backoff before the attempt after attempt:
