@@ -1,6 +1,18 @@
 package runtimepod
 
-import "time"
+import (
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Pod identifies one incarnation of a Runtime Pod: the name may be reused by
+// a later Pod, the UID never is.
+type Pod struct {
+	Name, Namespace string
+	UID             types.UID
+}
 
 // Containers of a Runtime Pod.
 const (
@@ -54,3 +66,17 @@ func DeploymentName(runtime string) string { return "runtime-" + runtime }
 // ServiceAccountName is the ServiceAccount (and Role, RoleBinding) of the
 // Pods of a Runtime: runtimed's least privilege.
 func ServiceAccountName(runtime string) string { return "runtime-" + runtime }
+
+// HeartbeatFresh reports whether lease was renewed within its duration at
+// now: the scheduler binds only to Pods whose heartbeat is fresh, and
+// runtimed reports itself not ready when its own is not.
+func HeartbeatFresh(lease *coordinationv1.Lease, now time.Time) bool {
+	if lease == nil || lease.Spec.RenewTime == nil {
+		return false
+	}
+	d := HeartbeatLeaseDuration
+	if s := lease.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
+		d = time.Duration(*s) * time.Second
+	}
+	return lease.Spec.RenewTime.Add(d).After(now)
+}

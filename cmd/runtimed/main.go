@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	kruntimesscheme "kruntimes.io/kruntimes/client/clientset/versioned/scheme"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
@@ -72,10 +73,10 @@ func (o *options) Run(ctx context.Context) error {
 		return fmt.Errorf("connect to the Runtime Server at %s: %w", o.RuntimeSocket, err)
 	}
 	defer conn.Close()
-	runtime := runtimev1.NewRuntimeClient(conn)
+	runtimeServer := runtimev1.NewRuntimeClient(conn)
 
 	metrics.Register()
-	pod := tasks.Pod{Name: o.PodName, Namespace: o.PodNamespace, UID: types.UID(o.PodUID)}
+	pod := runtimepod.Pod{Name: o.PodName, Namespace: o.PodNamespace, UID: types.UID(o.PodUID)}
 	factory := externalversions.NewSharedInformerFactoryWithOptions(runClient, 0,
 		externalversions.WithNamespace(o.PodNamespace),
 		// Only this Pod's Runs: the apiserver indexes status.assignedPod, so
@@ -90,19 +91,19 @@ func (o *options) Run(ctx context.Context) error {
 	recorder := broadcaster.NewRecorder(kruntimesscheme.Scheme, corev1.EventSource{Component: "runtimed", Host: o.PodName})
 
 	controller, err := tasks.New(tasks.Config{
-		Runs:      runClient.KruntimesV1alpha1(),
-		Informer:  factory.Kruntimes().V1alpha1().Runs(),
-		Runtime:   runtime,
-		Workspace: workspace.Root(o.WorkspaceDir),
-		Pod:       pod,
-		Capacity:  o.Capacity,
-		Clock:     clock.RealClock{},
-		Recorder:  recorder,
+		Runs:          runClient.KruntimesV1alpha1(),
+		Informer:      factory.Kruntimes().V1alpha1().Runs(),
+		RuntimeServer: runtimeServer,
+		Workspace:     workspace.Root(o.WorkspaceDir),
+		Pod:           pod,
+		Capacity:      o.Capacity,
+		Clock:         clock.RealClock{},
+		Recorder:      recorder,
 	})
 	if err != nil {
 		return err
 	}
-	beat := heartbeat.New(kube.CoordinationV1(), heartbeat.Pod(pod), clock.RealClock{})
+	beat := heartbeat.New(kube.CoordinationV1(), pod, clock.RealClock{})
 
 	readiness := []health.Check{
 		{Name: "runs-informer", Check: func(context.Context) error {
@@ -113,7 +114,7 @@ func (o *options) Run(ctx context.Context) error {
 		}},
 		{Name: "heartbeat", Check: func(context.Context) error { return beat.Fresh() }},
 		{Name: "runtime-server", Check: func(ctx context.Context) error {
-			resp, err := runtime.Health(ctx, &runtimev1.HealthRequest{})
+			resp, err := runtimeServer.Health(ctx, &runtimev1.HealthRequest{})
 			if err != nil {
 				return fmt.Errorf("the Health RPC over %s failed: %w", o.RuntimeSocket, err)
 			}

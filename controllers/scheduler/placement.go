@@ -39,7 +39,7 @@ func excludedReason(pod *corev1.Pod, lease *coordinationv1.Lease, now time.Time)
 		return excludedNotReady
 	case lease == nil || lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity != string(pod.UID) || lease.Spec.RenewTime == nil:
 		return excludedNoHeartbeat
-	case !heartbeatFresh(lease, now):
+	case !runtimepod.HeartbeatFresh(lease, now):
 		return excludedStaleHeartbeat
 	}
 	return ""
@@ -52,18 +52,6 @@ func podReady(pod *corev1.Pod) bool {
 		}
 	}
 	return false
-}
-
-// heartbeatFresh reports whether lease was renewed within its duration.
-func heartbeatFresh(lease *coordinationv1.Lease, now time.Time) bool {
-	if lease == nil || lease.Spec.RenewTime == nil {
-		return false
-	}
-	d := runtimepod.HeartbeatLeaseDuration
-	if s := lease.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
-		d = time.Duration(*s) * time.Second
-	}
-	return lease.Spec.RenewTime.Add(d).After(now)
 }
 
 // holdsCapacity reports whether run occupies a slot of its assigned Pod:

@@ -338,10 +338,10 @@ func (s *Scheduler) leaseUpdated(oldObj, newObj any) {
 		return
 	}
 	now := s.clock.Now()
-	if !heartbeatFresh(lease, now) {
+	if !runtimepod.HeartbeatFresh(lease, now) {
 		return
 	}
-	if old, ok := oldObj.(*coordinationv1.Lease); ok && heartbeatFresh(old, now) &&
+	if old, ok := oldObj.(*coordinationv1.Lease); ok && runtimepod.HeartbeatFresh(old, now) &&
 		apiequality.Semantic.DeepEqual(old.Spec.HolderIdentity, lease.Spec.HolderIdentity) {
 		return
 	}

@@ -10,7 +10,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	coordinationclient "k8s.io/client-go/kubernetes/typed/coordination/v1"
 	"k8s.io/klog/v2"
@@ -21,25 +20,21 @@ import (
 	"kruntimes.io/kruntimes/runtimed/metrics"
 )
 
-// Pod identifies the Runtime Pod the heartbeat speaks for.
-type Pod struct {
-	Name, Namespace string
-	UID             types.UID
-}
-
 // Heartbeat renews the Pod's Lease.
 type Heartbeat struct {
 	leases coordinationclient.LeasesGetter
-	pod    Pod
+	pod    runtimepod.Pod
 	clock  clock.Clock
 
-	mu          sync.Mutex
-	lease       *coordinationv1.Lease
-	lastRenewal time.Time
+	mu    sync.Mutex
+	lease *coordinationv1.Lease
+	// renewed is the Lease as last written successfully; unlike lease, a
+	// failed renewal does not clear it, so Fresh stays true until it ages.
+	renewed *coordinationv1.Lease
 }
 
 // New returns a Heartbeat for pod.
-func New(leases coordinationclient.LeasesGetter, pod Pod, clk clock.Clock) *Heartbeat {
+func New(leases coordinationclient.LeasesGetter, pod runtimepod.Pod, clk clock.Clock) *Heartbeat {
 	return &Heartbeat{leases: leases, pod: pod, clock: clk}
 }
 
@@ -61,13 +56,14 @@ func (h *Heartbeat) Run(ctx context.Context) {
 // Lease duration, i.e. whether the scheduler sees this Pod as alive.
 func (h *Heartbeat) Fresh() error {
 	h.mu.Lock()
-	last := h.lastRenewal
+	lease := h.renewed
 	h.mu.Unlock()
-	if last.IsZero() {
+	switch {
+	case lease == nil || lease.Spec.RenewTime == nil:
 		return fmt.Errorf("the heartbeat Lease was not renewed yet")
-	}
-	if age := h.clock.Since(last); age > runtimepod.HeartbeatLeaseDuration {
-		return fmt.Errorf("the heartbeat Lease was last renewed %s ago, longer than its %s duration", age.Round(time.Second), runtimepod.HeartbeatLeaseDuration)
+	case !runtimepod.HeartbeatFresh(lease, h.clock.Now()):
+		return fmt.Errorf("the heartbeat Lease was last renewed %s ago, longer than its %s duration",
+			h.clock.Since(lease.Spec.RenewTime.Time).Round(time.Second), runtimepod.HeartbeatLeaseDuration)
 	}
 	return nil
 }
@@ -113,7 +109,7 @@ func (h *Heartbeat) store(lease *coordinationv1.Lease) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.lease = lease
-	h.lastRenewal = h.clock.Now()
+	h.renewed = lease
 }
 
 // desired is the Lease as this Pod holds it, based on current when set.

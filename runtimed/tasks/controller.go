@@ -27,6 +27,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runtimepod"
 	kruntimesclient "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	runinformers "kruntimes.io/kruntimes/client/informers/externalversions/kruntimes/v1alpha1"
 	runlisters "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
@@ -49,12 +50,6 @@ const (
 	adoptTimeout = 20 * time.Second
 )
 
-// Pod identifies the Runtime Pod this runtimed runs in.
-type Pod struct {
-	Name, Namespace string
-	UID             types.UID
-}
-
 // Config wires a Controller.
 type Config struct {
 	// Runs writes Run status.
@@ -62,11 +57,11 @@ type Config struct {
 	// Informer must list and watch only the Runs of Pod.Namespace with
 	// fieldSelector status.assignedPod=Pod.Name.
 	Informer runinformers.RunInformer
-	// Runtime is the local Runtime Server.
-	Runtime runtimev1.RuntimeClient
+	// RuntimeServer is the local Runtime Server.
+	RuntimeServer runtimev1.RuntimeClient
 	// Workspace is the shared workspace root.
 	Workspace workspace.Root
-	Pod       Pod
+	Pod       runtimepod.Pod
 	// Capacity is the most executions held at once; at least 1.
 	Capacity int
 	Clock    clock.Clock
@@ -81,16 +76,16 @@ const eventAdopted = "Adopted"
 
 // Controller executes the task Runs assigned to its Pod.
 type Controller struct {
-	runs      kruntimesclient.RunsGetter
-	lister    runlisters.RunLister
-	synced    cache.InformerSynced
-	runtime   runtimev1.RuntimeClient
-	workspace workspace.Root
-	pod       Pod
-	capacity  int
-	clock     clock.Clock
-	recorder  record.EventRecorder
-	queue     workqueue.TypedRateLimitingInterface[string]
+	runs          kruntimesclient.RunsGetter
+	lister        runlisters.RunLister
+	synced        cache.InformerSynced
+	runtimeServer runtimev1.RuntimeClient
+	workspace     workspace.Root
+	pod           runtimepod.Pod
+	capacity      int
+	clock         clock.Clock
+	recorder      record.EventRecorder
+	queue         workqueue.TypedRateLimitingInterface[string]
 
 	mu sync.Mutex
 	// executions holds, by Run key, every execution this Pod claimed or
@@ -142,15 +137,15 @@ func New(cfg Config) (*Controller, error) {
 		cfg.Recorder = &record.FakeRecorder{}
 	}
 	c := &Controller{
-		runs:      cfg.Runs,
-		lister:    cfg.Informer.Lister(),
-		synced:    cfg.Informer.Informer().HasSynced,
-		runtime:   cfg.Runtime,
-		workspace: cfg.Workspace,
-		pod:       cfg.Pod,
-		capacity:  cfg.Capacity,
-		clock:     cfg.Clock,
-		recorder:  cfg.Recorder,
+		runs:          cfg.Runs,
+		lister:        cfg.Informer.Lister(),
+		synced:        cfg.Informer.Informer().HasSynced,
+		runtimeServer: cfg.RuntimeServer,
+		workspace:     cfg.Workspace,
+		pod:           cfg.Pod,
+		capacity:      cfg.Capacity,
+		clock:         cfg.Clock,
+		recorder:      cfg.Recorder,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "runtimed_tasks"}),
@@ -483,7 +478,7 @@ func (c *Controller) start(ctx context.Context, run *v1alpha1.Run, exec *executi
 	}
 	rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
-	if _, err := c.runtime.Execute(rpcCtx, req); err != nil {
+	if _, err := c.runtimeServer.Execute(rpcCtx, req); err != nil {
 		countRPCError("Execute", err)
 		switch status.Code(err) {
 		case codes.InvalidArgument, codes.AlreadyExists, codes.FailedPrecondition:
@@ -528,7 +523,7 @@ func (c *Controller) startWaiting(ctx context.Context, exec *execution) {
 func (c *Controller) waitFor(ctx context.Context, exec *execution) bool {
 	backoff := wait.Backoff{Duration: 100 * time.Millisecond, Factor: 2, Cap: 5 * time.Second, Steps: 1 << 30}
 	for {
-		ts, err := c.runtime.Wait(ctx, &runtimev1.WaitRequest{TaskId: exec.id, IncludeLogs: true})
+		ts, err := c.runtimeServer.Wait(ctx, &runtimev1.WaitRequest{TaskId: exec.id, IncludeLogs: true})
 		if ctx.Err() != nil {
 			return false
 		}
@@ -566,7 +561,7 @@ func (c *Controller) stop(ctx context.Context, exec *execution, why stopReason) 
 	exec.logger.Info("Cancelling execution", "executionID", exec.id, "reason", string(why))
 	rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
-	if _, err := c.runtime.Cancel(rpcCtx, &runtimev1.CancelRequest{TaskId: exec.id}); err != nil {
+	if _, err := c.runtimeServer.Cancel(rpcCtx, &runtimev1.CancelRequest{TaskId: exec.id}); err != nil {
 		countRPCError("Cancel", err)
 		c.mu.Lock()
 		exec.stop = stopNone // try again on the next sync
@@ -583,7 +578,7 @@ func (c *Controller) adopt(ctx context.Context, key string, run *v1alpha1.Run) e
 	id := runstatus.ExecutionID(run.UID, run.Status.Attempt)
 	rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
-	_, err := c.runtime.Status(rpcCtx, &runtimev1.StatusRequest{TaskId: id})
+	_, err := c.runtimeServer.Status(rpcCtx, &runtimev1.StatusRequest{TaskId: id})
 	switch {
 	case status.Code(err) == codes.NotFound:
 		logger.Info("Running Run has no execution on the Runtime Server; it was lost", "executionID", id)
@@ -661,7 +656,7 @@ func (c *Controller) release(ctx context.Context, exec *execution) error {
 	c.mu.Unlock()
 	if started && result == nil && !lost {
 		rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
-		_, err := c.runtime.Cancel(rpcCtx, &runtimev1.CancelRequest{TaskId: exec.id})
+		_, err := c.runtimeServer.Cancel(rpcCtx, &runtimev1.CancelRequest{TaskId: exec.id})
 		cancel()
 		if err != nil {
 			countRPCError("Cancel", err)
@@ -680,7 +675,7 @@ func (c *Controller) release(ctx context.Context, exec *execution) error {
 	}
 	rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
-	if _, err := c.runtime.Forget(rpcCtx, &runtimev1.ForgetRequest{TaskId: exec.id}); err != nil {
+	if _, err := c.runtimeServer.Forget(rpcCtx, &runtimev1.ForgetRequest{TaskId: exec.id}); err != nil {
 		countRPCError("Forget", err)
 		return fmt.Errorf("forget execution %s: %w", exec.id, err)
 	}
@@ -739,7 +734,7 @@ func (c *Controller) sweepRetained(ctx context.Context) {
 	var list *runtimev1.ListResponse
 	err := wait.PollUntilContextCancel(ctx, 500*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 		var err error
-		list, err = c.runtime.List(ctx, &runtimev1.ListRequest{})
+		list, err = c.runtimeServer.List(ctx, &runtimev1.ListRequest{})
 		return err == nil, nil
 	})
 	if err != nil {
@@ -766,16 +761,16 @@ func (c *Controller) sweepRetained(ctx context.Context) {
 			continue
 		}
 		l := logger.WithValues("runUID", uid, "attempt", attempt, "executionID", ts.GetTaskId())
-		if _, err := c.runtime.Cancel(ctx, &runtimev1.CancelRequest{TaskId: ts.GetTaskId()}); err != nil {
+		if _, err := c.runtimeServer.Cancel(ctx, &runtimev1.CancelRequest{TaskId: ts.GetTaskId()}); err != nil {
 			l.Error(err, "Cancelling a retained execution no Run holds failed")
 			continue
 		}
 		if ts.GetState() == runtimev1.TaskState_TASK_STATE_RUNNING {
 			waitCtx, cancel := context.WithTimeout(ctx, releaseTimeout)
-			_, _ = c.runtime.Wait(waitCtx, &runtimev1.WaitRequest{TaskId: ts.GetTaskId()})
+			_, _ = c.runtimeServer.Wait(waitCtx, &runtimev1.WaitRequest{TaskId: ts.GetTaskId()})
 			cancel()
 		}
-		if _, err := c.runtime.Forget(ctx, &runtimev1.ForgetRequest{TaskId: ts.GetTaskId()}); err != nil {
+		if _, err := c.runtimeServer.Forget(ctx, &runtimev1.ForgetRequest{TaskId: ts.GetTaskId()}); err != nil {
 			l.Error(err, "Forgetting a retained execution no Run holds failed")
 			continue
 		}

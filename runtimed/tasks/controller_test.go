@@ -22,6 +22,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/apiserver/testserver"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	kruntimesclient "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
@@ -50,9 +51,9 @@ func (c *countingRuntime) Execute(ctx context.Context, in *runtimev1.ExecuteRequ
 }
 
 type harness struct {
-	client    versioned.Interface
-	runtime   *countingRuntime
-	workspace workspace.Root
+	client        versioned.Interface
+	runtimeServer *countingRuntime
+	workspace     workspace.Root
 }
 
 // start runs a Controller of capacity against a real kruntimes-apiserver
@@ -93,14 +94,14 @@ func startWith(t *testing.T, capacity int, wrap func(kruntimesclient.RunsGetter)
 		writer = wrap(writer)
 	}
 	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithNamespace(testNamespace))
-	h := &harness{client: client, runtime: &countingRuntime{RuntimeClient: runtimev1.NewRuntimeClient(conn)}, workspace: workspace.Root(t.TempDir())}
+	h := &harness{client: client, runtimeServer: &countingRuntime{RuntimeClient: runtimev1.NewRuntimeClient(conn)}, workspace: workspace.Root(t.TempDir())}
 	c, err := New(Config{
-		Runs:      writer,
-		Informer:  factory.Kruntimes().V1alpha1().Runs(),
-		Runtime:   h.runtime,
-		Workspace: h.workspace,
-		Pod:       Pod{Name: testPodName, Namespace: testNamespace, UID: testPodUID},
-		Capacity:  capacity,
+		Runs:          writer,
+		Informer:      factory.Kruntimes().V1alpha1().Runs(),
+		RuntimeServer: h.runtimeServer,
+		Workspace:     h.workspace,
+		Pod:           runtimepod.Pod{Name: testPodName, Namespace: testNamespace, UID: testPodUID},
+		Capacity:      capacity,
 	})
 	require.NoError(t, err)
 	factory.Start(ctx.Done())
@@ -195,7 +196,7 @@ func TestScheduledTaskRunsToItsOutcome(t *testing.T) {
 			assert.Equal(t, tc.wantOutput, run.Status.Outputs)
 			assert.NotNil(t, run.Status.StartTime)
 			assert.NotNil(t, run.Status.CompletionTime)
-			assert.Equal(t, int32(1), h.runtime.executes.Load(), "executed once")
+			assert.Equal(t, int32(1), h.runtimeServer.executes.Load(), "executed once")
 			assertReleased(t, h, run.UID)
 		})
 	}
@@ -206,7 +207,7 @@ func TestScheduledTaskRunsToItsOutcome(t *testing.T) {
 func assertReleased(t *testing.T, h *harness, uid types.UID) {
 	t.Helper()
 	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := h.runtime.List(ctx, &runtimev1.ListRequest{})
+		list, err := h.runtimeServer.List(ctx, &runtimev1.ListRequest{})
 		if err != nil || len(list.GetTasks()) > 0 {
 			return false, nil
 		}
@@ -250,7 +251,7 @@ func TestConflictingStatusWriteIsRedone(t *testing.T) {
 	}, scheduledRun("r", "true"))
 	run := h.waitFor(t, "r", "terminal", terminal)
 	assert.Equal(t, lifecycle.Succeeded, run.Status.Phase)
-	assert.Equal(t, int32(1), h.runtime.executes.Load(), "a redone claim never executes twice")
+	assert.Equal(t, int32(1), h.runtimeServer.executes.Load(), "a redone claim never executes twice")
 	assert.GreaterOrEqual(t, racer.conflicts.Load(), int32(2), "both the claim and the outcome lost a race first")
 }
 
@@ -293,7 +294,7 @@ func TestDeletedRunningRunIsCancelledAndCleanedUp(t *testing.T) {
 	h := start(t, 1, scheduledRun("r", "sleep 3600"))
 	run := h.waitFor(t, "r", "Running", func(r *v1alpha1.Run) bool { return r.Status.Phase == lifecycle.Running })
 	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 10*time.Second, true, func(ctx context.Context) (bool, error) {
-		list, err := h.runtime.List(ctx, &runtimev1.ListRequest{})
+		list, err := h.runtimeServer.List(ctx, &runtimev1.ListRequest{})
 		return err == nil && len(list.GetTasks()) == 1, nil
 	})
 	require.NoError(t, err, "the task runs")
@@ -310,7 +311,7 @@ func TestRunningRunWithoutExecutionIsLost(t *testing.T) {
 	got := h.waitFor(t, "r", "terminal", terminal)
 	assert.Equal(t, lifecycle.Failed, got.Status.Phase)
 	assert.Contains(t, got.Status.Message, "lost")
-	assert.Zero(t, h.runtime.executes.Load(), "a lost attempt is never re-executed in place")
+	assert.Zero(t, h.runtimeServer.executes.Load(), "a lost attempt is never re-executed in place")
 }
 
 func TestRunOfAnotherPodIsLeftAlone(t *testing.T) {
@@ -329,7 +330,7 @@ func TestCancelRequestedBeforeClaimIsCancelledWithoutExecuting(t *testing.T) {
 	h := startHarness(t, run)
 	got := h.waitFor(t, "r", "terminal", terminal)
 	assert.Equal(t, lifecycle.Cancelled, got.Status.Phase)
-	assert.Zero(t, h.runtime.executes.Load())
+	assert.Zero(t, h.runtimeServer.executes.Load())
 }
 
 func startHarness(t *testing.T, runs ...*v1alpha1.Run) *harness { return start(t, 1, runs...) }

@@ -32,7 +32,7 @@ func TestHeartbeatLease(t *testing.T) {
 
 	t.Run("renew creates, then renews the Lease of this Pod", func(t *testing.T) {
 		clk := testingclock.NewFakeClock(time.Now())
-		h := runtimedheartbeat.New(leases, runtimedheartbeat.Pod{Name: pod.Name, Namespace: ns, UID: pod.UID}, clk)
+		h := runtimedheartbeat.New(leases, runtimepod.Pod{Name: pod.Name, Namespace: ns, UID: pod.UID}, clk)
 		require.Error(t, h.Fresh(), "not fresh before the first renewal")
 		require.NoError(t, h.Renew(ctx))
 		lease, err := leases.Leases(ns).Get(ctx, runtimepod.LeaseName(pod.Name), metav1.GetOptions{})
@@ -57,7 +57,7 @@ func TestHeartbeatLease(t *testing.T) {
 
 	t.Run("a new Pod of the same name takes the Lease over", func(t *testing.T) {
 		clk := testingclock.NewFakeClock(time.Now())
-		h := runtimedheartbeat.New(leases, runtimedheartbeat.Pod{Name: pod.Name, Namespace: ns, UID: "a-newer-pod"}, clk)
+		h := runtimedheartbeat.New(leases, runtimepod.Pod{Name: pod.Name, Namespace: ns, UID: "a-newer-pod"}, clk)
 		require.NoError(t, h.Renew(ctx))
 		lease, err := leases.Leases(ns).Get(ctx, runtimepod.LeaseName(pod.Name), metav1.GetOptions{})
 		require.NoError(t, err)

@@ -23,10 +23,10 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/retry"
 	"kruntimes.io/kruntimes/apiserver/testserver"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
-	"kruntimes.io/kruntimes/controllers/retry"
 	"kruntimes.io/kruntimes/controllers/scheduler"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 )

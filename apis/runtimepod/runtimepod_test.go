@@ -1,0 +1,37 @@
+package runtimepod
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+)
+
+func TestHeartbeatFresh(t *testing.T) {
+	now := time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+	renewed := func(ago time.Duration, seconds *int32) *coordinationv1.Lease {
+		at := metav1.NewMicroTime(now.Add(-ago))
+		return &coordinationv1.Lease{Spec: coordinationv1.LeaseSpec{RenewTime: &at, LeaseDurationSeconds: seconds}}
+	}
+	cases := []struct {
+		name  string
+		lease *coordinationv1.Lease
+		fresh bool
+	}{
+		{"no Lease is not fresh", nil, false},
+		{"a Lease never renewed is not fresh", &coordinationv1.Lease{}, false},
+		{"renewed within its duration is fresh", renewed(9*time.Second, ptr.To[int32](10)), true},
+		{"renewed exactly its duration ago is stale", renewed(10*time.Second, ptr.To[int32](10)), false},
+		{"a Lease without a duration uses the default", renewed(HeartbeatLeaseDuration-time.Second, nil), true},
+		{"the default duration also ends", renewed(HeartbeatLeaseDuration, nil), false},
+		{"the Lease's own duration wins over the default", renewed(30*time.Second, ptr.To[int32](40)), true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.fresh, HeartbeatFresh(tc.lease, now))
+		})
+	}
+}
