@@ -40,13 +40,13 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
-	// RunningExecutions is the number of executions this Pod holds.
-	RunningExecutions = metrics.NewGauge(&metrics.GaugeOpts{
+	// SlotsUsed is the number of this Pod's slots held, by Run mode.
+	SlotsUsed = metrics.NewGaugeVec(&metrics.GaugeOpts{
 		Namespace: namespace, Subsystem: subsystem,
-		Name:           "running_executions",
-		Help:           "Task executions this runtimed currently holds (at most its capacity).",
+		Name:           "slots_used",
+		Help:           "Slots of this Pod's capacity held by Runs, by mode (Task, Function); at most the capacity.",
 		StabilityLevel: metrics.ALPHA,
-	})
+	}, []string{"mode"})
 
 	// Capacity is --capacity.
 	Capacity = metrics.NewGauge(&metrics.GaugeOpts{
@@ -87,7 +87,7 @@ var registerOnce sync.Once
 // does nothing.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(Executions, ExecutionDuration, ClaimLatency, RunningExecutions,
+		legacyregistry.MustRegister(Executions, ExecutionDuration, ClaimLatency, SlotsUsed,
 			Capacity, StatusUpdates, HeartbeatRenewals, RuntimeServerErrors)
 	})
 }

@@ -1,20 +1,26 @@
 package runstatus
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
 	"unicode/utf8"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/kruntimes/validation"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/retry"
+	kruntimesclient "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/runtimed/metrics"
 )
 
 // ExecutionID is the Runtime Server task ID of one attempt of a Run. Execute
@@ -166,4 +172,46 @@ func StderrTail(msg string, stderr []byte) string {
 		tail = marker + tail[start:]
 	}
 	return msg + header + tail
+}
+
+// IsTask reports whether obj, an informer's Run or the tombstone of one, is
+// a task Run; event handlers use it to pick their mode's Runs.
+func IsTask(obj any) bool {
+	run := runOf(obj)
+	return run != nil && run.Spec.Mode.Task != nil
+}
+
+// IsFunction reports whether obj, an informer's Run or the tombstone of
+// one, is a function Run.
+func IsFunction(obj any) bool {
+	run := runOf(obj)
+	return run != nil && run.Spec.Mode.Function != nil
+}
+
+func runOf(obj any) *v1alpha1.Run {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	run, _ := obj.(*v1alpha1.Run)
+	return run
+}
+
+// Logger is the logger of ctx with the Run's identity and attempt.
+func Logger(ctx context.Context, run *v1alpha1.Run) klog.Logger {
+	return klog.FromContext(ctx).WithValues("namespace", run.Namespace, "run", run.Name, "runUID", run.UID, "attempt", run.Status.Attempt)
+}
+
+// Update writes run's status through runs/status with its resourceVersion,
+// counting the result; a conflict means the caller's copy was stale.
+func Update(ctx context.Context, runs kruntimesclient.RunsGetter, run *v1alpha1.Run) (*v1alpha1.Run, error) {
+	updated, err := runs.Runs(run.Namespace).UpdateStatus(ctx, run, metav1.UpdateOptions{})
+	switch {
+	case err == nil:
+		metrics.StatusUpdates.WithLabelValues("ok").Inc()
+	case apierrors.IsConflict(err):
+		metrics.StatusUpdates.WithLabelValues("conflict").Inc()
+	default:
+		metrics.StatusUpdates.WithLabelValues("error").Inc()
+	}
+	return updated, err
 }

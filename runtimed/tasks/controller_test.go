@@ -28,6 +28,7 @@ import (
 	kruntimesclient "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/runtimed/slots"
 	"kruntimes.io/kruntimes/runtimed/workspace"
 	"kruntimes.io/kruntimes/runtimes/bash"
 	"kruntimes.io/kruntimes/runtimes/server"
@@ -101,7 +102,7 @@ func startWith(t *testing.T, capacity int, wrap func(kruntimesclient.RunsGetter)
 		RuntimeServer: h.runtimeServer,
 		Workspace:     h.workspace,
 		Pod:           runtimepod.Pod{Name: testPodName, Namespace: testNamespace, UID: testPodUID},
-		Capacity:      capacity,
+		Slots:         mustSlots(t, capacity),
 	})
 	require.NoError(t, err)
 	factory.Start(ctx.Done())
@@ -217,30 +218,25 @@ func assertReleased(t *testing.T, h *harness, uid types.UID) {
 	require.NoError(t, err, "execution forgotten and workspace removed")
 }
 
+// TestCapacityIsNeverExceeded runs two Runs on one slot: each execution
+// lies between its Run's startTime (the claim) and completionTime (written
+// before the slot is released), so with capacity 1 those intervals must not
+// overlap.
 func TestCapacityIsNeverExceeded(t *testing.T) {
-	h := start(t, 1, scheduledRun("first", "sleep 0.5"), scheduledRun("second", "sleep 0.5"))
-	// Whichever is claimed first, the other stays Scheduled while it runs.
-	err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 20*time.Second, true, func(ctx context.Context) (bool, error) {
-		running := 0
-		finished := 0
-		for _, name := range []string{"first", "second"} {
-			run, err := h.client.KruntimesV1alpha1().Runs(testNamespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return false, err
-			}
-			switch {
-			case run.Status.Phase == lifecycle.Running:
-				running++
-			case terminal(run):
-				finished++
-			}
-		}
-		if running > 1 {
-			t.Fatalf("%d Runs Running with capacity 1", running)
-		}
-		return finished == 2, nil
-	})
-	require.NoError(t, err, "both Runs finish, one after the other")
+	h := start(t, 1, scheduledRun("first", "sleep 0.2"), scheduledRun("second", "sleep 0.2"))
+	first := h.waitFor(t, "first", "terminal", terminal)
+	second := h.waitFor(t, "second", "terminal", terminal)
+	for _, run := range []*v1alpha1.Run{first, second} {
+		require.Equal(t, lifecycle.Succeeded, run.Status.Phase, "%s: %s", run.Name, run.Status.Message)
+		require.NotNil(t, run.Status.StartTime, run.Name)
+		require.NotNil(t, run.Status.CompletionTime, run.Name)
+	}
+	if second.Status.StartTime.Before(first.Status.StartTime) {
+		first, second = second, first
+	}
+	assert.False(t, second.Status.StartTime.Before(first.Status.CompletionTime),
+		"with capacity 1, %s was claimed at %s, before %s completed at %s", second.Name,
+		second.Status.StartTime.Format(time.StampMicro), first.Name, first.Status.CompletionTime.Format(time.StampMicro))
 }
 
 func TestConflictingStatusWriteIsRedone(t *testing.T) {
@@ -354,4 +350,11 @@ func TestTimeoutStopsTheTaskAndIsNotRetried(t *testing.T) {
 	assert.Equal(t, lifecycle.Timeout, got.Status.Phase, got.Status.Message)
 	assert.Equal(t, int32(1), got.Status.Attempt)
 	assertReleased(t, h, got.UID)
+}
+
+func mustSlots(t *testing.T, capacity int) *slots.Table {
+	t.Helper()
+	table, err := slots.New(capacity)
+	require.NoError(t, err)
+	return table
 }

@@ -1,4 +1,4 @@
-package main
+package options
 
 import (
 	"testing"
@@ -15,21 +15,21 @@ func TestDefaultsComeFromTheDownwardAPI(t *testing.T) {
 	t.Setenv(runtimepod.EnvPodNamespace, "ns")
 	t.Setenv(runtimepod.EnvPodUID, "uid")
 	t.Setenv(runtimepod.EnvPodIP, "10.0.0.7")
-	o := newOptions()
+	o := NewOptions()
 	assert.Equal(t, "runtime-bash-abc", o.PodName)
 	assert.Equal(t, "10.0.0.7:8080", o.HealthAddress, "health binds where the Pod IP is")
 	assert.Equal(t, runtimepod.RuntimeSocket, o.RuntimeSocket)
 	assert.NoError(t, o.Validate())
 
 	t.Setenv(runtimepod.EnvPodIP, "")
-	assert.Equal(t, "127.0.0.1:8080", newOptions().HealthAddress, "without a Pod IP, loopback only")
+	assert.Equal(t, "127.0.0.1:8080", NewOptions().HealthAddress, "without a Pod IP, loopback only")
 }
 
 func TestControllerFlagsParse(t *testing.T) {
 	t.Setenv(runtimepod.EnvPodName, "p")
 	t.Setenv(runtimepod.EnvPodNamespace, "ns")
 	t.Setenv(runtimepod.EnvPodUID, "uid")
-	o := newOptions()
+	o := NewOptions()
 	fs := pflag.NewFlagSet("runtimed", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	// Exactly what the runtime controller passes.
@@ -41,18 +41,18 @@ func TestControllerFlagsParse(t *testing.T) {
 func TestValidateSaysWhatIsWrong(t *testing.T) {
 	cases := []struct {
 		name   string
-		mutate func(*options)
+		mutate func(*Options)
 		want   string
 	}{
-		{"a TCP socket is refused", func(o *options) { o.RuntimeSocket = "tcp://127.0.0.1:9000" }, "never listens on the network"},
-		{"a relative workspace is refused", func(o *options) { o.WorkspaceDir = "workspace" }, "--workspace-dir must be an absolute path"},
-		{"capacity 0 is refused", func(o *options) { o.Capacity = 0 }, "--capacity must be between 1"},
-		{"a missing Pod UID names the env var", func(o *options) { o.PodUID = "" }, "$POD_UID"},
-		{"a bad health address is refused", func(o *options) { o.HealthAddress = "8080" }, "--health-address"},
+		{"a TCP socket is refused", func(o *Options) { o.RuntimeSocket = "tcp://127.0.0.1:9000" }, "never listens on the network"},
+		{"a relative workspace is refused", func(o *Options) { o.WorkspaceDir = "workspace" }, "--workspace-dir must be an absolute path"},
+		{"capacity 0 is refused", func(o *Options) { o.Capacity = 0 }, "--capacity must be between 1"},
+		{"a missing Pod UID names the env var", func(o *Options) { o.PodUID = "" }, "$POD_UID"},
+		{"a bad health address is refused", func(o *Options) { o.HealthAddress = "8080" }, "--health-address"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			o := &options{RuntimeSocket: runtimepod.RuntimeSocket, WorkspaceDir: "/workspace", Capacity: 1,
+			o := &Options{RuntimeSocket: runtimepod.RuntimeSocket, WorkspaceDir: "/workspace", Capacity: 1,
 				PodName: "p", PodNamespace: "ns", PodUID: "uid", HealthAddress: "127.0.0.1:8080"}
 			tc.mutate(o)
 			err := o.Validate()

@@ -1,4 +1,4 @@
-package main
+package options
 
 import (
 	"errors"
@@ -16,10 +16,10 @@ import (
 	"kruntimes.io/kruntimes/apis/runtimepod"
 )
 
-// options are runtimed's flags. The runtime controller sets
+// Options are runtimed's flags. The runtime controller sets
 // --runtime-socket, --workspace-dir and --capacity, and the POD_* variables
 // from the downward API.
-type options struct {
+type Options struct {
 	RuntimeSocket string
 	WorkspaceDir  string
 	Capacity      int
@@ -33,7 +33,8 @@ type options struct {
 	Logs          *logsapi.LoggingConfiguration
 }
 
-func newOptions() *options {
+// NewOptions returns the defaults, the Pod fields read from the downward API.
+func NewOptions() *Options {
 	logs := logsapi.NewLoggingConfiguration()
 	// One JSON object per line is what log collectors parse best; --logging-format=text switches back.
 	logs.Format = logsapi.JSONLogFormat
@@ -42,7 +43,7 @@ func newOptions() *options {
 		// Not the network: without a Pod IP, stay on loopback.
 		host = "127.0.0.1"
 	}
-	return &options{
+	return &Options{
 		RuntimeSocket: runtimepod.RuntimeSocket,
 		WorkspaceDir:  runtimepod.WorkspacePath,
 		Capacity:      1,
@@ -59,7 +60,7 @@ func newOptions() *options {
 }
 
 // AddFlags registers the flags on fs.
-func (o *options) AddFlags(fs *pflag.FlagSet) {
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.RuntimeSocket, "runtime-socket", o.RuntimeSocket, "Address of the Runtime Server, a unix:// socket shared with the runtime container.")
 	fs.StringVar(&o.WorkspaceDir, "workspace-dir", o.WorkspaceDir, "Workspace volume shared with the runtime container at the same path; each Run gets <dir>/<run UID>.")
 	fs.IntVar(&o.Capacity, "capacity", o.Capacity, "Number of Runs this Pod holds at once (the Runtime's spec.capacity.runs); runtimed never runs more.")
@@ -74,7 +75,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 }
 
 // Validate says what is wrong with the flags and how to fix it.
-func (o *options) Validate() error {
+func (o *Options) Validate() error {
 	var errs []error
 	if _, err := socketPath(o.RuntimeSocket); err != nil {
 		errs = append(errs, err)

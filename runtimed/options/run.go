@@ -1,0 +1,182 @@
+package options
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/record"
+	logsapi "k8s.io/component-base/logs/api/v1"
+	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
+	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
+
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runtimepod"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+	kruntimesscheme "kruntimes.io/kruntimes/client/clientset/versioned/scheme"
+	"kruntimes.io/kruntimes/client/informers/externalversions"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/runtimed/health"
+	"kruntimes.io/kruntimes/runtimed/heartbeat"
+	"kruntimes.io/kruntimes/runtimed/metrics"
+	"kruntimes.io/kruntimes/runtimed/slots"
+	"kruntimes.io/kruntimes/runtimed/tasks"
+	"kruntimes.io/kruntimes/runtimed/workspace"
+)
+
+// workers is how many Runs each controller syncs at once; task waits run in
+// their own goroutines, and each sync is mostly one status write, so enough
+// workers keep writes to the API in flight at high capacity.
+const workers = 16
+
+// NewCommand returns the runtimed command, which runs until ctx ends.
+func NewCommand(ctx context.Context, o *Options) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "runtimed",
+		Short: "Run the Runs assigned to this Runtime Pod on its Runtime Server",
+		Long: `runtimed is the per-Pod daemon of a Runtime Pod. It heartbeats a Lease for
+its Pod, claims the Runs the scheduler assigned to the Pod, executes task Runs
+and registers function Runs on the Runtime Server over a unix socket, and
+records what happened in the Runs' status. It serves /healthz, /readyz and
+/metrics on the health port.`,
+		RunE: func(c *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return fmt.Errorf("runtimed takes no arguments, got %q", args)
+			}
+			if err := logsapi.ValidateAndApply(o.Logs, nil); err != nil {
+				return err
+			}
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			ctx := klog.NewContext(c.Context(), klog.Background().WithName("runtimed"))
+			return o.Run(ctx)
+		},
+		SilenceUsage: true,
+	}
+	cmd.SetContext(ctx)
+	o.AddFlags(cmd.Flags())
+	return cmd
+}
+
+// Run starts every part of runtimed and returns when ctx ends or one fails.
+func (o *Options) Run(ctx context.Context) error {
+	logger := klog.FromContext(ctx)
+	restConfig, err := o.restConfig()
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+	runClient, err := versioned.NewForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+
+	path, _ := socketPath(o.RuntimeSocket)
+	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return fmt.Errorf("connect to the Runtime Server at %s: %w", o.RuntimeSocket, err)
+	}
+	defer conn.Close()
+	runtimeServer := runtimev1.NewRuntimeClient(conn)
+
+	metrics.Register()
+	pod := runtimepod.Pod{Name: o.PodName, Namespace: o.PodNamespace, UID: types.UID(o.PodUID)}
+	factory := externalversions.NewSharedInformerFactoryWithOptions(runClient, 0,
+		externalversions.WithNamespace(o.PodNamespace),
+		// Only this Pod's Runs: the apiserver indexes status.assignedPod, so
+		// a Pod never sees, or pays for, the Runs of others.
+		externalversions.WithTweakListOptions(func(opts *metav1.ListOptions) {
+			opts.FieldSelector = fields.OneTermEqualSelector(lifecycle.FieldStatusAssignedPod, o.PodName).String()
+		}))
+	// Events on Runs tell users what happened to their attempt.
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events(o.PodNamespace)})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(kruntimesscheme.Scheme, corev1.EventSource{Component: "runtimed", Host: o.PodName})
+
+	table, err := slots.New(o.Capacity)
+	if err != nil {
+		return err
+	}
+	taskController, err := tasks.New(tasks.Config{
+		Runs:          runClient.KruntimesV1alpha1(),
+		Informer:      factory.Kruntimes().V1alpha1().Runs(),
+		RuntimeServer: runtimeServer,
+		Workspace:     workspace.Root(o.WorkspaceDir),
+		Pod:           pod,
+		Slots:         table,
+		Clock:         clock.RealClock{},
+		Recorder:      recorder,
+	})
+	if err != nil {
+		return err
+	}
+	beat := heartbeat.New(kube.CoordinationV1(), pod, clock.RealClock{})
+
+	readiness := []health.Check{
+		{Name: "runs-informer", Check: func(context.Context) error {
+			if !taskController.HasSynced() {
+				return fmt.Errorf("the Run informer has not synced yet")
+			}
+			return nil
+		}},
+		{Name: "heartbeat", Check: func(context.Context) error { return beat.Fresh() }},
+		{Name: "runtime-server", Check: func(ctx context.Context) error {
+			resp, err := runtimeServer.Health(ctx, &runtimev1.HealthRequest{})
+			if err != nil {
+				return fmt.Errorf("the Health RPC over %s failed: %w", o.RuntimeSocket, err)
+			}
+			if !resp.GetServing() {
+				return fmt.Errorf("the Runtime Server is not serving")
+			}
+			return nil
+		}},
+	}
+	liveness := []health.Check{{Name: "ping", Check: func(context.Context) error { return nil }}}
+
+	logger.Info("Starting runtimed", "pod", klog.KRef(o.PodNamespace, o.PodName), "podUID", o.PodUID,
+		"capacity", o.Capacity, "runtimeSocket", o.RuntimeSocket, "workspace", o.WorkspaceDir)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return health.Serve(ctx, o.HealthAddress, health.Handler(liveness, readiness)) })
+	g.Go(func() error { beat.Run(ctx); return nil })
+	factory.Start(ctx.Done())
+	g.Go(func() error { taskController.Run(ctx, workers); return nil })
+	err = g.Wait()
+	factory.Shutdown()
+	return err
+}
+
+// restConfig is the client configuration: --kubeconfig, $KUBECONFIG or the
+// Pod's service account, speaking protobuf.
+func (o *Options) restConfig() (*rest.Config, error) {
+	loader := clientcmd.NewDefaultClientConfigLoadingRules()
+	loader.ExplicitPath = o.Kubeconfig
+	restConfig, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(loader, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("load the Kubernetes client configuration: %w; pass --kubeconfig or run in a Pod with a service account", err)
+	}
+	restConfig.UserAgent = "runtimed/" + o.PodName
+	restConfig.QPS, restConfig.Burst = o.KubeAPIQPS, o.KubeAPIBurst
+	// Protobuf on the wire, as Kubernetes' own components: every event of
+	// runtimed's watch is decoded, at a tenth of JSON's cost.
+	restConfig.ContentType = runtime.ContentTypeProtobuf
+	restConfig.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
+	return restConfig, nil
+}

@@ -1,0 +1,133 @@
+package tasks
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/runtimed/metrics"
+	"kruntimes.io/kruntimes/runtimed/runstatus"
+)
+
+// complete records the outcome of an execution whose Wait returned.
+func (c *Controller) complete(ctx context.Context, key string, run *v1alpha1.Run, exec *execution) error {
+	c.mu.Lock()
+	result, lost, stop := exec.result, exec.lost, exec.stop
+	c.mu.Unlock()
+	if result == nil && !lost {
+		return fmt.Errorf("waiting for execution %s stopped without a result", exec.id)
+	}
+	if run.Status.Phase != lifecycle.Running {
+		return nil // the informer has not shown our claim yet; its update brings us back
+	}
+	if lost {
+		result = nil
+	}
+	return c.finish(ctx, key, run, exec, outcomeOf(run, result, stop, runstatus.DeadlinePassed(run, c.clock.Now())))
+}
+
+// finish writes the outcome of an attempt (a terminal phase or a retry),
+// then releases its execution. exec is nil when there is none.
+func (c *Controller) finish(ctx context.Context, key string, run *v1alpha1.Run, exec *execution, o runstatus.Outcome) error {
+	logger := runstatus.Logger(ctx, run)
+	updated, retried := runstatus.Finish(run, o, c.clock.Now())
+	if _, err := runstatus.Update(ctx, c.runs, updated); err != nil {
+		return fmt.Errorf("record the outcome of Run %s: %w", key, err)
+	}
+	phase := string(updated.Status.Phase)
+	metrics.Executions.WithLabelValues(phase, o.Reason).Inc()
+	if retried {
+		logger.Info("Attempt failed; Run goes back to Pending for a retry", "reason", o.Reason, "nextAttempt", updated.Status.Attempt, "message", updated.Status.Message)
+		c.recorder.Eventf(run, corev1.EventTypeWarning, lifecycle.ReasonRetrying, "Attempt %d failed (%s); attempt %d will be scheduled", run.Status.Attempt, o.Reason, updated.Status.Attempt)
+	} else {
+		logger.Info("Run completed", "phase", phase, "reason", o.Reason, "exitCode", o.ExitCode)
+		// Events are written to the cluster's etcd: a routine success,
+		// thousands a minute, is in the Run's status and the log line
+		// above, not in an Event. Anything else gets one.
+		if o.Phase != lifecycle.Succeeded {
+			eventType := corev1.EventTypeNormal
+			if o.Phase == lifecycle.Failed || o.Phase == lifecycle.Timeout {
+				eventType = corev1.EventTypeWarning
+			}
+			c.recorder.Event(run, eventType, reasonOrPhase(o), "Run "+phase+": "+firstLine(updated.Status.Message))
+		}
+	}
+	c.mu.Lock()
+	c.finished[key] = attemptRef{uid: run.UID, attempt: run.Status.Attempt}
+	c.mu.Unlock()
+	if exec == nil {
+		// Nothing ran here, but an earlier attempt may have left files.
+		return c.workspace.Remove(run.UID)
+	}
+	metrics.ExecutionDuration.WithLabelValues(phase).Observe(c.clock.Since(exec.claimedAt).Seconds())
+	return c.release(ctx, exec)
+}
+
+// release makes sure exec's process is gone, forgets it on the Runtime
+// Server, removes the Run's workspace and frees its slot. It is idempotent.
+func (c *Controller) release(ctx context.Context, exec *execution) error {
+	c.mu.Lock()
+	started, waiting, done, result, lost := exec.started, exec.waiting, exec.done, exec.result, exec.lost
+	c.mu.Unlock()
+	if started && result == nil && !lost {
+		rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
+		_, err := c.runtimeServer.Cancel(rpcCtx, &runtimev1.CancelRequest{TaskId: exec.id})
+		cancel()
+		if err != nil {
+			countRPCError("Cancel", err)
+			return fmt.Errorf("cancel execution %s: %w", exec.id, err)
+		}
+		if waiting {
+			// Wait returns once the process group is reaped.
+			select {
+			case <-done:
+			case <-time.After(releaseTimeout):
+				return fmt.Errorf("execution %s did not end within %s of being cancelled; will check again", exec.id, releaseTimeout)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+	rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	if _, err := c.runtimeServer.Forget(rpcCtx, &runtimev1.ForgetRequest{TaskId: exec.id}); err != nil {
+		countRPCError("Forget", err)
+		return fmt.Errorf("forget execution %s: %w", exec.id, err)
+	}
+	if err := c.workspace.Remove(exec.uid); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	if exec.cancelWait != nil {
+		exec.cancelWait()
+	}
+	owned := c.executions[exec.key] == exec
+	if owned {
+		delete(c.executions, exec.key)
+	}
+	c.mu.Unlock()
+	if owned {
+		// The release wakes the Scheduled Runs waiting for a slot.
+		c.slots.Release(exec.uid)
+	}
+	exec.logger.Info("Execution released", "executionID", exec.id)
+	return nil
+}
+
+func reasonOrPhase(o runstatus.Outcome) string {
+	if o.Reason != "" {
+		return o.Reason
+	}
+	return string(o.Phase)
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
