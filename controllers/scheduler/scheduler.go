@@ -29,11 +29,11 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/retry"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	informers "kruntimes.io/kruntimes/client/informers/externalversions/kruntimes/v1alpha1"
 	listers "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
-	"kruntimes.io/kruntimes/apis/retry"
 )
 
 // Indexes the scheduler adds to the Run informer.
