@@ -110,9 +110,10 @@ func IsAssigned(p Phase) bool { return classes[p].Assigned }
 func IsRoutable(p Phase) bool { return classes[p].Routable }
 
 // IsRetry reports whether from → to is a retry, which must add one to
-// status.attempt: an active Run that already ran goes back to Pending.
+// status.attempt: an active Run that already ran goes back to Pending, or a
+// Ready function that lost its registration registers again on its Pod.
 func IsRetry(from, to Phase) bool {
-	return to == Pending && (from == Running || from == Ready)
+	return (to == Pending && (from == Running || from == Ready)) || (from == Ready && to == Running)
 }
 
 // CheckTransition returns nil when a Run of the given mode may move from one

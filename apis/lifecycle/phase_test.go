@@ -108,6 +108,8 @@ func TestCheckTransition(t *testing.T) {
 func TestIsRetry(t *testing.T) {
 	assert.True(t, IsRetry(Running, Pending))
 	assert.True(t, IsRetry(Ready, Pending))
+	assert.True(t, IsRetry(Ready, Running), "re-registering on the same Pod is a new attempt")
+	assert.False(t, IsRetry(Running, Ready))
 	assert.False(t, IsRetry(Scheduled, Pending))
 	assert.False(t, IsRetry(Pending, Pending))
 }

@@ -1602,6 +1602,86 @@ func (x *UnregisterFunctionResponse) GetCancelledInFlight() bool {
 	return false
 }
 
+type ListFunctionsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFunctionsRequest) Reset() {
+	*x = ListFunctionsRequest{}
+	mi := &file_runtime_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFunctionsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFunctionsRequest) ProtoMessage() {}
+
+func (x *ListFunctionsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFunctionsRequest.ProtoReflect.Descriptor instead.
+func (*ListFunctionsRequest) Descriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{22}
+}
+
+type ListFunctionsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Registrations []*RegistrationStatus  `protobuf:"bytes,1,rep,name=registrations,proto3" json:"registrations,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFunctionsResponse) Reset() {
+	*x = ListFunctionsResponse{}
+	mi := &file_runtime_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFunctionsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFunctionsResponse) ProtoMessage() {}
+
+func (x *ListFunctionsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFunctionsResponse.ProtoReflect.Descriptor instead.
+func (*ListFunctionsResponse) Descriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListFunctionsResponse) GetRegistrations() []*RegistrationStatus {
+	if x != nil {
+		return x.Registrations
+	}
+	return nil
+}
+
 var File_runtime_proto protoreflect.FileDescriptor
 
 const file_runtime_proto_rawDesc = "" +
@@ -1718,7 +1798,10 @@ const file_runtime_proto_rawDesc = "" +
 	"\x14drain_timeout_millis\x18\x03 \x01(\x03R\x12drainTimeoutMillis\x12(\n" +
 	"\x10cancel_in_flight\x18\x04 \x01(\bR\x0ecancelInFlight\"L\n" +
 	"\x1aUnregisterFunctionResponse\x12.\n" +
-	"\x13cancelled_in_flight\x18\x01 \x01(\bR\x11cancelledInFlight*\xa4\x01\n" +
+	"\x13cancelled_in_flight\x18\x01 \x01(\bR\x11cancelledInFlight\"\x16\n" +
+	"\x14ListFunctionsRequest\"g\n" +
+	"\x15ListFunctionsResponse\x12N\n" +
+	"\rregistrations\x18\x01 \x03(\v2(.kruntimes.runtime.v1.RegistrationStatusR\rregistrations*\xa4\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TASK_STATE_RUNNING\x10\x01\x12\x18\n" +
@@ -1739,12 +1822,13 @@ const file_runtime_proto_rawDesc = "" +
 	"\x06Cancel\x12#.kruntimes.runtime.v1.CancelRequest\x1a$.kruntimes.runtime.v1.CancelResponse\x12S\n" +
 	"\x06Forget\x12#.kruntimes.runtime.v1.ForgetRequest\x1a$.kruntimes.runtime.v1.ForgetResponse\x12M\n" +
 	"\x04List\x12!.kruntimes.runtime.v1.ListRequest\x1a\".kruntimes.runtime.v1.ListResponse\x12S\n" +
-	"\x06Health\x12#.kruntimes.runtime.v1.HealthRequest\x1a$.kruntimes.runtime.v1.HealthResponse2\xcd\x03\n" +
+	"\x06Health\x12#.kruntimes.runtime.v1.HealthRequest\x1a$.kruntimes.runtime.v1.HealthResponse2\xb7\x04\n" +
 	"\x0fFunctionRuntime\x12k\n" +
 	"\x10RegisterFunction\x12-.kruntimes.runtime.v1.RegisterFunctionRequest\x1a(.kruntimes.runtime.v1.RegistrationStatus\x12g\n" +
 	"\x0eFunctionStatus\x12+.kruntimes.runtime.v1.FunctionStatusRequest\x1a(.kruntimes.runtime.v1.RegistrationStatus\x12k\n" +
 	"\x0eInvokeFunction\x12+.kruntimes.runtime.v1.InvokeFunctionRequest\x1a,.kruntimes.runtime.v1.InvokeFunctionResponse\x12w\n" +
-	"\x12UnregisterFunction\x12/.kruntimes.runtime.v1.UnregisterFunctionRequest\x1a0.kruntimes.runtime.v1.UnregisterFunctionResponseB(Z&kruntimes.io/kruntimes/proto/runtimev1b\x06proto3"
+	"\x12UnregisterFunction\x12/.kruntimes.runtime.v1.UnregisterFunctionRequest\x1a0.kruntimes.runtime.v1.UnregisterFunctionResponse\x12h\n" +
+	"\rListFunctions\x12*.kruntimes.runtime.v1.ListFunctionsRequest\x1a+.kruntimes.runtime.v1.ListFunctionsResponseB(Z&kruntimes.io/kruntimes/proto/runtimev1b\x06proto3"
 
 var (
 	file_runtime_proto_rawDescOnce sync.Once
@@ -1759,7 +1843,7 @@ func file_runtime_proto_rawDescGZIP() []byte {
 }
 
 var file_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_runtime_proto_goTypes = []any{
 	(TaskState)(0),                     // 0: kruntimes.runtime.v1.TaskState
 	(FunctionState)(0),                 // 1: kruntimes.runtime.v1.FunctionState
@@ -1785,46 +1869,51 @@ var file_runtime_proto_goTypes = []any{
 	(*InvokeFunctionResponse)(nil),     // 21: kruntimes.runtime.v1.InvokeFunctionResponse
 	(*UnregisterFunctionRequest)(nil),  // 22: kruntimes.runtime.v1.UnregisterFunctionRequest
 	(*UnregisterFunctionResponse)(nil), // 23: kruntimes.runtime.v1.UnregisterFunctionResponse
-	nil,                                // 24: kruntimes.runtime.v1.TaskStatus.OutputsEntry
-	nil,                                // 25: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	(*ListFunctionsRequest)(nil),       // 24: kruntimes.runtime.v1.ListFunctionsRequest
+	(*ListFunctionsResponse)(nil),      // 25: kruntimes.runtime.v1.ListFunctionsResponse
+	nil,                                // 26: kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	nil,                                // 27: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
 }
 var file_runtime_proto_depIdxs = []int32{
 	4,  // 0: kruntimes.runtime.v1.ExecuteRequest.entrypoint:type_name -> kruntimes.runtime.v1.Entrypoint
 	2,  // 1: kruntimes.runtime.v1.ExecuteRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
 	0,  // 2: kruntimes.runtime.v1.TaskStatus.state:type_name -> kruntimes.runtime.v1.TaskState
-	24, // 3: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	26, // 3: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
 	7,  // 4: kruntimes.runtime.v1.ListResponse.tasks:type_name -> kruntimes.runtime.v1.TaskStatus
 	2,  // 5: kruntimes.runtime.v1.RegisterFunctionRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
 	1,  // 6: kruntimes.runtime.v1.RegistrationStatus.state:type_name -> kruntimes.runtime.v1.FunctionState
-	25, // 7: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	27, // 7: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
 	20, // 8: kruntimes.runtime.v1.InvokeFunctionResponse.error:type_name -> kruntimes.runtime.v1.FunctionError
-	3,  // 9: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
-	5,  // 10: kruntimes.runtime.v1.Runtime.Wait:input_type -> kruntimes.runtime.v1.WaitRequest
-	6,  // 11: kruntimes.runtime.v1.Runtime.Status:input_type -> kruntimes.runtime.v1.StatusRequest
-	8,  // 12: kruntimes.runtime.v1.Runtime.Cancel:input_type -> kruntimes.runtime.v1.CancelRequest
-	10, // 13: kruntimes.runtime.v1.Runtime.Forget:input_type -> kruntimes.runtime.v1.ForgetRequest
-	12, // 14: kruntimes.runtime.v1.Runtime.List:input_type -> kruntimes.runtime.v1.ListRequest
-	14, // 15: kruntimes.runtime.v1.Runtime.Health:input_type -> kruntimes.runtime.v1.HealthRequest
-	16, // 16: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:input_type -> kruntimes.runtime.v1.RegisterFunctionRequest
-	17, // 17: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:input_type -> kruntimes.runtime.v1.FunctionStatusRequest
-	19, // 18: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:input_type -> kruntimes.runtime.v1.InvokeFunctionRequest
-	22, // 19: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:input_type -> kruntimes.runtime.v1.UnregisterFunctionRequest
-	7,  // 20: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
-	7,  // 21: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
-	7,  // 22: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
-	9,  // 23: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
-	11, // 24: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
-	13, // 25: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
-	15, // 26: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
-	18, // 27: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	18, // 28: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	21, // 29: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
-	23, // 30: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
-	20, // [20:31] is the sub-list for method output_type
-	9,  // [9:20] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	18, // 9: kruntimes.runtime.v1.ListFunctionsResponse.registrations:type_name -> kruntimes.runtime.v1.RegistrationStatus
+	3,  // 10: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
+	5,  // 11: kruntimes.runtime.v1.Runtime.Wait:input_type -> kruntimes.runtime.v1.WaitRequest
+	6,  // 12: kruntimes.runtime.v1.Runtime.Status:input_type -> kruntimes.runtime.v1.StatusRequest
+	8,  // 13: kruntimes.runtime.v1.Runtime.Cancel:input_type -> kruntimes.runtime.v1.CancelRequest
+	10, // 14: kruntimes.runtime.v1.Runtime.Forget:input_type -> kruntimes.runtime.v1.ForgetRequest
+	12, // 15: kruntimes.runtime.v1.Runtime.List:input_type -> kruntimes.runtime.v1.ListRequest
+	14, // 16: kruntimes.runtime.v1.Runtime.Health:input_type -> kruntimes.runtime.v1.HealthRequest
+	16, // 17: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:input_type -> kruntimes.runtime.v1.RegisterFunctionRequest
+	17, // 18: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:input_type -> kruntimes.runtime.v1.FunctionStatusRequest
+	19, // 19: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:input_type -> kruntimes.runtime.v1.InvokeFunctionRequest
+	22, // 20: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:input_type -> kruntimes.runtime.v1.UnregisterFunctionRequest
+	24, // 21: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:input_type -> kruntimes.runtime.v1.ListFunctionsRequest
+	7,  // 22: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
+	7,  // 23: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
+	7,  // 24: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
+	9,  // 25: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
+	11, // 26: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
+	13, // 27: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
+	15, // 28: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
+	18, // 29: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	18, // 30: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	21, // 31: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
+	23, // 32: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
+	25, // 33: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:output_type -> kruntimes.runtime.v1.ListFunctionsResponse
+	22, // [22:34] is the sub-list for method output_type
+	10, // [10:22] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_runtime_proto_init() }
@@ -1842,7 +1931,7 @@ func file_runtime_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtime_proto_rawDesc), len(file_runtime_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -388,6 +388,7 @@ const (
 	FunctionRuntime_FunctionStatus_FullMethodName     = "/kruntimes.runtime.v1.FunctionRuntime/FunctionStatus"
 	FunctionRuntime_InvokeFunction_FullMethodName     = "/kruntimes.runtime.v1.FunctionRuntime/InvokeFunction"
 	FunctionRuntime_UnregisterFunction_FullMethodName = "/kruntimes.runtime.v1.FunctionRuntime/UnregisterFunction"
+	FunctionRuntime_ListFunctions_FullMethodName      = "/kruntimes.runtime.v1.FunctionRuntime/ListFunctions"
 )
 
 // FunctionRuntimeClient is the client API for FunctionRuntime service.
@@ -415,6 +416,10 @@ type FunctionRuntimeClient interface {
 	// flight, and releases the registration. Unregistering an absent
 	// registration succeeds.
 	UnregisterFunction(ctx context.Context, in *UnregisterFunctionRequest, opts ...grpc.CallOption) (*UnregisterFunctionResponse, error)
+	// ListFunctions returns the status of the current generation of every
+	// registration in one call, so a caller watches the health and idle clocks
+	// of any number of them at a flat cost.
+	ListFunctions(ctx context.Context, in *ListFunctionsRequest, opts ...grpc.CallOption) (*ListFunctionsResponse, error)
 }
 
 type functionRuntimeClient struct {
@@ -465,6 +470,16 @@ func (c *functionRuntimeClient) UnregisterFunction(ctx context.Context, in *Unre
 	return out, nil
 }
 
+func (c *functionRuntimeClient) ListFunctions(ctx context.Context, in *ListFunctionsRequest, opts ...grpc.CallOption) (*ListFunctionsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListFunctionsResponse)
+	err := c.cc.Invoke(ctx, FunctionRuntime_ListFunctions_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FunctionRuntimeServer is the server API for FunctionRuntime service.
 // All implementations must embed UnimplementedFunctionRuntimeServer
 // for forward compatibility.
@@ -490,6 +505,10 @@ type FunctionRuntimeServer interface {
 	// flight, and releases the registration. Unregistering an absent
 	// registration succeeds.
 	UnregisterFunction(context.Context, *UnregisterFunctionRequest) (*UnregisterFunctionResponse, error)
+	// ListFunctions returns the status of the current generation of every
+	// registration in one call, so a caller watches the health and idle clocks
+	// of any number of them at a flat cost.
+	ListFunctions(context.Context, *ListFunctionsRequest) (*ListFunctionsResponse, error)
 	mustEmbedUnimplementedFunctionRuntimeServer()
 }
 
@@ -511,6 +530,9 @@ func (UnimplementedFunctionRuntimeServer) InvokeFunction(context.Context, *Invok
 }
 func (UnimplementedFunctionRuntimeServer) UnregisterFunction(context.Context, *UnregisterFunctionRequest) (*UnregisterFunctionResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method UnregisterFunction not implemented")
+}
+func (UnimplementedFunctionRuntimeServer) ListFunctions(context.Context, *ListFunctionsRequest) (*ListFunctionsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListFunctions not implemented")
 }
 func (UnimplementedFunctionRuntimeServer) mustEmbedUnimplementedFunctionRuntimeServer() {}
 func (UnimplementedFunctionRuntimeServer) testEmbeddedByValue()                         {}
@@ -605,6 +627,24 @@ func _FunctionRuntime_UnregisterFunction_Handler(srv interface{}, ctx context.Co
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FunctionRuntime_ListFunctions_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListFunctionsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FunctionRuntimeServer).ListFunctions(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: FunctionRuntime_ListFunctions_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FunctionRuntimeServer).ListFunctions(ctx, req.(*ListFunctionsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // FunctionRuntime_ServiceDesc is the grpc.ServiceDesc for FunctionRuntime service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -627,6 +667,10 @@ var FunctionRuntime_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "UnregisterFunction",
 			Handler:    _FunctionRuntime_UnregisterFunction_Handler,
+		},
+		{
+			MethodName: "ListFunctions",
+			Handler:    _FunctionRuntime_ListFunctions_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

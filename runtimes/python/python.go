@@ -47,6 +47,7 @@ func (l *Language) LoadFunction(ctx context.Context, spec language.FunctionSpec)
 		return nil, err
 	}
 	f.worker = w
+	go f.watch(w)
 	return f, nil
 }
 

@@ -63,8 +63,27 @@ type function struct {
 	worker *worker
 	// restarted is closed when the running restart finished.
 	restarted chan struct{}
-	failure   error
-	closed    bool
+	// invoking is set while an invocation uses worker: its death is then
+	// that invocation's failure, and a new worker replaces it.
+	invoking bool
+	failure  error
+	closed   bool
+}
+
+// watch waits for w to exit. A worker that dies while idle (killed from
+// outside, the OOM killer) took the handler's warm state with it, so the
+// registration is lost: FAILED, for its owner to register a new attempt.
+// A death during an invocation, or one Invoke or Close caused, is handled
+// there instead.
+func (f *function) watch(w *worker) {
+	<-w.exited
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || f.worker != w || f.invoking || f.failure != nil {
+		return
+	}
+	f.worker = nil
+	f.failure = fmt.Errorf("the worker process died while idle, losing the registration: %s", w.exitDescription())
 }
 
 type workerMessage struct {
@@ -147,8 +166,9 @@ func (f *function) startWorker(ctx context.Context) (*worker, error) {
 // errClosed is returned by Invoke after Close.
 var errClosed = errors.New("function was unregistered")
 
-// currentWorker returns the live worker, waiting for a restart in progress.
-func (f *function) currentWorker(ctx context.Context) (*worker, error) {
+// acquireWorker returns the live worker, waiting for a restart in progress,
+// and marks it invoking; the caller clears invoking when done.
+func (f *function) acquireWorker(ctx context.Context) (*worker, error) {
 	for {
 		f.mu.Lock()
 		switch {
@@ -161,6 +181,7 @@ func (f *function) currentWorker(ctx context.Context) (*worker, error) {
 			return nil, err
 		case f.worker != nil:
 			w := f.worker
+			f.invoking = true
 			f.mu.Unlock()
 			return w, nil
 		}
@@ -209,6 +230,7 @@ func (f *function) replaceWorker(dead *worker) {
 			return
 		}
 		f.worker = w
+		go f.watch(w)
 	}()
 }
 
@@ -235,10 +257,15 @@ type invokeResponse struct {
 
 // Invoke implements language.Function.
 func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*language.Result, error) {
-	w, err := f.currentWorker(ctx)
+	w, err := f.acquireWorker(ctx)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		f.mu.Lock()
+		f.invoking = false
+		f.mu.Unlock()
+	}()
 	req := invokeRequest{InvocationID: inv.ID, RunUID: inv.RunUID, ContentType: inv.ContentType}
 	if inv.ContentType == language.ContentTypeJSON {
 		req.Input = string(inv.Input)

@@ -495,3 +495,18 @@ func (s *Server) retireLocked(uid string, attempt int64) {
 		s.retiredOrder = s.retiredOrder[1:]
 	}
 }
+
+// ListFunctions implements runtimev1.FunctionRuntimeServer.
+func (s *Server) ListFunctions(context.Context, *runtimev1.ListFunctionsRequest) (*runtimev1.ListFunctionsResponse, error) {
+	s.mu.Lock()
+	regs := make([]*registration, 0, len(s.regs))
+	for _, reg := range s.regs {
+		regs = append(regs, reg)
+	}
+	s.mu.Unlock()
+	resp := &runtimev1.ListFunctionsResponse{Registrations: make([]*runtimev1.RegistrationStatus, 0, len(regs))}
+	for _, reg := range regs {
+		resp.Registrations = append(resp.Registrations, reg.status())
+	}
+	return resp, nil
+}
