@@ -1487,16 +1487,24 @@ func (x *InvokeFunctionResponse) GetDurationNanos() int64 {
 }
 
 type UnregisterFunctionRequest struct {
-	state          protoimpl.MessageState `protogen:"open.v1"`
-	RunUid         string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
-	RegistrationId string                 `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	RunUid string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
+	// The ID RegisterFunction returned. When empty, registration_attempt names
+	// the generation instead: for an owner that lost the ID (it restarted, or
+	// its RegisterFunction call timed out) and must still fence that attempt.
+	RegistrationId string `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
 	// How long to let an in-flight invocation finish before cancelling it;
 	// 0 means the server default (30 s), bounded by the call's deadline.
 	DrainTimeoutMillis int64 `protobuf:"varint,3,opt,name=drain_timeout_millis,json=drainTimeoutMillis,proto3" json:"drain_timeout_millis,omitempty"`
 	// Cancel the in-flight invocation at once instead of draining it.
 	CancelInFlight bool `protobuf:"varint,4,opt,name=cancel_in_flight,json=cancelInFlight,proto3" json:"cancel_in_flight,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// With an empty registration_id: unregister the current generation of
+	// run_uid if its attempt is at most this one, so no registration of this
+	// attempt or older serves afterwards; a newer generation is left alone
+	// (FailedPrecondition). Ignored when registration_id is set.
+	RegistrationAttempt int64 `protobuf:"varint,5,opt,name=registration_attempt,json=registrationAttempt,proto3" json:"registration_attempt,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *UnregisterFunctionRequest) Reset() {
@@ -1555,6 +1563,13 @@ func (x *UnregisterFunctionRequest) GetCancelInFlight() bool {
 		return x.CancelInFlight
 	}
 	return false
+}
+
+func (x *UnregisterFunctionRequest) GetRegistrationAttempt() int64 {
+	if x != nil {
+		return x.RegistrationAttempt
+	}
+	return 0
 }
 
 type UnregisterFunctionResponse struct {
@@ -1791,12 +1806,13 @@ const file_runtime_proto_rawDesc = "" +
 	" \x01(\x03R\rdurationNanos\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb9\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xec\x01\n" +
 	"\x19UnregisterFunctionRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12'\n" +
 	"\x0fregistration_id\x18\x02 \x01(\tR\x0eregistrationId\x120\n" +
 	"\x14drain_timeout_millis\x18\x03 \x01(\x03R\x12drainTimeoutMillis\x12(\n" +
-	"\x10cancel_in_flight\x18\x04 \x01(\bR\x0ecancelInFlight\"L\n" +
+	"\x10cancel_in_flight\x18\x04 \x01(\bR\x0ecancelInFlight\x121\n" +
+	"\x14registration_attempt\x18\x05 \x01(\x03R\x13registrationAttempt\"L\n" +
 	"\x1aUnregisterFunctionResponse\x12.\n" +
 	"\x13cancelled_in_flight\x18\x01 \x01(\bR\x11cancelledInFlight\"\x16\n" +
 	"\x14ListFunctionsRequest\"g\n" +

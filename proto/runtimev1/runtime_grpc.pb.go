@@ -404,7 +404,9 @@ type FunctionRuntimeClient interface {
 	//	same attempt + same digest  -> the same registration ID, no re-initialization;
 	//	same attempt, other digest  -> AlreadyExists, existing registration untouched;
 	//	higher attempt              -> supersedes; the old ID is dead;
-	//	lower attempt               -> FailedPrecondition.
+	//	lower attempt               -> FailedPrecondition;
+	//	an attempt at or below one already unregistered -> FailedPrecondition,
+	//	so an unregistered attempt never serves again.
 	RegisterFunction(ctx context.Context, in *RegisterFunctionRequest, opts ...grpc.CallOption) (*RegistrationStatus, error)
 	// FunctionStatus reports the state of the current registration generation.
 	FunctionStatus(ctx context.Context, in *FunctionStatusRequest, opts ...grpc.CallOption) (*RegistrationStatus, error)
@@ -493,7 +495,9 @@ type FunctionRuntimeServer interface {
 	//	same attempt + same digest  -> the same registration ID, no re-initialization;
 	//	same attempt, other digest  -> AlreadyExists, existing registration untouched;
 	//	higher attempt              -> supersedes; the old ID is dead;
-	//	lower attempt               -> FailedPrecondition.
+	//	lower attempt               -> FailedPrecondition;
+	//	an attempt at or below one already unregistered -> FailedPrecondition,
+	//	so an unregistered attempt never serves again.
 	RegisterFunction(context.Context, *RegisterFunctionRequest) (*RegistrationStatus, error)
 	// FunctionStatus reports the state of the current registration generation.
 	FunctionStatus(context.Context, *FunctionStatusRequest) (*RegistrationStatus, error)

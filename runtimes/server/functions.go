@@ -161,7 +161,7 @@ func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFu
 			return nil, status.Errorf(codes.FailedPrecondition, "Run %s is registered at attempt %d; attempt %d is stale and must not run", uid, cur.attempt, attempt)
 		}
 		superseded = cur
-	} else if retired, ok := s.retired[uid]; ok && attempt < retired {
+	} else if retired, ok := s.retired[uid]; ok && attempt <= retired {
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.FailedPrecondition, "Run %s was already unregistered at attempt %d; attempt %d is stale and must not run", uid, retired, attempt)
 	}
@@ -251,6 +251,28 @@ func (s *Server) lookupRegistration(uid, id string) (*registration, error) {
 	}
 	if reg.id != id {
 		return reg, status.Errorf(codes.FailedPrecondition, "registration ID %q is stale: Run %s is registered at attempt %d under another ID; use the ID RegisterFunction returned", id, uid, reg.attempt)
+	}
+	return reg, nil
+}
+
+// lookupAttempt finds the current generation of a Run UID for a caller that
+// names it by attempt: NotFound when there is none, FailedPrecondition when
+// it is newer than attempt.
+func (s *Server) lookupAttempt(uid string, attempt int64) (*registration, error) {
+	if err := validateRunUID(uid); err != nil {
+		return nil, err
+	}
+	if attempt < 1 {
+		return nil, status.Error(codes.InvalidArgument, "pass registration_id, or registration_attempt >= 1")
+	}
+	s.mu.Lock()
+	reg, ok := s.regs[uid]
+	s.mu.Unlock()
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "Run %s has no function registration here", uid)
+	}
+	if reg.attempt > attempt {
+		return reg, status.Errorf(codes.FailedPrecondition, "Run %s is registered at attempt %d, newer than attempt %d; it is left alone", uid, reg.attempt, attempt)
 	}
 	return reg, nil
 }
@@ -409,7 +431,13 @@ func boundResult(invocationID, contentType string, duration time.Duration, res *
 
 // UnregisterFunction implements runtimev1.FunctionRuntimeServer.
 func (s *Server) UnregisterFunction(ctx context.Context, req *runtimev1.UnregisterFunctionRequest) (*runtimev1.UnregisterFunctionResponse, error) {
-	reg, err := s.lookupRegistration(req.GetRunUid(), req.GetRegistrationId())
+	var reg *registration
+	var err error
+	if req.GetRegistrationId() == "" {
+		reg, err = s.lookupAttempt(req.GetRunUid(), req.GetRegistrationAttempt())
+	} else {
+		reg, err = s.lookupRegistration(req.GetRunUid(), req.GetRegistrationId())
+	}
 	if status.Code(err) == codes.NotFound {
 		return &runtimev1.UnregisterFunctionResponse{}, nil
 	}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
 
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 )
@@ -44,4 +45,30 @@ func TestListFunctionsShowsEveryRegistration(t *testing.T) {
 	for _, st := range list.GetRegistrations() {
 		assert.NotEqual(t, "ready", st.GetRunUid(), "an unregistered Run is not listed")
 	}
+}
+
+// TestUnregisterByAttempt: an owner that lost the registration ID fences an
+// attempt by number; a newer generation is left alone.
+func TestUnregisterByAttempt(t *testing.T) {
+	h := newHarness(t, "python")
+	h.writeFile(t, "handlers.py", pythonHandlers)
+	ctx := testContext(t)
+	h.register(t, "r", 2, "d2", "handlers.noop")
+
+	_, err := h.functions.UnregisterFunction(ctx, &runtimev1.UnregisterFunctionRequest{RunUid: "r", RegistrationAttempt: 1})
+	requireCode(t, codes.FailedPrecondition, err)
+	_, err = h.functions.UnregisterFunction(ctx, &runtimev1.UnregisterFunctionRequest{RunUid: "r"})
+	requireCode(t, codes.InvalidArgument, err)
+
+	_, err = h.functions.UnregisterFunction(ctx, &runtimev1.UnregisterFunctionRequest{RunUid: "r", RegistrationAttempt: 2})
+	require.NoError(t, err)
+	list, err := h.functions.ListFunctions(ctx, &runtimev1.ListFunctionsRequest{})
+	require.NoError(t, err)
+	assert.Empty(t, list.GetRegistrations())
+	_, err = h.functions.UnregisterFunction(ctx, &runtimev1.UnregisterFunctionRequest{RunUid: "r", RegistrationAttempt: 2})
+	require.NoError(t, err, "unregistering an absent registration succeeds")
+
+	_, err = h.functions.RegisterFunction(ctx, &runtimev1.RegisterFunctionRequest{
+		RunUid: "r", RegistrationAttempt: 2, RegistrationDigest: "d2", WorkingDir: h.workDir, Handler: "handlers.noop"})
+	requireCode(t, codes.FailedPrecondition, err) // an unregistered attempt never serves again
 }
