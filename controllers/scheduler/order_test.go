@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"flag"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -12,6 +13,9 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 )
+
+// orderSeed replays the shuffle of a failed TestOldestOrdersByCreationThenArrival.
+var orderSeed = flag.Uint64("order-seed", 0, "seed of the shuffle in TestOldestOrdersByCreationThenArrival; 0 draws one, which the test logs")
 
 // TestOldestOrdersByCreationThenArrival checks the order free slots are
 // given in: creationTimestamp (whole seconds) first, then the order the
@@ -36,8 +40,14 @@ func TestOldestOrdersByCreationThenArrival(t *testing.T) {
 		CreationTimestamp: metav1.NewTime(testNow.Add(-time.Second))}}
 	want = append([]*v1alpha1.Run{unseen}, want...)
 
+	seed := *orderSeed
+	if seed == 0 {
+		seed = rand.Uint64()
+	}
+	t.Logf("shuffle seed %d; replay it with -args -order-seed=%d", seed, seed)
+	shuffle := rand.New(rand.NewPCG(seed, seed))
 	shuffled := append([]*v1alpha1.Run(nil), want...)
-	rand.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
+	shuffle.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 	for _, n := range []int{1, 3, 8, 9, len(want), len(want) + 5} {
 		got := s.oldest(append([]*v1alpha1.Run(nil), shuffled...), n)
 		assert.Equal(t, names(want[:min(n, len(want))]), names(got), "n=%d", n)
