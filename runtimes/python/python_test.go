@@ -2,6 +2,7 @@ package python
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kruntimes.io/kruntimes/runtimes/language"
 )
@@ -56,19 +58,27 @@ def echo(event, context):
 }
 
 func TestCloseInterruptsAnInvocation(t *testing.T) {
-	fn := load(t, "import time\ndef sleep(event, context):\n    time.sleep(60)\n", "mod.sleep")
+	// The handler creates started once it runs: Close must then interrupt
+	// it, not refuse an invocation that had not begun.
+	started := filepath.Join(t.TempDir(), "started")
+	fn := load(t, fmt.Sprintf("import time\ndef sleep(event, context):\n    open(%q, 'w').close()\n    time.sleep(60)\n", started), "mod.sleep")
 	done := make(chan error, 1)
 	go func() {
 		_, err := fn.Invoke(context.Background(), language.Invocation{ID: "i", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
 		done <- err
 	}()
+	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(started)
+		return err == nil, nil
+	})
+	require.NoError(t, err, "the handler did not start")
 	fn.Close()
 	select {
 	case err := <-done:
-		assert.Error(t, err)
+		assert.ErrorIs(t, err, errClosed)
 	case <-time.After(20 * time.Second):
 		t.Fatal("Invoke did not return after Close")
 	}
-	_, err := fn.Invoke(context.Background(), language.Invocation{ID: "j", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
+	_, err = fn.Invoke(context.Background(), language.Invocation{ID: "j", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
 	assert.ErrorIs(t, err, errClosed)
 }
