@@ -47,6 +47,11 @@ def sleep(event, context):
 def die(event, context):
     os._exit(7)
 
+def pid_or_die(event, context):
+    if event.get("die"):
+        os._exit(7)
+    return {"pid": os.getpid()}
+
 def big_output(event, context):
     return "x" * (1 << 20)
 
@@ -376,6 +381,19 @@ func TestInvokeFunctionBash(t *testing.T) {
 // TestRegistrationSurvivesInvocationFailures pins that an invocation's
 // deadline or a dying worker costs that invocation only.
 func TestRegistrationSurvivesInvocationFailures(t *testing.T) {
+	type survivalCase struct {
+		name    string
+		handler string
+		input   string
+		timeout time.Duration
+		// wantCode and wantError are how the failing invocation fails: the
+		// RPC's code, and the type of the function error it carries.
+		wantCode  codes.Code
+		wantError string
+		// restartsWorker says the failure took the warm worker down, so the
+		// next invocation must be served by another process.
+		restartsWorker bool
+	}
 	for _, lang := range []string{"python", "bash"} {
 		h := newHarness(t, lang)
 		h.writeFile(t, "handlers.py", pythonHandlers)
@@ -384,32 +402,44 @@ func TestRegistrationSurvivesInvocationFailures(t *testing.T) {
 			"python": func(n string) string { return "handlers." + n },
 			"bash":   func(n string) string { return n + ".sh" },
 		}[lang]
-		tests := []struct {
-			name    string
-			handler string
-			input   string
-			timeout time.Duration
-		}{
-			{name: lang + ": after DeadlineExceeded the registration stays usable", handler: handler("sleep"), input: `{"seconds":30}`, timeout: 200 * time.Millisecond},
-			{name: lang + ": after a handler error the registration stays usable", handler: handler("boom")},
+		tests := []survivalCase{
+			{name: lang + ": after DeadlineExceeded the registration stays usable", handler: handler("sleep"), input: `{"seconds":30}`, timeout: 200 * time.Millisecond, wantCode: codes.DeadlineExceeded},
+			{name: lang + ": after a handler error the registration stays usable", handler: handler("boom"), wantError: map[string]string{"python": "ValueError", "bash": "NonZeroExit"}[lang]},
 		}
 		if lang == "python" {
-			tests = append(tests, struct {
-				name    string
-				handler string
-				input   string
-				timeout time.Duration
-			}{name: "python: after the worker died it is restarted", handler: handler("die")})
+			tests = append(tests, survivalCase{name: "python: after the worker died it is restarted", handler: handler("pid_or_die"), input: `{"die":true}`, wantError: "WorkerExited", restartsWorker: true})
 		}
 		for i, tc := range tests {
 			t.Run(tc.name, func(t *testing.T) {
 				ctx := testContext(t)
 				reg := h.registerReady(t, lang+"-survive-"+string(rune('a'+i)), tc.handler)
+				workerPID := func() float64 {
+					t.Helper()
+					resp, err := h.invoke(ctx, reg, `{}`, 0)
+					require.NoError(t, err)
+					require.Nil(t, resp.GetError())
+					var out map[string]float64
+					require.NoError(t, json.Unmarshal(resp.GetOutput(), &out))
+					require.NotZero(t, out["pid"])
+					return out["pid"]
+				}
+				var pidBefore float64
+				if tc.restartsWorker {
+					pidBefore = workerPID()
+				}
 				input := tc.input
 				if input == "" {
 					input = `{}`
 				}
-				_, _ = h.invoke(ctx, reg, input, tc.timeout)
+				failed, err := h.invoke(ctx, reg, input, tc.timeout)
+				requireCode(t, tc.wantCode, err)
+				if tc.wantError != "" {
+					require.NotNil(t, failed.GetError(), "the invocation was meant to fail")
+					require.Equal(t, tc.wantError, failed.GetError().GetType())
+				}
+				if tc.restartsWorker {
+					assert.NotEqual(t, pidBefore, workerPID(), "the next invocation was served by the worker that died")
+				}
 				// The same registration ID serves the next invocation; give it
 				// input that makes every fixture return promptly.
 				resp, err := h.invoke(ctx, reg, `{"seconds":0}`, 0)
