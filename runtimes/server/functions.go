@@ -165,7 +165,7 @@ func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFu
 		s.mu.Unlock()
 		return nil, status.Errorf(codes.FailedPrecondition, "Run %s was already unregistered at attempt %d; attempt %d is stale and must not run", uid, retired, attempt)
 	}
-	now := s.opts.Now()
+	now := s.opts.Clock.Now()
 	regCtx, cancel := context.WithCancelCause(context.Background())
 	reg := &registration{
 		runUID:       uid,
@@ -336,14 +336,14 @@ func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFuncti
 		reg.mu.Unlock()
 		return nil, status.Errorf(codes.FailedPrecondition, "Run %s registration FAILED (%s); register a higher attempt", reg.runUID, st.GetFatalError())
 	}
-	started := s.opts.Now()
+	started := s.opts.Clock.Now()
 	reg.inFlight++
 	reg.lastActivity = started
 	reg.mu.Unlock()
 	defer func() {
 		reg.mu.Lock()
 		reg.inFlight--
-		reg.lastActivity = s.opts.Now()
+		reg.lastActivity = s.opts.Clock.Now()
 		reg.mu.Unlock()
 	}()
 
@@ -361,7 +361,7 @@ func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFuncti
 	inv := language.Invocation{ID: invocationID, RunUID: reg.runUID, Input: req.GetInput(), ContentType: contentType, Deadline: deadline}
 	logger := klog.FromContext(ctx)
 	res, err := fn.Invoke(invCtx, inv)
-	duration := time.Since(started)
+	duration := s.opts.Clock.Since(started)
 	if err != nil {
 		code, msg := invokeErrorStatus(ctx, invCtx, reg, fn, err)
 		logger.V(2).Info("Invocation failed", "runUID", reg.runUID, "invocationID", invocationID, "code", code.String())

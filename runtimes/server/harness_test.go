@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/clock"
 
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimes/bash"
@@ -31,6 +32,13 @@ type harness struct {
 }
 
 func newHarness(t testing.TB, lang string) *harness {
+	t.Helper()
+	return newHarnessWithClock(t, lang, nil)
+}
+
+// newHarnessWithClock is newHarness with the server on clk; nil is the
+// system clock.
+func newHarnessWithClock(t testing.TB, lang string, clk clock.WithDelayedExecution) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	workDir := filepath.Join(dir, "work")
@@ -54,6 +62,7 @@ func newHarness(t testing.TB, lang string) *harness {
 		StateDir:            filepath.Join(dir, "state"),
 		BaseEnv:             []string{"PATH=" + os.Getenv("PATH")},
 		DefaultDrainTimeout: 10 * time.Second,
+		Clock:               clk,
 	})
 	require.NoError(t, err)
 

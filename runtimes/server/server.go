@@ -11,6 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimes/language"
@@ -37,8 +38,10 @@ type Options struct {
 	// DefaultDrainTimeout is how long Unregister lets an invocation finish
 	// when the caller does not say.
 	DefaultDrainTimeout time.Duration
-	// Now is the clock; time.Now when nil.
-	Now func() time.Time
+	// Clock tells the time of status timestamps and runs task timeouts; the
+	// system clock when nil. Tests step a fake clock to time a task out once
+	// it is known to be running.
+	Clock clock.WithDelayedExecution
 }
 
 // Defaults for Options fields left zero.
@@ -96,8 +99,8 @@ func New(opts Options) (*Server, error) {
 	if opts.DefaultDrainTimeout <= 0 {
 		opts.DefaultDrainTimeout = DefaultDrainTimeout
 	}
-	if opts.Now == nil {
-		opts.Now = time.Now
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
 	}
 	return &Server{
 		opts:    opts,

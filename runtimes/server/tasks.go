@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
@@ -131,7 +132,7 @@ func (s *Server) Execute(ctx context.Context, req *runtimev1.ExecuteRequest) (*r
 		status: &runtimev1.TaskStatus{
 			TaskId:        req.GetTaskId(),
 			State:         runtimev1.TaskState_TASK_STATE_RUNNING,
-			StartUnixNano: s.opts.Now().UnixNano(),
+			StartUnixNano: s.opts.Clock.Now().UnixNano(),
 		},
 	}
 	s.tasks[t.id] = t
@@ -151,7 +152,7 @@ func (s *Server) startTask(ctx context.Context, t *task, req *runtimev1.ExecuteR
 		t.status.Reason = reason
 		t.status.Message = truncateMessage(msg)
 		t.status.ExitCode = -1
-		t.status.EndUnixNano = s.opts.Now().UnixNano()
+		t.status.EndUnixNano = s.opts.Clock.Now().UnixNano()
 		t.mu.Unlock()
 		close(t.done)
 	}
@@ -192,9 +193,9 @@ func (s *Server) startTask(ctx context.Context, t *task, req *runtimev1.ExecuteR
 	t.mu.Unlock()
 	logger.V(2).Info("Started task", "pid", group.Pid())
 
-	var timer *time.Timer
+	var timer clock.Timer
 	if ms := req.GetTimeoutMillis(); ms > 0 {
-		timer = time.AfterFunc(time.Duration(ms)*time.Millisecond, func() {
+		timer = s.opts.Clock.AfterFunc(time.Duration(ms)*time.Millisecond, func() {
 			t.mu.Lock()
 			t.timedOut = true
 			t.mu.Unlock()
@@ -210,7 +211,7 @@ func (s *Server) startTask(ctx context.Context, t *task, req *runtimev1.ExecuteR
 		t.mu.Lock()
 		st := t.status
 		st.ExitCode = int32(code)
-		st.EndUnixNano = s.opts.Now().UnixNano()
+		st.EndUnixNano = s.opts.Clock.Now().UnixNano()
 		switch {
 		case t.cancelled:
 			st.State, st.Reason, st.Message = runtimev1.TaskState_TASK_STATE_CANCELLED, ReasonCancelled, "the task was cancelled"

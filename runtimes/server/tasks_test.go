@@ -12,6 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc/codes"
+	"k8s.io/apimachinery/pkg/util/wait"
+	testingclock "k8s.io/utils/clock/testing"
 
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 )
@@ -57,7 +59,11 @@ var pythonTasks = taskScripts{
 func TestTasks(t *testing.T) {
 	for _, lang := range []string{"bash", "python"} {
 		t.Run(lang, func(t *testing.T) {
-			h := newHarness(t, lang)
+			// The timeout case steps this clock once its program runs, so a
+			// busy machine cannot time the program out before it started
+			// the child whose end the case checks.
+			clk := testingclock.NewFakeClock(time.Now())
+			h := newHarnessWithClock(t, lang, clk)
 			scripts := map[string]taskScripts{"bash": bashTasks, "python": pythonTasks}[lang]
 			h.writeFile(t, scripts.entryFile, scripts.argsEntry)
 			pidFile := filepath.Join(t.TempDir(), "child.pid")
@@ -126,7 +132,10 @@ func TestTasks(t *testing.T) {
 					wantState:  runtimev1.TaskState_TASK_STATE_TIMED_OUT,
 					wantReason: "Timeout",
 					wantCode:   -1,
-					check:      func(t *testing.T, _ *runtimev1.TaskStatus) { requireProcessGone(t, pidFile+".timeout") },
+					check: func(t *testing.T, st *runtimev1.TaskStatus) {
+						assert.Equal(t, int64(500*time.Millisecond), st.GetEndUnixNano()-st.GetStartUnixNano(), "ended when the timeout fired")
+						requireProcessGone(t, pidFile+".timeout")
+					},
 				},
 				{
 					name: "cancel kills the whole process group",
@@ -151,11 +160,20 @@ func TestTasks(t *testing.T) {
 					// Execute returns the current status: a task that ends
 					// within microseconds may already be past RUNNING.
 					require.Contains(t, []string{runtimev1.TaskState_TASK_STATE_RUNNING.String(), tc.wantState.String()}, started.GetState().String())
+					timeout := time.Duration(tc.req.GetTimeoutMillis()) * time.Millisecond
+					if tc.cancel || timeout > 0 {
+						// Kill the program only once it started its child.
+						waitForPIDFile(t, tc.req.GetEnv()[0].GetValue())
+					}
 					if tc.cancel {
-						pidPath := tc.req.GetEnv()[0].GetValue()
-						require.Eventually(t, func() bool { b, _ := os.ReadFile(pidPath); return strings.HasSuffix(string(b), "\n") }, 10*time.Second, 5*time.Millisecond)
 						_, err := h.runtime.Cancel(ctx, &runtimev1.CancelRequest{TaskId: tc.req.GetTaskId()})
 						require.NoError(t, err)
+					}
+					if timeout > 0 {
+						running, err := h.runtime.Status(ctx, &runtimev1.StatusRequest{TaskId: tc.req.GetTaskId()})
+						require.NoError(t, err)
+						require.Equal(t, runtimev1.TaskState_TASK_STATE_RUNNING.String(), running.GetState().String(), "the task ended before its timeout")
+						clk.Step(timeout)
 					}
 					st, err := h.runtime.Wait(ctx, &runtimev1.WaitRequest{TaskId: tc.req.GetTaskId(), IncludeLogs: true})
 					require.NoError(t, err)
@@ -170,6 +188,16 @@ func TestTasks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// waitForPIDFile waits until a task wrote the PID of its child to path.
+func waitForPIDFile(t *testing.T, path string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(testContext(t), 5*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		b, _ := os.ReadFile(path)
+		return strings.HasSuffix(string(b), "\n"), nil
+	})
+	require.NoError(t, err, "the task did not write %s", path)
 }
 
 // requireProcessGone checks that the background child whose PID a task wrote
