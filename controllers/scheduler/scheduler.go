@@ -83,16 +83,18 @@ type Scheduler struct {
 	// placing serializes choosing a Pod and reserving its slot, so two
 	// workers never give the same slot away; binding runs outside it.
 	placing sync.Mutex
-	clock   clock.Clock
+	clock   clock.WithTicker
 }
 
 // Option configures a Scheduler.
 type Option func(*Scheduler)
 
 // WithClock makes the scheduler read the time from c instead of the system
-// clock: heartbeat freshness, retry backoff and reservation expiry. Tests
-// step a fake clock to cross those deadlines without waiting for them.
-func WithClock(c clock.Clock) Option {
+// clock: heartbeat freshness, retry backoff, reservation expiry, and the
+// delays of its workqueues (rate limiting, the wait for retry.NotBefore,
+// the periodic re-check). Tests step a fake clock to cross those deadlines
+// without waiting for them; until it is stepped, none of them passes.
+func WithClock(c clock.WithTicker) Option {
 	return func(s *Scheduler) { s.clock = c }
 }
 
@@ -129,13 +131,6 @@ func New(ctx context.Context,
 			podInformer.Informer().HasSynced,
 			leaseInformer.Informer().HasSynced,
 		},
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kruntimes_scheduler"},
-		),
-		wakes: workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{
-			Name: "kruntimes_scheduler_wakes",
-		}),
 		assumed:  newAssumeCache(),
 		arrivals: newArrivals(),
 		clock:    clock.RealClock{},
@@ -143,6 +138,14 @@ func New(ctx context.Context,
 	for _, opt := range opts {
 		opt(s)
 	}
+	s.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kruntimes_scheduler", Clock: s.clock},
+	)
+	s.wakes = workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{
+		Name:  "kruntimes_scheduler_wakes",
+		Clock: s.clock,
+	})
 	for what, handler := range map[string]struct {
 		informer cache.SharedIndexInformer
 		funcs    cache.ResourceEventHandlerFuncs
