@@ -214,13 +214,8 @@ func (e *schedulerEnv) writesOf(name string) []apiWrite {
 // returns them.
 func (e *schedulerEnv) waitForWrites(name string, n int) []apiWrite {
 	e.t.Helper()
-	return e.waitForWritesWithin(name, n, framework.ShortTimeout)
-}
-
-func (e *schedulerEnv) waitForWritesWithin(name string, n int, timeout time.Duration) []apiWrite {
-	e.t.Helper()
 	var got []apiWrite
-	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, framework.ShortTimeout, true, func(context.Context) (bool, error) {
 		got = e.writesOf(name)
 		return len(got) >= n, nil
 	})
@@ -545,19 +540,19 @@ func TestSchedulerRespectsRetryBackoff(t *testing.T) {
 
 // TestSchedulerReleasingCapacityWakesPendingRunsOfThatRuntime watches which
 // Runs the scheduler examines, through its attempts metric, as capacity is
-// held and released.
+// held and released. The scheduler's clock stands still, so its periodic
+// re-check (30s after a Run was last examined) never comes: every Run
+// examined or bound here was woken.
 func TestSchedulerReleasingCapacityWakesPendingRunsOfThatRuntime(t *testing.T) {
-	// A woken Run is bound within wakeTimeout; one nobody woke waits for
-	// the scheduler's periodic re-check, 30s after it was last examined.
-	const wakeTimeout = 10 * time.Second
 	e := newSchedulerEnv(t)
+	clock := testingclock.NewFakeClock(time.Now())
 	e.createRuntime("bash", 1)
 	e.createRuntime("python", 1)
 	a := e.candidatePod("a", "bash")
 	e.runningOn("running", "bash", a)
 	e.createRun("waiting", "bash")
 	e.createRun("other", "python")
-	e.start(1)
+	e.start(1, scheduler.WithClock(clock))
 
 	for _, name := range []string{"waiting", "other"} {
 		got := runOf(t, e.waitForWrites(name, 1)[0])
@@ -579,9 +574,9 @@ func TestSchedulerReleasingCapacityWakesPendingRunsOfThatRuntime(t *testing.T) {
 	assert.Len(t, e.writesOf("waiting"), 1)
 
 	// Its deletion releases the slot and wakes the Pending Runs of bash
-	// only, well before the periodic re-check (30s) would.
+	// only.
 	e.update("running", func(r *v1alpha1.Run) { r.Finalizers = nil })
-	got := runOf(t, e.waitForWritesWithin("waiting", 2, wakeTimeout)[1])
+	got := runOf(t, e.waitForWrites("waiting", 2)[1])
 	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
 	assert.Equal(t, a.Name, got.Status.AssignedPod)
 	e.settle()
@@ -593,7 +588,7 @@ func TestSchedulerReleasingCapacityWakesPendingRunsOfThatRuntime(t *testing.T) {
 	e.settle()
 	noCapacity = schedulingAttempts(t, "no_capacity")
 	e.finish("waiting")
-	got = runOf(t, e.waitForWritesWithin("next", 2, wakeTimeout)[1])
+	got = runOf(t, e.waitForWrites("next", 2)[1])
 	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase)
 	assert.Equal(t, a.Name, got.Status.AssignedPod)
 	e.settle()
@@ -683,11 +678,11 @@ func TestSchedulerStartingUpPlacesOldestFirst(t *testing.T) {
 // every binding of the oldest waiting Run (403, as an authorizer denying
 // it would). The slot it is handed goes to the next Run in line, without
 // waiting for the periodic re-check, and the refused Run binds once the
-// server lets it.
+// server lets it and its backoff is over. The scheduler's clock moves only
+// when the test steps it, so the periodic re-check (30s) never comes.
 func TestSchedulerRunThatCannotBindDoesNotHoldUpTheLine(t *testing.T) {
-	// Well under the periodic re-check (30s) a Run nobody woke waits for.
-	const wakeTimeout = 10 * time.Second
 	e := newSchedulerEnv(t)
+	clock := testingclock.NewFakeClock(time.Now())
 	e.createRuntime("bash", 1)
 	a := e.candidatePod("a", "bash")
 	running := e.runningOn("running", "bash", a)
@@ -698,7 +693,7 @@ func TestSchedulerRunThatCannotBindDoesNotHoldUpTheLine(t *testing.T) {
 		return refusing.Load() && w.Name == "stuck" && json.Unmarshal(w.Body, &run) == nil &&
 			run.Status.Phase == lifecycle.Scheduled
 	}
-	e.start(1)
+	e.start(1, scheduler.WithClock(clock))
 	for _, name := range []string{"stuck", "next"} {
 		e.createRun(name, "bash")
 		require.Equal(t, lifecycle.ReasonNoCapacity, scheduledReason(runOf(t, e.waitForWrites(name, 1)[0])), name)
@@ -707,13 +702,21 @@ func TestSchedulerRunThatCannotBindDoesNotHoldUpTheLine(t *testing.T) {
 	finishRun(e.ctx, t, e.client, running)
 	refused := e.waitForWrites("stuck", 2)[1]
 	assert.Equal(t, 403, refused.Code, "the oldest Run was handed the slot")
-	got := runOf(t, e.waitForWritesWithin("next", 2, wakeTimeout)[1])
+	got := runOf(t, e.waitForWrites("next", 2)[1])
 	assert.Equal(t, lifecycle.Scheduled, got.Status.Phase, "the next Run took the slot the refused one could not")
 	assert.Equal(t, a.Name, got.Status.AssignedPod)
 
+	// The slot next releases is not handed to the refused Run: it waits out
+	// its backoff, out of line.
 	refusing.Store(false)
 	e.finish("next")
-	require.NoError(t, wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, wakeTimeout, true, func(ctx context.Context) (bool, error) {
+	e.settle()
+	require.Len(t, e.writesOf("stuck"), 2, "refused once, then waiting out its backoff: %v", describe(e.writesOf("stuck")))
+	// One worker requeued the refused Run with its backoff (5ms after one
+	// refusal) before it took next's key, so that is already waiting to be
+	// crossed; a second is well under the periodic re-check.
+	clock.Step(time.Second)
+	require.NoError(t, wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
 		run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(ctx, "stuck", metav1.GetOptions{})
 		return err == nil && run.Status.Phase == lifecycle.Scheduled, nil
 	}), "the refused Run binds once the server accepts it: %v", describe(e.writesOf("stuck")))
