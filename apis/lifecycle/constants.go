@@ -31,6 +31,15 @@ const (
 	ReasonRuntimeNotFound    = "RuntimeNotFound"
 	ReasonScheduled          = "Scheduled"
 	ReasonStartFailed        = "StartFailed"
+	// ReasonRegistrationFailed: the Runtime Server could not load the
+	// function (a syntax error, a missing module, function or script).
+	ReasonRegistrationFailed = "RegistrationFailed"
+	// ReasonRegistrationLost: a Ready function's registration went away on
+	// its Pod (the worker died, the Runtime Server restarted).
+	ReasonRegistrationLost = "RegistrationLost"
+	// ReasonLifetimeExceeded: a function reached spec.timeout from its
+	// startTime.
+	ReasonLifetimeExceeded = "LifetimeExceeded"
 )
 
 // Reasons of a Runtime's Ready condition.

@@ -1,5 +1,5 @@
 // Command runtimed is the per-Pod daemon of a Runtime Pod: it heartbeats a
-// Lease for its Pod, claims the task Runs the scheduler assigned to the Pod,
-// executes them on the Runtime Server over a unix socket, and records their
-// outcome. It serves /healthz, /readyz and /metrics on the health port.
+// Lease for its Pod, claims the Runs the scheduler assigned to the Pod,
+// executes task Runs and registers function Runs on the Runtime Server over
+// a unix socket, and records what happened. Its wiring is runtimed/options.
 package main

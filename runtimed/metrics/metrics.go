@@ -56,6 +56,21 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	})
 
+	// Registrations is the number of function Runs this Pod holds.
+	Registrations = metrics.NewGauge(&metrics.GaugeOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "registrations",
+		Help:           "Function Runs this runtimed holds: registering, Ready, or being released.",
+		StabilityLevel: metrics.ALPHA,
+	})
+	// RegistrationDuration is the time RegisterFunction took, by result.
+	RegistrationDuration = metrics.NewHistogramVec(&metrics.HistogramOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "registration_duration_seconds",
+		Help:           "Time one RegisterFunction call took on the Runtime Server, by result (ready, failed).",
+		Buckets:        metrics.ExponentialBuckets(0.001, 2, 16),
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"result"})
 	// StatusUpdates counts Run status writes by result: ok, conflict, error.
 	StatusUpdates = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem,
@@ -87,7 +102,7 @@ var registerOnce sync.Once
 // does nothing.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(Executions, ExecutionDuration, ClaimLatency, SlotsUsed,
+		legacyregistry.MustRegister(Executions, ExecutionDuration, ClaimLatency, SlotsUsed, Registrations, RegistrationDuration,
 			Capacity, StatusUpdates, HeartbeatRenewals, RuntimeServerErrors)
 	})
 }

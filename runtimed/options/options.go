@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -14,6 +15,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/validation"
 	"kruntimes.io/kruntimes/apis/runtimepod"
+	"kruntimes.io/kruntimes/runtimed/functions"
 )
 
 // Options are runtimed's flags. The runtime controller sets
@@ -30,7 +32,11 @@ type Options struct {
 	Kubeconfig    string
 	KubeAPIQPS    float32
 	KubeAPIBurst  int
-	Logs          *logsapi.LoggingConfiguration
+	// EndpointBase and EndpointCAFile make the status.endpoint of Ready
+	// function Runs.
+	EndpointBase   string
+	EndpointCAFile string
+	Logs           *logsapi.LoggingConfiguration
 }
 
 // NewOptions returns the defaults, the Pod fields read from the downward API.
@@ -55,6 +61,7 @@ func NewOptions() *Options {
 		// client-go's default of 5 QPS a Pod would finish 2.5 Runs/s.
 		KubeAPIQPS:   200,
 		KubeAPIBurst: 400,
+		EndpointBase: functions.DefaultEndpointBase,
 		Logs:         logs,
 	}
 }
@@ -71,6 +78,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second runtimed may send to the Kubernetes API; the API server's priority and fairness still applies.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of requests runtimed may send to the Kubernetes API above --kube-api-qps.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig to reach the Kubernetes API; when empty, $KUBECONFIG and then the in-cluster configuration are used.")
+	fs.StringVar(&o.EndpointBase, "endpoint-base", o.EndpointBase, "Scheme and host clients reach the Kubernetes API at; Ready function Runs advertise <base>/apis/kruntimes.io/v1alpha1/namespaces/NS/runs/NAME/invoke?uid=UID in status.endpoint.")
+	fs.StringVar(&o.EndpointCAFile, "endpoint-ca-file", o.EndpointCAFile, "PEM bundle clients should trust for --endpoint-base, copied into status.endpoint.caBundle; leave empty when they already trust the cluster's root.")
 	logsapi.AddFlags(o.Logs, fs)
 }
 
@@ -95,6 +104,9 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("%s is required; set it or $%s from the downward API", f.flag, f.env))
 		}
 	}
+	if u, err := url.Parse(o.EndpointBase); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || strings.TrimSuffix(u.Path, "/") != "" {
+		errs = append(errs, fmt.Errorf("--endpoint-base must be https://host[:port] with no path, got %q", o.EndpointBase))
+	}
 	if _, _, err := net.SplitHostPort(o.HealthAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--health-address must be host:port: %w", err))
 	}
@@ -108,4 +120,21 @@ func socketPath(address string) (string, error) {
 		return "", fmt.Errorf("--runtime-socket must be unix:///absolute/path.sock, got %q: the Runtime Server never listens on the network", address)
 	}
 	return path, nil
+}
+
+// endpoint reads what Ready function Runs advertise.
+func (o *Options) endpoint() (functions.Endpoint, error) {
+	e := functions.Endpoint{Base: strings.TrimSuffix(o.EndpointBase, "/")}
+	if o.EndpointCAFile == "" {
+		return e, nil
+	}
+	ca, err := os.ReadFile(o.EndpointCAFile)
+	if err != nil {
+		return e, fmt.Errorf("read --endpoint-ca-file: %w", err)
+	}
+	if len(ca) > validation.MaxEndpointCABytes {
+		return e, fmt.Errorf("--endpoint-ca-file %s has %d bytes; status.endpoint.caBundle holds at most %d", o.EndpointCAFile, len(ca), validation.MaxEndpointCABytes)
+	}
+	e.CABundle = ca
+	return e, nil
 }

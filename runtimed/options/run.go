@@ -11,11 +11,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/record"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -28,7 +30,9 @@ import (
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	kruntimesscheme "kruntimes.io/kruntimes/client/clientset/versioned/scheme"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
+	runlisters "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/runtimed/functions"
 	"kruntimes.io/kruntimes/runtimed/health"
 	"kruntimes.io/kruntimes/runtimed/heartbeat"
 	"kruntimes.io/kruntimes/runtimed/metrics"
@@ -95,6 +99,10 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	defer conn.Close()
 	runtimeServer := runtimev1.NewRuntimeClient(conn)
+	endpoint, err := o.endpoint()
+	if err != nil {
+		return err
+	}
 
 	metrics.Register()
 	pod := runtimepod.Pod{Name: o.PodName, Namespace: o.PodNamespace, UID: types.UID(o.PodUID)}
@@ -115,13 +123,29 @@ func (o *Options) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	runInformer := factory.Kruntimes().V1alpha1().Runs()
+	root := workspace.Root(o.WorkspaceDir)
 	taskController, err := tasks.New(tasks.Config{
 		Runs:          runClient.KruntimesV1alpha1(),
-		Informer:      factory.Kruntimes().V1alpha1().Runs(),
+		Informer:      runInformer,
 		RuntimeServer: runtimeServer,
-		Workspace:     workspace.Root(o.WorkspaceDir),
+		Workspace:     root,
 		Pod:           pod,
 		Slots:         table,
+		Clock:         clock.RealClock{},
+		Recorder:      recorder,
+	})
+	if err != nil {
+		return err
+	}
+	functionController, err := functions.New(functions.Config{
+		Runs:          runClient.KruntimesV1alpha1(),
+		Informer:      runInformer,
+		RuntimeServer: runtimev1.NewFunctionRuntimeClient(conn),
+		Workspace:     root,
+		Pod:           pod,
+		Slots:         table,
+		Endpoint:      endpoint,
 		Clock:         clock.RealClock{},
 		Recorder:      recorder,
 	})
@@ -132,7 +156,7 @@ func (o *Options) Run(ctx context.Context) error {
 
 	readiness := []health.Check{
 		{Name: "runs-informer", Check: func(context.Context) error {
-			if !taskController.HasSynced() {
+			if !runInformer.Informer().HasSynced() {
 				return fmt.Errorf("the Run informer has not synced yet")
 			}
 			return nil
@@ -149,7 +173,15 @@ func (o *Options) Run(ctx context.Context) error {
 			return nil
 		}},
 	}
-	liveness := []health.Check{{Name: "ping", Check: func(context.Context) error { return nil }}}
+	liveness := append([]health.Check{
+		{Name: "runs-informer", Check: func(context.Context) error {
+			if runInformer.Informer().IsStopped() {
+				return fmt.Errorf("the Run informer stopped")
+			}
+			return nil
+		}},
+		taskController.Liveness(),
+	}, functionController.Liveness()...)
 
 	logger.Info("Starting runtimed", "pod", klog.KRef(o.PodNamespace, o.PodName), "podUID", o.PodUID,
 		"capacity", o.Capacity, "runtimeSocket", o.RuntimeSocket, "workspace", o.WorkspaceDir)
@@ -157,7 +189,17 @@ func (o *Options) Run(ctx context.Context) error {
 	g.Go(func() error { return health.Serve(ctx, o.HealthAddress, health.Handler(liveness, readiness)) })
 	g.Go(func() error { beat.Run(ctx); return nil })
 	factory.Start(ctx.Done())
-	g.Go(func() error { taskController.Run(ctx, workers); return nil })
+	g.Go(func() error {
+		if !cache.WaitForNamedCacheSyncWithContext(ctx, runInformer.Informer().HasSynced) {
+			return nil
+		}
+		// Before any claim: the directories no Run of this Pod holds any
+		// more, e.g. left by a runtimed that stopped before it cleaned up.
+		sweepWorkspaces(ctx, root, runInformer.Lister(), pod)
+		g.Go(func() error { taskController.Run(ctx, workers); return nil })
+		g.Go(func() error { functionController.Run(ctx, workers); return nil })
+		return nil
+	})
 	err = g.Wait()
 	factory.Shutdown()
 	return err
@@ -179,4 +221,33 @@ func (o *Options) restConfig() (*rest.Config, error) {
 	restConfig.ContentType = runtime.ContentTypeProtobuf
 	restConfig.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	return restConfig, nil
+}
+
+// sweepWorkspaces removes the workspace directories of Runs that are not
+// assigned to this Pod in a phase that uses one (Scheduled, Running, Ready):
+// tasks and functions alike.
+func sweepWorkspaces(ctx context.Context, root workspace.Root, runs runlisters.RunLister, pod runtimepod.Pod) {
+	logger := klog.FromContext(ctx)
+	// Listed on the first call, after Sweep read the directories: a Run
+	// whose directory exists was assigned before, so the list has it.
+	var held map[types.UID]bool
+	removed, err := root.Sweep(func(uid types.UID) bool {
+		if held == nil {
+			list, err := runs.Runs(pod.Namespace).List(labels.Everything())
+			if err != nil {
+				return true // keep what cannot be checked
+			}
+			held = map[types.UID]bool{}
+			for _, run := range list {
+				held[run.UID] = run.Status.AssignedPodUID == pod.UID && lifecycle.IsActive(run.Status.Phase)
+			}
+		}
+		return held[uid]
+	})
+	if err != nil {
+		logger.Error(err, "Sweeping leftover workspaces failed")
+	}
+	for _, uid := range removed {
+		logger.Info("Removed a leftover workspace no Run of this Pod holds", "runUID", uid)
+	}
 }

@@ -60,7 +60,8 @@ func Deadline(run *v1alpha1.Run) time.Time {
 }
 
 // Claim returns the status of run claimed by this Pod at now: Running with a
-// fresh startTime, same attempt and assignment.
+// fresh startTime, same attempt and assignment. A function is not Ready
+// while it registers (condition Ready=False reason Registering).
 func Claim(run *v1alpha1.Run, now metav1.MicroTime) *v1alpha1.Run {
 	out := run.DeepCopy()
 	out.Status.Phase = lifecycle.Running
@@ -69,7 +70,51 @@ func Claim(run *v1alpha1.Run, now metav1.MicroTime) *v1alpha1.Run {
 	out.Status.ExitCode = nil
 	out.Status.Outputs = nil
 	out.Status.Message = ""
+	if run.Spec.Mode.Function != nil {
+		setReady(out, metav1.ConditionFalse, lifecycle.ReasonRegistering,
+			fmt.Sprintf("registering attempt %d on Pod %s", run.Status.Attempt, run.Status.AssignedPod), now.Time)
+	}
 	return out
+}
+
+// Ready returns the status of a function Run whose registration is live on
+// its Pod at now: phase Ready, readyTime, the endpoint it is invoked at and
+// condition Ready=True reason FunctionRegistered.
+func Ready(run *v1alpha1.Run, endpoint *v1alpha1.RunEndpoint, now time.Time) *v1alpha1.Run {
+	out := run.DeepCopy()
+	ready := metav1.NewMicroTime(now)
+	out.Status.Phase = lifecycle.Ready
+	out.Status.ReadyTime = &ready
+	out.Status.Endpoint = endpoint
+	out.Status.Message = ""
+	setReady(out, metav1.ConditionTrue, lifecycle.ReasonFunctionRegistered,
+		fmt.Sprintf("attempt %d is registered on Pod %s and accepts invokes", run.Status.Attempt, run.Status.AssignedPod), now)
+	return out
+}
+
+// Reregister returns the status of a Ready function Run whose registration
+// was lost, for the retry d decided: back to Running on the same Pod with
+// attempt d.NextAttempt, not Ready (reason Registering) until it registered
+// again. The lifetime still counts from the first claim's startTime.
+func Reregister(run *v1alpha1.Run, d retry.Decision, now time.Time) *v1alpha1.Run {
+	out := run.DeepCopy()
+	out.Status.Phase = lifecycle.Running
+	out.Status.Attempt = d.NextAttempt
+	out.Status.Message = validation.BoundMessage(d.Failure.Message)
+	setReady(out, metav1.ConditionFalse, lifecycle.ReasonRegistering,
+		fmt.Sprintf("%s; registering attempt %d on Pod %s", d.Why, d.NextAttempt, run.Status.AssignedPod), now)
+	return out
+}
+
+func setReady(run *v1alpha1.Run, status metav1.ConditionStatus, reason, message string, now time.Time) {
+	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
+		Type:               lifecycle.ConditionReady,
+		Status:             status,
+		Reason:             reason,
+		Message:            validation.BoundMessage(message),
+		ObservedGeneration: run.Generation,
+		LastTransitionTime: metav1.NewTime(now),
+	})
 }
 
 // Outcome is how one execution ended, as runtimed saw it.
@@ -139,6 +184,9 @@ func Finish(run *v1alpha1.Run, o Outcome, now time.Time) (out *v1alpha1.Run, ret
 		ObservedGeneration: run.Generation,
 		LastTransitionTime: metav1.NewTime(now),
 	})
+	if run.Spec.Mode.Function != nil {
+		setReady(out, metav1.ConditionFalse, reason, conditionMessage(o), now)
+	}
 	return out, false
 }
 

@@ -25,6 +25,7 @@ import (
 	runinformers "kruntimes.io/kruntimes/client/informers/externalversions/kruntimes/v1alpha1"
 	runlisters "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/runtimed/health"
 	"kruntimes.io/kruntimes/runtimed/metrics"
 	"kruntimes.io/kruntimes/runtimed/runstatus"
 	"kruntimes.io/kruntimes/runtimed/slots"
@@ -80,6 +81,7 @@ type Controller struct {
 	clock         clock.Clock
 	recorder      record.EventRecorder
 	queue         workqueue.TypedRateLimitingInterface[string]
+	workers       *health.Loop
 
 	mu sync.Mutex
 	// executions holds, by Run key, every execution this Pod claimed or
@@ -158,6 +160,7 @@ func New(cfg Config) (*Controller, error) {
 	if err != nil {
 		return nil, fmt.Errorf("add Run event handler: %w", err)
 	}
+	c.workers = health.NewLoop("task-workers", workerStallBound, c.queue.Len, cfg.Clock)
 	cfg.Slots.OnRelease(c.enqueueWaitingRuns)
 	return c, nil
 }
@@ -170,6 +173,13 @@ func (c *Controller) enqueue(obj any) {
 	}
 	c.queue.Add(key)
 }
+
+// Liveness fails while Runs wait and no worker takes any: every sync is
+// bounded by its calls' timeouts, so that only happens to wedged workers.
+func (c *Controller) Liveness() health.Check { return c.workers.Check() }
+
+// workerStallBound is longer than any one sync may take.
+const workerStallBound = 2 * time.Minute
 
 // HasSynced reports whether the Run informer has synced; /readyz uses it.
 func (c *Controller) HasSynced() bool { return c.synced() }
@@ -187,6 +197,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	// executions of finished Runs do not linger in the Runtime Server.
 	c.sweepRetained(ctx)
 	var wg sync.WaitGroup
+	c.workers.Start()
 	for range workers {
 		wg.Go(func() { wait.UntilWithContext(ctx, c.runWorker, time.Second) })
 	}
@@ -206,6 +217,7 @@ func (c *Controller) processNextWorkItem(ctx context.Context) bool {
 	if quit {
 		return false
 	}
+	c.workers.Progress()
 	defer c.queue.Done(key)
 	err := c.sync(ctx, key)
 	if err == nil {

@@ -2,7 +2,6 @@ package tasks
 
 import (
 	"context"
-	"os"
 	"time"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -20,6 +19,8 @@ import (
 // attempts that no Run of this Pod still runs, e.g. when runtimed stopped
 // between writing an outcome and forgetting it, and removes their
 // workspaces. Running Runs whose execution is retained are adopted by sync.
+// Workspaces that no execution is left for are swept by runtimed's wiring,
+// which knows the Runs of both modes.
 func (c *Controller) sweepRetained(ctx context.Context) {
 	logger := klog.FromContext(ctx)
 	ctx, cancel := context.WithTimeout(ctx, adoptTimeout)
@@ -73,17 +74,5 @@ func (c *Controller) sweepRetained(ctx context.Context) {
 			}
 		}
 		l.Info("Forgot retained execution that no Run holds")
-	}
-	// Then the workspaces of Runs that no longer run here, e.g. left by a runtimed
-	// that stopped after its Runtime Server forgot the execution.
-	if dirs, err := os.ReadDir(string(c.workspace)); err == nil {
-		for _, d := range dirs {
-			uid := types.UID(d.Name())
-			if _, running := active[uid]; d.IsDir() && !running {
-				if err := c.workspace.Remove(uid); err != nil {
-					logger.Error(err, "Removing a leftover workspace failed", "runUID", uid)
-				}
-			}
-		}
 	}
 }

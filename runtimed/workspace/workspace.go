@@ -69,3 +69,27 @@ func (r Root) Remove(uid types.UID) error {
 	}
 	return nil
 }
+
+// Sweep removes the directory of every Run that keep does not name, e.g. one
+// left by a runtimed that stopped before it cleaned up; it returns the UIDs
+// it removed. It reads the directories before calling keep, so a Run whose
+// directory is created meanwhile is never swept.
+func (r Root) Sweep(keep func(types.UID) bool) (removed []types.UID, err error) {
+	entries, err := os.ReadDir(string(r))
+	if err != nil {
+		return nil, fmt.Errorf("read the workspace %s: %w", r, err)
+	}
+	var errs []error
+	for _, e := range entries {
+		uid := types.UID(e.Name())
+		if !e.IsDir() || keep(uid) {
+			continue
+		}
+		if err := r.Remove(uid); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		removed = append(removed, uid)
+	}
+	return removed, errors.Join(errs...)
+}

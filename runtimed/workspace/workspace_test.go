@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 func TestMaterialize(t *testing.T) {
@@ -59,4 +60,19 @@ func TestMaterializeTwiceAndRemove(t *testing.T) {
 	assert.True(t, os.IsNotExist(err))
 	assert.NoError(t, root.Remove("uid-1"), "removing an absent workspace succeeds")
 	assert.Error(t, root.Remove("../x"), "a UID never escapes the root")
+}
+
+func TestSweepKeepsWhatIsNamed(t *testing.T) {
+	root := Root(t.TempDir())
+	for _, uid := range []types.UID{"live", "gone"} {
+		_, _, err := root.Materialize(uid, "echo", "")
+		require.NoError(t, err)
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(string(root), "a-file"), nil, 0o644))
+	removed, err := root.Sweep(func(uid types.UID) bool { return uid == "live" })
+	require.NoError(t, err)
+	assert.Equal(t, []types.UID{"gone"}, removed)
+	assert.DirExists(t, root.RunDir("live"))
+	assert.NoDirExists(t, root.RunDir("gone"))
+	assert.FileExists(t, filepath.Join(string(root), "a-file"), "only Run directories are swept")
 }
