@@ -180,4 +180,3 @@ func (h *harness) waitForIdleDeadline(t *testing.T, run *v1alpha1.Run, want time
 	})
 	require.NoError(t, err, "idle deadline seen: %s, want %s", seen, want)
 }
-
