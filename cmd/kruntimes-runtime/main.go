@@ -23,11 +23,15 @@ import (
 	"kruntimes.io/kruntimes/runtimes/server"
 )
 
+// maxSpareWorkers bounds --spare-workers: each is an idle interpreter.
+const maxSpareWorkers = 64
+
 // options are the command's flags.
 type options struct {
 	Language        string
 	Listen          string
 	Interpreter     string
+	SpareWorkers    int
 	StateDir        string
 	ShutdownTimeout time.Duration
 }
@@ -35,6 +39,7 @@ type options struct {
 func newOptions() *options {
 	return &options{
 		Listen:          "unix:///run/kruntimes/runtime.sock",
+		SpareWorkers:    1,
 		ShutdownTimeout: 10 * time.Second,
 	}
 }
@@ -44,6 +49,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", o.Listen, "Where to serve the Runtime Server API; only unix:// sockets are accepted because user code must never be reachable from the network.")
 	fs.StringVar(&o.Interpreter, "interpreter", o.Interpreter, "Interpreter binary; defaults to bash or python3 from PATH.")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Private directory for inline scripts and outputs files; a fresh temporary directory when empty.")
+	fs.IntVar(&o.SpareWorkers, "spare-workers", o.SpareWorkers, "Python only: warm workers kept started ahead of registrations, so a registration costs importing its handler instead of starting an interpreter; 0 starts one per registration.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to let in-flight calls finish on SIGTERM before killing all user processes.")
 }
 
@@ -54,6 +60,9 @@ func (o *options) Validate() error {
 	}
 	if _, err := socketPath(o.Listen); err != nil {
 		errs = append(errs, err)
+	}
+	if o.SpareWorkers < 0 || o.SpareWorkers > maxSpareWorkers {
+		errs = append(errs, fmt.Errorf("--spare-workers must be between 0 and %d, got %d", maxSpareWorkers, o.SpareWorkers))
 	}
 	return errors.Join(errs...)
 }
@@ -86,6 +95,9 @@ func (o *options) Run(ctx context.Context) error {
 		lang, functions = l, l
 	case "python":
 		l := python.New(o.Interpreter)
+		if o.SpareWorkers > 0 {
+			l.KeepSpares(o.SpareWorkers, os.Environ(), stateDir)
+		}
 		lang, functions = l, l
 	}
 	srv, err := server.New(server.Options{Language: lang, Functions: functions, StateDir: stateDir, BaseEnv: os.Environ()})

@@ -15,6 +15,7 @@ var workerSource string
 type Language struct {
 	// Interpreter is the python3 binary, looked up on PATH when not absolute.
 	Interpreter string
+	spares      *sparePool
 }
 
 var (
@@ -30,6 +31,17 @@ func New(interpreter string) *Language {
 	return &Language{Interpreter: interpreter}
 }
 
+// KeepSpares keeps n workers started ahead of registrations, with env in
+// dir, so that registering a function costs importing its handler rather
+// than starting an interpreter. Call Close to stop them.
+func (l *Language) KeepSpares(n int, env []string, dir string) {
+	l.spares = newSparePool(l.Interpreter, env, dir, n)
+	l.spares.fill()
+}
+
+// Close stops the spare workers.
+func (l *Language) Close() { l.spares.close() }
+
 // Name implements language.Language.
 func (l *Language) Name() string { return "python" }
 
@@ -41,7 +53,7 @@ func (l *Language) TaskArgv(file string, args []string) []string {
 // LoadFunction implements language.FunctionLoader: it starts the warm worker
 // and returns once the handler module imported.
 func (l *Language) LoadFunction(ctx context.Context, spec language.FunctionSpec) (language.Function, error) {
-	f := &function{interpreter: l.Interpreter, spec: spec}
+	f := &function{interpreter: l.Interpreter, spec: spec, spares: l.spares}
 	w, err := f.startWorker(ctx)
 	if err != nil {
 		return nil, err

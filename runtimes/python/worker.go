@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 
 	"kruntimes.io/kruntimes/runtimes/framing"
@@ -57,6 +58,7 @@ func (w *worker) exitDescription() string {
 type function struct {
 	interpreter string
 	spec        language.FunctionSpec
+	spares      *sparePool
 
 	mu sync.Mutex
 	// worker is nil while a replacement is starting.
@@ -91,8 +93,9 @@ type workerMessage struct {
 	Error *language.FunctionError `json:"error"`
 }
 
-// startWorker starts worker.py and waits for its ready or fatal message.
-func (f *function) startWorker(ctx context.Context) (*worker, error) {
+// spawn starts worker.py, loaded but serving nothing yet: the first frame
+// it reads says what to serve.
+func spawn(interpreter string, env []string, dir string) (*worker, error) {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("create request pipe: %w", err)
@@ -105,9 +108,9 @@ func (f *function) startWorker(ctx context.Context) (*worker, error) {
 	}
 	logs := process.NewTailCapture(workerLogTail)
 	group, err := process.Start(process.Spec{
-		Argv:       []string{f.interpreter, "-c", workerSource, f.spec.WorkingDir, f.spec.Handler, strconv.Itoa(language.MaxInvocationLogBytes)},
-		Dir:        f.spec.WorkingDir,
-		Env:        f.spec.Env,
+		Argv:       []string{interpreter, "-c", workerSource, strconv.Itoa(language.MaxInvocationLogBytes)},
+		Dir:        dir,
+		Env:        env,
 		Stdout:     logs,
 		Stderr:     logs,
 		ExtraFiles: []*os.File{reqR, respW},
@@ -117,7 +120,7 @@ func (f *function) startWorker(ctx context.Context) (*worker, error) {
 	if err != nil {
 		_ = reqW.Close()
 		_ = respR.Close()
-		return nil, fmt.Errorf("start %s: %w; check that the Runtime image has a python3 interpreter", f.interpreter, err)
+		return nil, fmt.Errorf("start %s: %w; check that the Runtime image has a python3 interpreter", interpreter, err)
 	}
 	w := &worker{
 		group:  group,
@@ -132,10 +135,45 @@ func (f *function) startWorker(ctx context.Context) (*worker, error) {
 		w.code, _ = group.Wait()
 		close(w.exited)
 	}()
+	return w, nil
+}
 
-	stop := context.AfterFunc(ctx, group.Kill)
+// loadSpec is the first frame a worker reads.
+type loadSpec struct {
+	WorkingDir string            `json:"working_dir"`
+	Handler    string            `json:"handler"`
+	Env        map[string]string `json:"env"`
+}
+
+// startWorker gets a worker for the registration, a spare when one fits,
+// tells it what to serve and waits for its ready or fatal message.
+func (f *function) startWorker(ctx context.Context) (*worker, error) {
+	w := f.spares.take(f.spec.Env)
+	if w == nil {
+		var err error
+		if w, err = spawn(f.interpreter, f.spec.Env, f.spec.WorkingDir); err != nil {
+			return nil, err
+		}
+	}
+	load := loadSpec{WorkingDir: f.spec.WorkingDir, Handler: f.spec.Handler, Env: map[string]string{}}
+	for _, kv := range f.spec.Env {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			load.Env[k] = v
+		}
+	}
+	payload, err := json.Marshal(load)
+	if err != nil {
+		w.close()
+		return nil, fmt.Errorf("encode the load request: %w", err)
+	}
+	stop := context.AfterFunc(ctx, w.group.Kill)
 	defer stop()
-	frame, err := w.reader.ReadFrame()
+	frame, err := func() ([]byte, error) {
+		if err := w.writer.WriteFrame(payload); err != nil {
+			return nil, err
+		}
+		return w.reader.ReadFrame()
+	}()
 	if err != nil {
 		w.close()
 		if ctx.Err() != nil {

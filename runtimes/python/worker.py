@@ -1,12 +1,14 @@
 # kruntimes warm Python function worker.
 #
-# Started once per registration by the Runtime Server. It imports the handler
-# module once, reports readiness, then serves invocations one at a time over
-# length-prefixed JSON frames: requests on fd 3, responses on fd 4. fd 1 and
-# fd 2 stay the worker's own logs; print() inside a handler is captured per
-# invocation instead.
+# Started by the Runtime Server, often ahead of need as a spare: the
+# interpreter and this file are loaded before any registration exists. The
+# first frame it reads says what to serve (working directory, handler and
+# environment); it imports the handler module once, reports readiness, then
+# serves invocations one at a time over length-prefixed JSON frames: requests
+# on fd 3, responses on fd 4. fd 1 and fd 2 stay the worker's own logs;
+# print() inside a handler is captured per invocation instead.
 #
-# argv: worker.py WORKING_DIR HANDLER MAX_LOG_BYTES
+# argv: worker.py MAX_LOG_BYTES
 import base64
 import importlib
 import json
@@ -126,7 +128,11 @@ class Context:
         self.outputs[str(key)] = str(value)
 
 
-def load_handler(working_dir, handler):
+def load_handler(working_dir, handler, env):
+    # The registration's environment replaces the spare's, for the handler
+    # and for every program it starts.
+    os.environ.clear()
+    os.environ.update(env)
     os.chdir(working_dir)
     sys.path.insert(0, working_dir)
     module_name, _, function_name = handler.rpartition(".")
@@ -179,14 +185,18 @@ def invoke(fn, req, max_log):
 
 
 def main():
-    working_dir, handler, max_log = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    max_log = int(sys.argv[1])
     # Programs a handler starts must not inherit the protocol pipes: a child
     # writing to fd 4 would corrupt the framing, and one holding it open
     # would hide the worker's death.
     os.set_inheritable(REQ_FD, False)
     os.set_inheritable(RESP_FD, False)
     try:
-        fn = load_handler(working_dir, handler)
+        spec = json.loads(read_frame())
+    except EndOfRequests:
+        return 0
+    try:
+        fn = load_handler(spec["working_dir"], spec["handler"], spec.get("env") or {})
     except BaseException as e:  # noqa: B902 -- any import failure is fatal for the registration
         send({"type": "fatal", "error": describe(e)})
         return 1

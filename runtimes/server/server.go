@@ -153,6 +153,11 @@ func (s *Server) Close(ctx context.Context) {
 	for _, r := range regs {
 		r.shutdown()
 	}
+	// A loader that keeps processes of its own (Python's spare workers)
+	// stops them too.
+	if closer, ok := s.opts.Functions.(interface{ Close() }); ok {
+		closer.Close()
+	}
 	for _, t := range tasks {
 		select {
 		case <-t.done:

@@ -1,0 +1,103 @@
+package python
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"kruntimes.io/kruntimes/runtimes/language"
+)
+
+const envHandler = "import os\ndef handle(event, context):\n    return {'x': os.environ.get('X'), 'base': os.environ.get('BASE'), 'cwd': os.getcwd()}\n"
+
+// readySpare waits until the pool holds a started spare and returns its PID.
+func readySpare(t *testing.T, p *sparePool) int {
+	t.Helper()
+	var pid int
+	err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if len(p.spares) > 0 {
+			pid = p.spares[0].group.Pid()
+			return true, nil
+		}
+		return false, nil
+	})
+	require.NoError(t, err, "a spare worker starts")
+	return pid
+}
+
+func loadIn(t *testing.T, l *Language, env ...string) (language.Function, string) {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "mod.py"), []byte(envHandler), 0o644))
+	fn, err := l.LoadFunction(t.Context(), language.FunctionSpec{RunUID: "u", WorkingDir: dir, Handler: "mod.handle",
+		Env: append([]string{"PATH=" + os.Getenv("PATH")}, env...)})
+	require.NoError(t, err)
+	t.Cleanup(fn.Close)
+	return fn, dir
+}
+
+// TestSpareWorkerServesARegistration: a registration takes the worker that
+// was started ahead of it, with the registration's own environment and
+// directory, and a new spare replaces it.
+func TestSpareWorkerServesARegistration(t *testing.T) {
+	l := New("")
+	l.KeepSpares(1, []string{"PATH=" + os.Getenv("PATH"), "BASE=spare"}, t.TempDir())
+	t.Cleanup(l.Close)
+	spare := readySpare(t, l.spares)
+
+	fn, dir := loadIn(t, l, "X=from-the-run")
+	f := fn.(*function)
+	f.mu.Lock()
+	assert.Equal(t, spare, f.worker.group.Pid(), "the spare serves the registration")
+	f.mu.Unlock()
+	res, err := fn.Invoke(t.Context(), language.Invocation{ID: "1", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
+	require.NoError(t, err)
+	require.Nil(t, res.Error)
+	assert.JSONEq(t, `{"x":"from-the-run","base":null,"cwd":"`+dir+`"}`, string(res.Output),
+		"the registration's environment replaces the spare's")
+
+	next := readySpare(t, l.spares)
+	assert.NotEqual(t, spare, next, "a new spare replaces the one taken")
+}
+
+// TestSpareIsNotUsedWhenTheInterpreterEnvironmentDiffers: PYTHON* variables
+// act at interpreter start, so a registration that sets them gets an
+// interpreter of its own.
+func TestSpareIsNotUsedWhenTheInterpreterEnvironmentDiffers(t *testing.T) {
+	l := New("")
+	l.KeepSpares(1, []string{"PATH=" + os.Getenv("PATH")}, t.TempDir())
+	t.Cleanup(l.Close)
+	spare := readySpare(t, l.spares)
+
+	fn, _ := loadIn(t, l, "PYTHONDONTWRITEBYTECODE=1")
+	f := fn.(*function)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	assert.NotEqual(t, spare, f.worker.group.Pid())
+}
+
+// TestCloseStopsTheSpares: no spare outlives its Runtime Server.
+func TestCloseStopsTheSpares(t *testing.T) {
+	l := New("")
+	l.KeepSpares(2, []string{"PATH=" + os.Getenv("PATH")}, t.TempDir())
+	readySpare(t, l.spares)
+	l.spares.mu.Lock()
+	spares := append([]*worker(nil), l.spares.spares...)
+	l.spares.mu.Unlock()
+	l.Close()
+	for _, w := range spares {
+		select {
+		case <-w.exited:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("spare %d still runs after Close", w.group.Pid())
+		}
+	}
+}
