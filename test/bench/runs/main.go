@@ -1,16 +1,21 @@
-// Command tasks benchmarks task Runs end to end against a cluster running
-// kruntimes and reports the create→Scheduled, →Running and →terminal
-// latencies (p50/p95/p99) from the Runs' microsecond status timestamps, the
-// create→terminal latency the client observed through a watch, and the
-// throughput in Runs/s.
+// Command runs benchmarks Runs end to end against a cluster running
+// kruntimes. For task Runs (--mode task) it reports the create→Scheduled,
+// →Running and →terminal latencies (p50/p95/p99) from the Runs'
+// microsecond status timestamps; for function Runs (--mode function) the
+// create→Scheduled, →Running and →Ready latencies, Ready being when the
+// function can be invoked. It also reports the latency the client observed
+// through a watch, and the throughput in Runs/s.
 //
 // By default the load is a closed loop: each of --concurrency workers keeps
-// one Run in flight, creating the next as soon as its previous Run is
-// terminal, so the latencies are those of the system at that load
+// one Run in flight, creating the next as soon as its previous Run is done
+// (terminal, or Ready for a function, which is then deleted to free its
+// slot), so the latencies are those of the system at that load
 // (--concurrency 1 is a single Run at a time). --burst creates all Runs as
 // fast as --concurrency creators can instead, which measures queueing.
+// --mode both measures tasks, then functions, in one invocation.
 //
-//	go run ./test/bench/tasks --kubeconfig .local/kubeconfig --runtime bash --runs 500 --concurrency 32
+//	go run ./test/bench/runs --kubeconfig .local/kubeconfig --mode task --runtime bash --runs 500 --concurrency 32
+//	go run ./test/bench/runs --kubeconfig .local/kubeconfig --mode function --runtime python --runs 200 --concurrency 1
 package main
 
 import (
@@ -34,53 +39,100 @@ import (
 )
 
 type options struct {
-	kubeconfig  string
-	namespace   string
-	runtime     string
-	script      string
-	runs        int
-	concurrency int
-	burst       bool
-	timeout     time.Duration
-	keep        bool
+	kubeconfig      string
+	namespace       string
+	mode            string
+	runtime         string
+	functionRuntime string
+	script          string
+	runs            int
+	concurrency     int
+	burst           bool
+	timeout         time.Duration
+	keep            bool
 }
 
 func main() {
 	var o options
 	flag.StringVar(&o.kubeconfig, "kubeconfig", os.Getenv("KUBECONFIG"), "Kubeconfig of the cluster to benchmark.")
 	flag.StringVar(&o.namespace, "namespace", "default", "Namespace of the Runtime and the Runs.")
-	flag.StringVar(&o.runtime, "runtime", "bash", "Runtime that executes the Runs; it must exist and be Ready.")
-	flag.StringVar(&o.script, "script", "true", "Inline source of every Run.")
+	flag.StringVar(&o.mode, "mode", "task", "What to create: task, function (a no-op Python function), or both (tasks, then functions).")
+	flag.StringVar(&o.runtime, "runtime", "bash", "Runtime that executes the task Runs; it must exist and be Ready.")
+	flag.StringVar(&o.functionRuntime, "function-runtime", "python", "Runtime (Python) that registers the function Runs; it must exist and be Ready.")
+	flag.StringVar(&o.script, "script", "true", "Inline source of every task Run.")
 	flag.IntVar(&o.runs, "runs", 200, "Number of Runs to create.")
 	flag.IntVar(&o.concurrency, "concurrency", 16, "Runs in flight (closed loop), or concurrent creators with --burst.")
 	flag.BoolVar(&o.burst, "burst", false, "Create every Run as fast as possible instead of keeping --concurrency Runs in flight.")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Give up when the Runs are not all terminal by then.")
 	flag.BoolVar(&o.keep, "keep", false, "Keep the Runs afterwards instead of deleting them.")
 	flag.Parse()
-	if err := run(context.Background(), o); err != nil {
-		fmt.Fprintln(os.Stderr, "tasks:", err)
-		os.Exit(1)
+	modes := []lifecycle.Mode{lifecycle.ModeTask}
+	switch o.mode {
+	case "task":
+	case "function":
+		modes = []lifecycle.Mode{lifecycle.ModeFunction}
+	case "both":
+		modes = append(modes, lifecycle.ModeFunction)
+	default:
+		fmt.Fprintf(os.Stderr, "runs: --mode must be task, function or both, got %q\n", o.mode)
+		os.Exit(2)
 	}
+	for _, mode := range modes {
+		if err := run(context.Background(), o, mode); err != nil {
+			fmt.Fprintln(os.Stderr, "runs:", err)
+			os.Exit(1)
+		}
+	}
+}
+
+// noopFunction is the function every function Run registers.
+const noopFunction = "def handle(event, context):\n    return None\n"
+
+// newRun is the Run i of the batch.
+func newRun(o options, mode lifecycle.Mode, name, batch string) *v1alpha1.Run {
+	run := &v1alpha1.Run{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kruntimes.io/bench": batch}},
+		Spec: v1alpha1.RunSpec{
+			Runtime: o.runtime,
+			Source:  v1alpha1.RunSource{Inline: o.script},
+			Mode:    v1alpha1.RunMode{Task: &v1alpha1.TaskMode{}},
+		},
+	}
+	if mode == lifecycle.ModeFunction {
+		run.Spec = v1alpha1.RunSpec{
+			Runtime: o.functionRuntime,
+			Source:  v1alpha1.RunSource{Inline: noopFunction, InlinePath: "handler.py"},
+			Mode:    v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "handler.handle"}},
+		}
+	}
+	return run
+}
+
+// isDone says when a Run of mode has reached what the benchmark waits for:
+// a terminal phase, or Ready for a function.
+func isDone(mode lifecycle.Mode, r *v1alpha1.Run) bool {
+	return lifecycle.IsTerminal(r.Status.Phase) || (mode == lifecycle.ModeFunction && r.Status.Phase == lifecycle.Ready)
 }
 
 // sample is what the benchmark knows of one Run.
 type sample struct {
 	created  time.Time     // just before the create request was sent
-	observed time.Duration // create → the client saw it terminal
+	observed time.Duration // create → the client saw it done
 	final    *v1alpha1.Run
 }
 
-// terminalWatch tells waiters when Runs of the batch become terminal, from
-// one informer over the batch's label.
-type terminalWatch struct {
+// doneWatch tells waiters when Runs of the batch are done, from one
+// informer over the batch's label.
+type doneWatch struct {
+	mode    lifecycle.Mode
 	mu      sync.Mutex
 	waiters map[string]chan *v1alpha1.Run
 	done    map[string]*v1alpha1.Run
 }
 
-func (w *terminalWatch) observe(obj interface{}) {
+func (w *doneWatch) observe(obj interface{}) {
 	r, ok := obj.(*v1alpha1.Run)
-	if !ok || !lifecycle.IsTerminal(r.Status.Phase) {
+	if !ok || !isDone(w.mode, r) {
 		return
 	}
 	w.mu.Lock()
@@ -95,8 +147,8 @@ func (w *terminalWatch) observe(obj interface{}) {
 	}
 }
 
-// expect returns a channel that receives the Run once it is terminal.
-func (w *terminalWatch) expect(name string) <-chan *v1alpha1.Run {
+// expect returns a channel that receives the Run once it is done.
+func (w *doneWatch) expect(name string) <-chan *v1alpha1.Run {
 	ch := make(chan *v1alpha1.Run, 1)
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -108,7 +160,7 @@ func (w *terminalWatch) expect(name string) <-chan *v1alpha1.Run {
 	return ch
 }
 
-func run(ctx context.Context, o options) error {
+func run(ctx context.Context, o options, mode lifecycle.Mode) error {
 	config, err := clientcmd.BuildConfigFromFlags("", o.kubeconfig)
 	if err != nil {
 		return err
@@ -132,7 +184,7 @@ func run(ctx context.Context, o options) error {
 		}()
 	}
 
-	tw := &terminalWatch{waiters: map[string]chan *v1alpha1.Run{}, done: map[string]*v1alpha1.Run{}}
+	tw := &doneWatch{mode: mode, waiters: map[string]chan *v1alpha1.Run{}, done: map[string]*v1alpha1.Run{}}
 	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0,
 		externalversions.WithNamespace(o.namespace),
 		externalversions.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector.LabelSelector }))
@@ -167,14 +219,20 @@ func run(ctx context.Context, o options) error {
 			cancel()
 		}
 	}
-	// await waits for Run i to be terminal and records it.
-	await := func(i int, name string, terminal <-chan *v1alpha1.Run) {
+	// await waits for Run i to be done and records it. A Ready function
+	// is deleted at once so that its slot frees for the next.
+	await := func(i int, name string, done <-chan *v1alpha1.Run) {
 		select {
-		case r := <-terminal:
+		case r := <-done:
 			samples[i].observed = time.Since(samples[i].created)
 			samples[i].final = r
+			if mode == lifecycle.ModeFunction && !o.keep {
+				if err := runs.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+					fail(fmt.Errorf("deleting %s: %w", name, err))
+				}
+			}
 		case <-ctx.Done():
-			fail(fmt.Errorf("%s was not terminal within %s: %w", name, o.timeout, ctx.Err()))
+			fail(fmt.Errorf("%s was not done within %s: %w", name, o.timeout, ctx.Err()))
 		}
 	}
 	work := make(chan int)
@@ -187,14 +245,7 @@ func run(ctx context.Context, o options) error {
 				name := fmt.Sprintf("%s-%d", batch, i)
 				terminal := tw.expect(name)
 				samples[i].created = time.Now()
-				_, err := runs.Create(ctx, &v1alpha1.Run{
-					ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"kruntimes.io/bench": batch}},
-					Spec: v1alpha1.RunSpec{
-						Runtime: o.runtime,
-						Source:  v1alpha1.RunSource{Inline: o.script},
-						Mode:    v1alpha1.RunMode{Task: &v1alpha1.TaskMode{}},
-					},
-				}, metav1.CreateOptions{})
+				_, err := runs.Create(ctx, newRun(o, mode, name, batch), metav1.CreateOptions{})
 				if err != nil {
 					fail(fmt.Errorf("creating %s: %w", name, err))
 					continue
@@ -224,11 +275,11 @@ feed:
 	if firstErr != nil {
 		return firstErr
 	}
-	report(o, samples, time.Since(start))
+	report(o, mode, samples, time.Since(start))
 	return nil
 }
 
-func report(o options, samples []sample, elapsed time.Duration) {
+func report(o options, mode lifecycle.Mode, samples []sample, elapsed time.Duration) {
 	var scheduled, running, done, observed []time.Duration
 	var first, last time.Time
 	phases := map[lifecycle.Phase]int{}
@@ -245,10 +296,14 @@ func report(o options, samples []sample, elapsed time.Duration) {
 		if t := r.Status.StartTime; t != nil {
 			running = append(running, t.Sub(s.created))
 		}
-		if t := r.Status.CompletionTime; t != nil {
-			done = append(done, t.Sub(s.created))
-			if t.After(last) {
-				last = t.Time
+		end := r.Status.CompletionTime
+		if mode == lifecycle.ModeFunction && r.Status.Phase == lifecycle.Ready {
+			end = r.Status.ReadyTime
+		}
+		if end != nil {
+			done = append(done, end.Sub(s.created))
+			if end.After(last) {
+				last = end.Time
 			}
 		}
 	}
@@ -256,16 +311,20 @@ func report(o options, samples []sample, elapsed time.Duration) {
 	if o.burst {
 		load = fmt.Sprintf("burst, %d creators", o.concurrency)
 	}
-	fmt.Printf("runs=%d %s runtime=%s phases=%v in %s\n", o.runs, load, o.runtime, phases, elapsed.Round(time.Millisecond))
+	runtime, doneName := o.runtime, "terminal"
+	if mode == lifecycle.ModeFunction {
+		runtime, doneName = o.functionRuntime, "Ready"
+	}
+	fmt.Printf("mode=%s runs=%d %s runtime=%s phases=%v in %s\n", mode, o.runs, load, runtime, phases, elapsed.Round(time.Millisecond))
 	fmt.Printf("%-22s %10s %10s %10s\n", "latency from create", "p50", "p95", "p99")
 	for _, row := range []struct {
 		name string
 		d    []time.Duration
-	}{{"→ Scheduled", scheduled}, {"→ Running", running}, {"→ terminal", done}, {"→ terminal observed", observed}} {
+	}{{"→ Scheduled", scheduled}, {"→ Running", running}, {"→ " + doneName, done}, {"→ " + doneName + " observed", observed}} {
 		fmt.Printf("%-22s %10s %10s %10s\n", row.name, pct(row.d, 50), pct(row.d, 95), pct(row.d, 99))
 	}
 	if !last.IsZero() {
-		fmt.Printf("throughput: %.1f Runs/s (first create to last completion)\n", float64(len(samples))/last.Sub(first).Seconds())
+		fmt.Printf("throughput: %.1f Runs/s (first create to the last done)\n", float64(len(samples))/last.Sub(first).Seconds())
 	}
 }
 
