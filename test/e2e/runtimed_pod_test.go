@@ -28,6 +28,7 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
+	runtimecontroller "kruntimes.io/kruntimes/controllers/runtime"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 )
 
@@ -50,13 +51,9 @@ func createRuntimedRBAC(ctx context.Context, t *testing.T, f *framework.Framewor
 	require.NoError(t, err)
 	_, err = f.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: runtimedTestAccount},
-		Rules: []rbacv1.PolicyRule{
-			{APIGroups: []string{"kruntimes.io"}, Resources: []string{"runs"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
-			{APIGroups: []string{"kruntimes.io"}, Resources: []string{"runs/status"}, Verbs: []string{"update", "patch"}},
-			{APIGroups: []string{"kruntimes.io"}, Resources: []string{"runs/finalizers"}, Verbs: []string{"update"}},
-			{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}},
-			{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
-		},
+		// The runtime controller's own rules, so the test cannot drift from
+		// what runtimed gets in a real Runtime.
+		Rules: runtimecontroller.RuntimedPolicyRules(),
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
