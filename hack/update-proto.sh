@@ -12,9 +12,9 @@ export PATH="${REPO_ROOT}/bin:${PATH}"
 OUT_DIR="${1:-${REPO_ROOT}}"
 
 # module= strips the Go module prefix from go_package, so output lands at
-# proto/runtimev1/ relative to OUT_DIR.
+# proto/<package>/ relative to OUT_DIR.
 protoc \
   --proto_path=proto \
   --go_out="${OUT_DIR}" --go_opt=module=kruntimes.io/kruntimes \
   --go-grpc_out="${OUT_DIR}" --go-grpc_opt=module=kruntimes.io/kruntimes \
-  proto/runtime.proto
+  proto/runtime.proto proto/runtimed.proto

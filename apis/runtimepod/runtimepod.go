@@ -43,12 +43,29 @@ const (
 	EnvPodNamespace = "POD_NAMESPACE"
 	EnvPodUID       = "POD_UID"
 	EnvPodIP        = "POD_IP"
+	// EnvRuntime names the Runtime of the Pod, from its kruntimes.io/runtime
+	// label.
+	EnvRuntime = "RUNTIME_NAME"
+)
+
+// The invoke hop's TLS in the runtimed container: a Secret of type
+// kubernetes.io/tls per Runtime, holding runtimed's serving pair and the
+// kruntimes CA (ca.crt) that signs it and the apiserver's client certificate.
+const (
+	VolumeRuntimedTLS = "runtimed-tls"
+	RuntimedTLSDir    = "/etc/kruntimes/runtimed-tls"
+	RuntimedTLSCert   = RuntimedTLSDir + "/tls.crt"
+	RuntimedTLSKey    = RuntimedTLSDir + "/tls.key"
+	RuntimedTLSCA     = RuntimedTLSDir + "/ca.crt"
 )
 
 // Ports and the heartbeat of runtimed.
 const (
 	// RuntimedHealthPort serves /healthz, /readyz and /metrics.
 	RuntimedHealthPort = 8080
+	// RuntimedInvokePort serves the apiserver's invocations (gRPC, mutual
+	// TLS) on the Pod IP.
+	RuntimedInvokePort = 9443
 	// HeartbeatLeaseDuration is how long a runtimed heartbeat stays fresh:
 	// the scheduler ignores a Pod whose Lease was not renewed within it.
 	HeartbeatLeaseDuration = 10 * time.Second
@@ -62,6 +79,10 @@ func LeaseName(podName string) string { return podName }
 
 // DeploymentName is the Deployment that holds the Pods of a Runtime.
 func DeploymentName(runtime string) string { return "runtime-" + runtime }
+
+// RuntimedTLSSecretName is the Secret holding the invoke TLS of the Pods of
+// a Runtime.
+func RuntimedTLSSecretName(runtime string) string { return "runtime-" + runtime + "-tls" }
 
 // ServiceAccountName is the ServiceAccount (and Role, RoleBinding) of the
 // Pods of a Runtime: runtimed's least privilege.

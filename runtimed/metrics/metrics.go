@@ -71,6 +71,13 @@ var (
 		Buckets:        metrics.ExponentialBuckets(0.001, 2, 16),
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"result"})
+	// Invocations counts the invocations runtimed served, by gRPC code.
+	Invocations = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "invocations_total",
+		Help:           "Invocations the apiserver sent to this runtimed, by the gRPC code of the answer.",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"code"})
 	// StatusUpdates counts Run status writes by result: ok, conflict, error.
 	StatusUpdates = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem,
@@ -102,7 +109,7 @@ var registerOnce sync.Once
 // does nothing.
 func Register() {
 	registerOnce.Do(func() {
-		legacyregistry.MustRegister(Executions, ExecutionDuration, ClaimLatency, SlotsUsed, Registrations, RegistrationDuration,
+		legacyregistry.MustRegister(Executions, ExecutionDuration, ClaimLatency, SlotsUsed, Registrations, RegistrationDuration, Invocations,
 			Capacity, StatusUpdates, HeartbeatRenewals, RuntimeServerErrors)
 	})
 }

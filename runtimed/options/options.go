@@ -32,6 +32,14 @@ type Options struct {
 	Kubeconfig    string
 	KubeAPIQPS    float32
 	KubeAPIBurst  int
+	// RuntimeName names the Runtime of this Pod, for logs.
+	RuntimeName string
+	// InvokeAddress serves the apiserver's invocations with mutual TLS from
+	// the three files; empty files turn the invoke server off.
+	InvokeAddress      string
+	InvokeCertFile     string
+	InvokeKeyFile      string
+	InvokeClientCAFile string
 	// EndpointBase and EndpointCAFile make the status.endpoint of Ready
 	// function Runs.
 	EndpointBase   string
@@ -57,6 +65,8 @@ func NewOptions() *Options {
 		PodNamespace:  os.Getenv(runtimepod.EnvPodNamespace),
 		PodUID:        os.Getenv(runtimepod.EnvPodUID),
 		HealthAddress: net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedHealthPort)),
+		RuntimeName:   os.Getenv(runtimepod.EnvRuntime),
+		InvokeAddress: net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedInvokePort)),
 		// Every Run costs runtimed two status writes (claim, outcome); at
 		// client-go's default of 5 QPS a Pod would finish 2.5 Runs/s.
 		KubeAPIQPS:   200,
@@ -78,6 +88,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second runtimed may send to the Kubernetes API; the API server's priority and fairness still applies.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of requests runtimed may send to the Kubernetes API above --kube-api-qps.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig to reach the Kubernetes API; when empty, $KUBECONFIG and then the in-cluster configuration are used.")
+	fs.StringVar(&o.RuntimeName, "runtime-name", o.RuntimeName, "Name of the Runtime of this Pod, for logs; defaults to $"+runtimepod.EnvRuntime+".")
+	fs.StringVar(&o.InvokeAddress, "invoke-address", o.InvokeAddress, "Address serving the apiserver's invocations (gRPC with mutual TLS); defaults to $"+runtimepod.EnvPodIP+" (or 127.0.0.1) on the invoke port.")
+	fs.StringVar(&o.InvokeCertFile, "invoke-tls-cert-file", o.InvokeCertFile, "Serving certificate of the invoke server, reloaded when the file changes; the invoke server is off without it.")
+	fs.StringVar(&o.InvokeKeyFile, "invoke-tls-key-file", o.InvokeKeyFile, "Key of --invoke-tls-cert-file.")
+	fs.StringVar(&o.InvokeClientCAFile, "invoke-client-ca-file", o.InvokeClientCAFile, "CA whose client certificate for kruntimes-apiserver the invoke server accepts, reloaded when the file changes.")
 	fs.StringVar(&o.EndpointBase, "endpoint-base", o.EndpointBase, "Scheme and host clients reach the Kubernetes API at; Ready function Runs advertise <base>/apis/kruntimes.io/v1alpha1/namespaces/NS/runs/NAME/invoke?uid=UID in status.endpoint.")
 	fs.StringVar(&o.EndpointCAFile, "endpoint-ca-file", o.EndpointCAFile, "PEM bundle clients should trust for --endpoint-base, copied into status.endpoint.caBundle; leave empty when they already trust the cluster's root.")
 	logsapi.AddFlags(o.Logs, fs)
@@ -106,6 +121,12 @@ func (o *Options) Validate() error {
 	}
 	if u, err := url.Parse(o.EndpointBase); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || strings.TrimSuffix(u.Path, "/") != "" {
 		errs = append(errs, fmt.Errorf("--endpoint-base must be https://host[:port] with no path, got %q", o.EndpointBase))
+	}
+	if set := countSet(o.InvokeCertFile, o.InvokeKeyFile, o.InvokeClientCAFile); set != 0 && set != 3 {
+		errs = append(errs, fmt.Errorf("--invoke-tls-cert-file, --invoke-tls-key-file and --invoke-client-ca-file go together: set all three, or none to turn invoke off"))
+	}
+	if _, _, err := net.SplitHostPort(o.InvokeAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--invoke-address must be host:port: %w", err))
 	}
 	if _, _, err := net.SplitHostPort(o.HealthAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--health-address must be host:port: %w", err))
@@ -137,4 +158,14 @@ func (o *Options) endpoint() (functions.Endpoint, error) {
 	}
 	e.CABundle = ca
 	return e, nil
+}
+
+func countSet(values ...string) int {
+	n := 0
+	for _, v := range values {
+		if v != "" {
+			n++
+		}
+	}
+	return n
 }

@@ -2,11 +2,15 @@ package options
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,10 +35,12 @@ import (
 	kruntimesscheme "kruntimes.io/kruntimes/client/clientset/versioned/scheme"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
 	runlisters "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
+	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimed/functions"
 	"kruntimes.io/kruntimes/runtimed/health"
 	"kruntimes.io/kruntimes/runtimed/heartbeat"
+	"kruntimes.io/kruntimes/runtimed/invoke"
 	"kruntimes.io/kruntimes/runtimed/metrics"
 	"kruntimes.io/kruntimes/runtimed/slots"
 	"kruntimes.io/kruntimes/runtimed/tasks"
@@ -45,6 +51,10 @@ import (
 // their own goroutines, and each sync is mostly one status write, so enough
 // workers keep writes to the API in flight at high capacity.
 const workers = 16
+
+// invokeShutdownGrace is how long invocations in flight may finish when
+// runtimed stops.
+const invokeShutdownGrace = 5 * time.Second
 
 // NewCommand returns the runtimed command, which runs until ctx ends.
 func NewCommand(ctx context.Context, o *Options) *cobra.Command {
@@ -188,6 +198,12 @@ func (o *Options) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return health.Serve(ctx, o.HealthAddress, health.Handler(liveness, readiness)) })
 	g.Go(func() error { beat.Run(ctx); return nil })
+	if o.InvokeCertFile != "" {
+		server := invoke.NewServer(functionController, runtimev1.NewFunctionRuntimeClient(conn), o.RuntimeName)
+		g.Go(func() error { return o.serveInvoke(ctx, server) })
+	} else {
+		logger.Info("No --invoke-tls-cert-file: the invoke server is off, and this Pod's functions cannot be invoked")
+	}
 	factory.Start(ctx.Done())
 	g.Go(func() error {
 		if !cache.WaitForNamedCacheSyncWithContext(ctx, runInformer.Informer().HasSynced) {
@@ -250,4 +266,34 @@ func sweepWorkspaces(ctx context.Context, root workspace.Root, runs runlisters.R
 	for _, uid := range removed {
 		logger.Info("Removed a leftover workspace no Run of this Pod holds", "runUID", uid)
 	}
+}
+
+// serveInvoke serves the apiserver's invocations until ctx ends.
+func (o *Options) serveInvoke(ctx context.Context, server *invoke.Server) error {
+	serverTLS, err := invoke.ServerTLS(ctx, o.InvokeCertFile, o.InvokeKeyFile, o.InvokeClientCAFile)
+	if err != nil {
+		return err
+	}
+	lis, err := net.Listen("tcp", o.InvokeAddress)
+	if err != nil {
+		return fmt.Errorf("listen on %s for invocations: %w; pick another --invoke-address", o.InvokeAddress, err)
+	}
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
+	runtimedv1.RegisterRuntimedServer(gs, server)
+	go func() {
+		<-ctx.Done()
+		// Let invocations in flight answer, for a while.
+		stopped := make(chan struct{})
+		go func() { gs.GracefulStop(); close(stopped) }()
+		select {
+		case <-stopped:
+		case <-time.After(invokeShutdownGrace):
+			gs.Stop()
+		}
+	}()
+	klog.FromContext(ctx).Info("Serving invocations", "address", lis.Addr().String())
+	if err := gs.Serve(lis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return fmt.Errorf("serve invocations: %w", err)
+	}
+	return nil
 }

@@ -1,0 +1,195 @@
+package functions
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	"kruntimes.io/kruntimes/runtimed/invoke"
+)
+
+// invokeHop is runtimed's invoke server in front of the harness's function
+// controller (the gate) and Runtime Server, on a loopback port with mutual
+// TLS from files that the test may rewrite.
+type invokeHop struct {
+	address string
+	dir     string
+	ca      *invoke.CA
+}
+
+func (h *invokeHop) path(name string) string { return filepath.Join(h.dir, name) }
+
+func writeFile(t *testing.T, path string, data []byte) {
+	t.Helper()
+	// Written aside and renamed, as a kubelet updates a Secret volume.
+	tmp := path + ".tmp"
+	require.NoError(t, os.WriteFile(tmp, data, 0o600))
+	require.NoError(t, os.Rename(tmp, path))
+}
+
+// issue writes a fresh serving pair for the runtimed and client pair for
+// the apiserver, both of ca, and ca as the bundle both trust.
+func (h *invokeHop) issue(t *testing.T, ca *invoke.CA) {
+	t.Helper()
+	cert, key, err := ca.IssueServing(testNamespace, "python", time.Hour)
+	require.NoError(t, err)
+	writeFile(t, h.path("serving.crt"), cert)
+	writeFile(t, h.path("serving.key"), key)
+	cert, key, err = ca.IssueClient(time.Hour)
+	require.NoError(t, err)
+	writeFile(t, h.path("client.crt"), cert)
+	writeFile(t, h.path("client.key"), key)
+	writeFile(t, h.path("ca.crt"), ca.CertPEM)
+	h.ca = ca
+}
+
+func startInvokeHop(t *testing.T, h *harness) *invokeHop {
+	t.Helper()
+	ca, err := invoke.NewCA(time.Hour)
+	require.NoError(t, err)
+	hop := &invokeHop{dir: t.TempDir()}
+	hop.issue(t, ca)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	serverTLS, err := invoke.ServerTLS(ctx, hop.path("serving.crt"), hop.path("serving.key"), hop.path("ca.crt"))
+	require.NoError(t, err)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
+	runtimedv1.RegisterRuntimedServer(gs, invoke.NewServer(h.controller, h.functions, "python"))
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	hop.address = lis.Addr().String()
+	return hop
+}
+
+// dial connects as the apiserver does, with the client TLS read from files.
+func (hop *invokeHop) dial(t *testing.T, certFile, keyFile string) runtimedv1.RuntimedClient {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	clientTLS, err := invoke.ClientTLS(ctx, certFile, keyFile, hop.path("ca.crt"))
+	require.NoError(t, err)
+	clientTLS.ServerName = invoke.ServerName(testNamespace, "python")
+	conn, err := grpc.NewClient(hop.address, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	return runtimedv1.NewRuntimedClient(conn)
+}
+
+func invokeRequest(run *v1alpha1.Run, input string) *runtimedv1.InvokeRequest {
+	return &runtimedv1.InvokeRequest{RunUid: string(run.UID), Attempt: run.Status.Attempt, PodUid: string(testPodUID),
+		InvocationId: "inv-1", Input: []byte(input), Caller: "alice"}
+}
+
+func TestInvokeHop(t *testing.T) {
+	h := start(t, harnessOptions{})
+	hop := startInvokeHop(t, h)
+	h.scheduled(t, "echo", echoPython+"import time\ndef slow(event, context):\n    time.sleep(event)\n    return 'slept'\n", "handler.handle")
+	run := h.waitFor(t, "echo", "Ready", phaseIs(lifecycle.Ready))
+	client := hop.dial(t, hop.path("client.crt"), hop.path("client.key"))
+	ctx := t.Context()
+
+	t.Run("an invocation of the live registration returns the handler's output", func(t *testing.T) {
+		resp, err := client.Invoke(ctx, invokeRequest(run, `{"a":1}`))
+		require.NoError(t, err)
+		assert.Equal(t, "inv-1", resp.GetInvocationId())
+		assert.JSONEq(t, `{"echo":{"a":1}}`, string(resp.GetOutput()))
+	})
+
+	t.Run("a tuple that is not runtimed's live registration is refused before dispatch", func(t *testing.T) {
+		for name, mutate := range map[string]func(*runtimedv1.InvokeRequest){
+			"another attempt": func(r *runtimedv1.InvokeRequest) { r.Attempt = 2 },
+			"another Pod":     func(r *runtimedv1.InvokeRequest) { r.PodUid = "another-pod" },
+			"another Run":     func(r *runtimedv1.InvokeRequest) { r.RunUid = "not-a-run" },
+		} {
+			req := invokeRequest(run, `{}`)
+			mutate(req)
+			_, err := client.Invoke(ctx, req)
+			assert.Equal(t, codes.FailedPrecondition, status.Code(err), "%s: %v", name, err)
+		}
+	})
+
+	t.Run("bad requests are refused", func(t *testing.T) {
+		req := invokeRequest(run, `{}`)
+		req.InvocationId = string(make([]byte, 129))
+		_, err := client.Invoke(ctx, req)
+		assert.Equal(t, codes.InvalidArgument, status.Code(err))
+	})
+
+	t.Run("a certificate rotated on disk is used for new connections, and a new CA too", func(t *testing.T) {
+		oldCA := hop.ca
+		newCA, err := invoke.NewCA(time.Hour)
+		require.NoError(t, err)
+		hop.issue(t, newCA)
+		// First the CA files list both CAs while the leaves move over, then
+		// only the new one: a new connection then works only if runtimed
+		// reloaded its serving pair and its client CA.
+		writeFile(t, hop.path("ca.crt"), append(append([]byte{}, newCA.CertPEM...), oldCA.CertPEM...))
+		writeFile(t, hop.path("ca.crt"), newCA.CertPEM)
+		var lastErr error
+		err = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			fresh := hop.dial(t, hop.path("client.crt"), hop.path("client.key"))
+			_, lastErr = fresh.Invoke(ctx, invokeRequest(run, `{}`))
+			return lastErr == nil, nil
+		})
+		require.NoError(t, err, "a new connection with the new pairs works: %v", lastErr)
+		_, err = client.Invoke(ctx, invokeRequest(run, `{}`))
+		assert.NoError(t, err, "the connection made before the rotation keeps working")
+	})
+
+	t.Run("a client certificate of another CA, or of another name, is refused", func(t *testing.T) {
+		other, err := invoke.NewCA(time.Hour)
+		require.NoError(t, err)
+		dir := t.TempDir()
+		cert, key, err := other.IssueClient(time.Hour)
+		require.NoError(t, err)
+		writeFile(t, filepath.Join(dir, "other.crt"), cert)
+		writeFile(t, filepath.Join(dir, "other.key"), key)
+		_, err = hop.dial(t, filepath.Join(dir, "other.crt"), filepath.Join(dir, "other.key")).Invoke(ctx, invokeRequest(run, `{}`))
+		assert.Equal(t, codes.Unavailable, status.Code(err), "the handshake fails: %v", err)
+
+		// A runtimed's own serving certificate is no client certificate.
+		_, err = hop.dial(t, hop.path("serving.crt"), hop.path("serving.key")).Invoke(ctx, invokeRequest(run, `{}`))
+		assert.Equal(t, codes.Unavailable, status.Code(err), "the handshake fails: %v", err)
+	})
+
+	t.Run("a second concurrent invocation is ResourceExhausted", func(t *testing.T) {
+		h.scheduled(t, "slow", "import time\ndef handle(event, context):\n    time.sleep(event)\n    return 'slept'\n", "handler.handle")
+		slow := h.waitFor(t, "slow", "Ready", phaseIs(lifecycle.Ready))
+		done := make(chan error, 1)
+		go func() {
+			_, err := client.Invoke(ctx, invokeRequest(slow, `3`))
+			done <- err
+		}()
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			return h.registrations(t)[slow.UID].GetInFlight() == 1, nil
+		})
+		require.NoError(t, err, "the first invocation is in flight")
+		_, err = client.Invoke(ctx, invokeRequest(slow, `0`))
+		assert.Equal(t, codes.ResourceExhausted, status.Code(err), "%v", err)
+		require.NoError(t, <-done, "the first invocation completes")
+	})
+}
+
+func mustRead(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return data
+}
+

@@ -1,0 +1,120 @@
+package invoke
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	"kruntimes.io/kruntimes/runtimed/metrics"
+)
+
+// Bounds of one invocation, from the invoke contract; the apiserver checks
+// them first, runtimed again.
+const (
+	MaxInvocationIDBytes = 128
+	MaxInputBytes        = 1 << 20
+)
+
+// Gate says which registration, if any, may serve an invocation: the
+// function controller's Admit.
+type Gate interface {
+	Admit(uid types.UID, attempt int32, podUID types.UID) (registrationID string, err error)
+}
+
+// Server serves Runtimed.Invoke.
+type Server struct {
+	runtimedv1.UnimplementedRuntimedServer
+	gate          Gate
+	runtimeServer runtimev1.FunctionRuntimeClient
+	// runtime names the Runtime of this Pod, for the log line.
+	runtime string
+}
+
+// NewServer returns the invoke server of the Runtime runtime: it admits
+// through gate and invokes on runtimeServer.
+func NewServer(gate Gate, runtimeServer runtimev1.FunctionRuntimeClient, runtime string) *Server {
+	return &Server{gate: gate, runtimeServer: runtimeServer, runtime: runtime}
+}
+
+// Invoke implements runtimedv1.RuntimedServer. Nothing ran when it returns
+// FailedPrecondition, InvalidArgument or ResourceExhausted; the outcome of
+// a DeadlineExceeded, Aborted or Internal answer is the invocation's own.
+func (s *Server) Invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*runtimedv1.InvokeResponse, error) {
+	started := time.Now()
+	resp, err := s.invoke(ctx, req)
+	code := status.Code(err)
+	metrics.Invocations.WithLabelValues(code.String()).Inc()
+	// One line per invocation: who called what, and how it ended; never
+	// the input, the output or a credential.
+	klog.FromContext(ctx).Info("Invocation", "runtime", s.runtime, "runUID", req.GetRunUid(), "attempt", req.GetAttempt(),
+		"invocationID", req.GetInvocationId(), "caller", req.GetCaller(), "code", code.String(), "duration", time.Since(started),
+		"functionError", resp.GetError().GetType())
+	return resp, err
+}
+
+func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*runtimedv1.InvokeResponse, error) {
+	switch {
+	case req.GetInvocationId() == "" || len(req.GetInvocationId()) > MaxInvocationIDBytes:
+		return nil, status.Errorf(codes.InvalidArgument, "invocation_id must be 1..%d bytes", MaxInvocationIDBytes)
+	case len(req.GetInput()) > MaxInputBytes:
+		return nil, status.Errorf(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), MaxInputBytes)
+	case req.GetTimeoutMillis() < 0:
+		return nil, status.Error(codes.InvalidArgument, "timeout_millis must not be negative")
+	}
+	id, err := s.gate.Admit(types.UID(req.GetRunUid()), req.GetAttempt(), types.UID(req.GetPodUid()))
+	if err != nil {
+		return nil, status.Error(codes.FailedPrecondition, err.Error())
+	}
+	out, err := s.runtimeServer.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{
+		RunUid:         req.GetRunUid(),
+		RegistrationId: id,
+		InvocationId:   req.GetInvocationId(),
+		Input:          req.GetInput(),
+		TimeoutMillis:  req.GetTimeoutMillis(),
+	})
+	if err != nil {
+		return nil, invokeError(err)
+	}
+	resp := &runtimedv1.InvokeResponse{
+		InvocationId:    out.GetInvocationId(),
+		Output:          out.GetOutput(),
+		Outputs:         out.GetOutputs(),
+		Stdout:          out.GetStdout(),
+		Stderr:          out.GetStderr(),
+		StdoutTruncated: out.GetStdoutTruncated(),
+		StderrTruncated: out.GetStderrTruncated(),
+		DurationNanos:   out.GetDurationNanos(),
+	}
+	if e := out.GetError(); e != nil {
+		resp.Error = &runtimedv1.FunctionError{Type: e.GetType(), Message: e.GetMessage()}
+	}
+	return resp, nil
+}
+
+// invokeError maps the Runtime Server's answer to what the apiserver makes
+// of it: whether the handler may have run decides the code.
+func invokeError(err error) error {
+	st := status.Convert(err)
+	switch st.Code() {
+	case codes.ResourceExhausted, codes.DeadlineExceeded, codes.InvalidArgument:
+		return err
+	case codes.FailedPrecondition, codes.NotFound:
+		// The registration changed under the gate (superseded or
+		// unregistered): the handler did not run.
+		return status.Error(codes.FailedPrecondition, "the registration cannot take invocations now: "+st.Message())
+	case codes.Canceled:
+		if errors.Is(err, context.Canceled) {
+			return err
+		}
+	}
+	// Aborted, Internal, Unknown, and Unavailable, which is also how a
+	// connection that broke mid-call ends: dispatched, outcome unknown.
+	return status.Error(codes.Aborted, "the invocation was dispatched and its outcome is unknown: "+st.Message())
+}

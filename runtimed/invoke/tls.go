@@ -1,0 +1,167 @@
+package invoke
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sync"
+
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+)
+
+// ClientCommonName is the CommonName of the only client certificate
+// runtimed accepts: the apiserver's, issued by the kruntimes CA for client
+// authentication.
+const ClientCommonName = "kruntimes-apiserver"
+
+// ServerName is the name the serving certificate of the runtimed of a
+// Runtime is made for, and what the apiserver verifies when it dials one of
+// its Pods: a certificate of another Runtime does not pass.
+func ServerName(namespace, runtime string) string {
+	return runtime + "." + namespace + ".runtimed.kruntimes.io"
+}
+
+// ServerTLS is the TLS of runtimed's invoke server: its serving pair, and
+// the CA whose client certificates (of CommonName ClientCommonName) it
+// accepts. Both are read again whenever their files change, until ctx ends.
+func ServerTLS(ctx context.Context, certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	serving, err := dynamiccertificates.NewDynamicServingContentFromFiles("runtimed-invoke-serving", certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load the invoke serving certificate: %w", err)
+	}
+	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile("runtimed-invoke-client-ca", clientCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("load the invoke client CA: %w", err)
+	}
+	base := &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		ClientAuth: tls.RequireAndVerifyClientCert,
+		// gRPC negotiates HTTP/2 by ALPN; the per-client configs derive
+		// from this one.
+		NextProtos:            []string{"h2"},
+		VerifyPeerCertificate: requireCommonName(ClientCommonName),
+	}
+	controller := dynamiccertificates.NewDynamicServingCertificateController(base, clientCA, serving, nil, nil)
+	serving.AddListener(controller)
+	clientCA.AddListener(controller)
+	if err := controller.RunOnce(); err != nil {
+		return nil, fmt.Errorf("build the invoke TLS configuration: %w", err)
+	}
+	go serving.Run(ctx, 1)
+	go clientCA.Run(ctx, 1)
+	go controller.Run(1, ctx.Done())
+	return &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{"h2"}, GetConfigForClient: controller.GetConfigForClient}, nil
+}
+
+// requireCommonName accepts only a verified client certificate of that
+// CommonName: another certificate of the same CA (a runtimed's own) is no
+// apiserver.
+func requireCommonName(name string) func([][]byte, [][]*x509.Certificate) error {
+	return func(_ [][]byte, chains [][]*x509.Certificate) error {
+		if len(chains) == 0 || len(chains[0]) == 0 {
+			return errors.New("no verified client certificate")
+		}
+		if cn := chains[0][0].Subject.CommonName; cn != name {
+			return fmt.Errorf("client certificate %q is not the apiserver's (%q)", cn, name)
+		}
+		return nil
+	}
+}
+
+// ClientTLS is the TLS the apiserver dials runtimed with: its client pair,
+// and the CA that signs runtimed serving certificates. Both are read again
+// whenever their files change, until ctx ends; a dial verifies the serving
+// certificate against the CA as it is at that moment, for the ServerName of
+// the dialed Pod's Runtime.
+func ClientTLS(ctx context.Context, certFile, keyFile, caFile string) (*tls.Config, error) {
+	pair, err := dynamiccertificates.NewDynamicServingContentFromFiles("runtimed-client", certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load the runtimed client certificate: %w", err)
+	}
+	ca, err := dynamiccertificates.NewDynamicCAContentFromFile("runtimed-ca", caFile)
+	if err != nil {
+		return nil, fmt.Errorf("load the runtimed CA: %w", err)
+	}
+	go pair.Run(ctx, 1)
+	go ca.Run(ctx, 1)
+	certs := &parsedPair{source: pair}
+	roots := &parsedPool{source: ca}
+	return &tls.Config{
+		MinVersion: tls.VersionTLS13,
+		GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+			return certs.get()
+		},
+		// The chain is verified below against the CA as it is now, which a
+		// fixed RootCAs could not follow through a rotation.
+		InsecureSkipVerify: true, //nolint:gosec // verified in VerifyConnection
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("runtimed sent no certificate")
+			}
+			pool, err := roots.get()
+			if err != nil {
+				return err
+			}
+			intermediates := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				intermediates.AddCert(c)
+			}
+			_, err = cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+				Roots:         pool,
+				Intermediates: intermediates,
+				DNSName:       cs.ServerName,
+				KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+			})
+			return err
+		},
+	}, nil
+}
+
+// parsedPair parses a pair's current content once per change.
+type parsedPair struct {
+	source dynamiccertificates.CertKeyContentProvider
+	mu     sync.Mutex
+	cert   []byte
+	parsed *tls.Certificate
+}
+
+func (p *parsedPair) get() (*tls.Certificate, error) {
+	cert, key := p.source.CurrentCertKeyContent()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.parsed != nil && bytes.Equal(cert, p.cert) {
+		return p.parsed, nil
+	}
+	pair, err := tls.X509KeyPair(cert, key)
+	if err != nil {
+		return nil, fmt.Errorf("parse the client certificate %s: %w", p.source.Name(), err)
+	}
+	p.cert, p.parsed = cert, &pair
+	return p.parsed, nil
+}
+
+// parsedPool parses a CA bundle's current content once per change.
+type parsedPool struct {
+	source dynamiccertificates.CAContentProvider
+	mu     sync.Mutex
+	bundle []byte
+	pool   *x509.CertPool
+}
+
+func (p *parsedPool) get() (*x509.CertPool, error) {
+	bundle := p.source.CurrentCABundleContent()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pool != nil && bytes.Equal(bundle, p.bundle) {
+		return p.pool, nil
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(bundle) {
+		return nil, fmt.Errorf("the CA bundle %s holds no certificate", p.source.Name())
+	}
+	p.bundle, p.pool = bundle, pool
+	return pool, nil
+}
