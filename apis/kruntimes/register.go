@@ -34,6 +34,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&RunList{},
 		&Runtime{},
 		&RuntimeList{},
+		&RunInvokeOptions{},
+		&InvokeResult{},
 	)
 	return nil
 }

@@ -3,6 +3,7 @@ package kruntimes
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -292,4 +293,42 @@ type RuntimeList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 
 	Items []Runtime `json:"items"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RunInvokeOptions are the query parameters of runs/invoke.
+type RunInvokeOptions struct {
+	metav1.TypeMeta
+
+	UID     types.UID
+	Timeout string
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// InvokeResult is what one invocation of a function Run returned.
+type InvokeResult struct {
+	metav1.TypeMeta
+
+	InvocationID   string
+	Output         runtime.RawExtension
+	Outputs        map[string]string
+	Error          *InvokeError
+	DurationMillis int64
+	Logs           *InvokeLogs
+}
+
+// InvokeError is a handler's failure.
+type InvokeError struct {
+	Type    string
+	Message string
+}
+
+// InvokeLogs is what the handler wrote during the invocation.
+type InvokeLogs struct {
+	Stdout          string
+	Stderr          string
+	StdoutTruncated bool
+	StderrTruncated bool
 }

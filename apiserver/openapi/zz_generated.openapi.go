@@ -339,10 +339,14 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		version.Info{}.OpenAPIModelName():                          schema_k8sio_apimachinery_pkg_version_Info(ref),
 		v1alpha1.EnvVar{}.OpenAPIModelName():                       schema_kruntimes_apis_kruntimes_v1alpha1_EnvVar(ref),
 		v1alpha1.FunctionMode{}.OpenAPIModelName():                 schema_kruntimes_apis_kruntimes_v1alpha1_FunctionMode(ref),
+		v1alpha1.InvokeError{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_InvokeError(ref),
+		v1alpha1.InvokeLogs{}.OpenAPIModelName():                   schema_kruntimes_apis_kruntimes_v1alpha1_InvokeLogs(ref),
+		v1alpha1.InvokeResult{}.OpenAPIModelName():                 schema_kruntimes_apis_kruntimes_v1alpha1_InvokeResult(ref),
 		v1alpha1.RetryBackoff{}.OpenAPIModelName():                 schema_kruntimes_apis_kruntimes_v1alpha1_RetryBackoff(ref),
 		v1alpha1.RetryPolicy{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_RetryPolicy(ref),
 		v1alpha1.Run{}.OpenAPIModelName():                          schema_kruntimes_apis_kruntimes_v1alpha1_Run(ref),
 		v1alpha1.RunEndpoint{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_RunEndpoint(ref),
+		v1alpha1.RunInvokeOptions{}.OpenAPIModelName():             schema_kruntimes_apis_kruntimes_v1alpha1_RunInvokeOptions(ref),
 		v1alpha1.RunList{}.OpenAPIModelName():                      schema_kruntimes_apis_kruntimes_v1alpha1_RunList(ref),
 		v1alpha1.RunMode{}.OpenAPIModelName():                      schema_kruntimes_apis_kruntimes_v1alpha1_RunMode(ref),
 		v1alpha1.RunSource{}.OpenAPIModelName():                    schema_kruntimes_apis_kruntimes_v1alpha1_RunSource(ref),
@@ -17432,6 +17436,156 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_FunctionMode(ref common.ReferenceC
 	}
 }
 
+func schema_kruntimes_apis_kruntimes_v1alpha1_InvokeError(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "InvokeError is a handler's failure.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"type": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Type is the exception class, or e.g. NonZeroExit, WorkerExited, OutputTooLarge.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says what went wrong, at most 4 KiB.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"type", "message"},
+			},
+		},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_InvokeLogs(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "InvokeLogs is what the handler wrote during one invocation.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"stdout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Stdout is the head of standard output.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"stderr": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Stderr is the tail of standard error.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"stdoutTruncated": {
+						SchemaProps: spec.SchemaProps{
+							Description: "StdoutTruncated says stdout was cut.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"stderrTruncated": {
+						SchemaProps: spec.SchemaProps{
+							Description: "StderrTruncated says stderr was cut.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_InvokeResult(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "InvokeResult is the answer to an invocation that ran: the handler's output, or its error (still HTTP 200, with the header X-Kruntime-Function-Error).",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"invocationId": {
+						SchemaProps: spec.SchemaProps{
+							Description: "InvocationID identifies the invocation: the caller's X-Kruntime-Invocation-ID, or one generated for it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"output": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Output is the JSON the handler returned; null when it failed or returned nothing.",
+							Ref:         ref(runtime.RawExtension{}.OpenAPIModelName()),
+						},
+					},
+					"outputs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Outputs are the KEY=VALUE outputs the handler set, bounded like a Run's.",
+							Type:        []string{"object"},
+							AdditionalProperties: &spec.SchemaOrBool{
+								Allows: true,
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"error": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Error is set when the handler failed.",
+							Ref:         ref(v1alpha1.InvokeError{}.OpenAPIModelName()),
+						},
+					},
+					"durationMillis": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DurationMillis is how long the handler ran.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"logs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Logs is what the handler wrote, at most 64 KiB of each stream.",
+							Ref:         ref(v1alpha1.InvokeLogs{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"invocationId", "durationMillis"},
+			},
+		},
+		Dependencies: []string{
+			runtime.RawExtension{}.OpenAPIModelName(), v1alpha1.InvokeError{}.OpenAPIModelName(), v1alpha1.InvokeLogs{}.OpenAPIModelName()},
+	}
+}
+
 func schema_kruntimes_apis_kruntimes_v1alpha1_RetryBackoff(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -17596,6 +17750,47 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunEndpoint(ref common.ReferenceCa
 					},
 				},
 				Required: []string{"protocol", "url"},
+			},
+		},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_RunInvokeOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RunInvokeOptions are the query parameters of POST .../runs/NAME/invoke, whose body is the function's JSON input.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"uid": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UID, when set, must be the Run's metadata.uid, or the invocation is answered 404 as for an unknown Run: status.endpoint.url carries it so that a Run deleted and created again under the same name is never invoked through an old address. The X-Kruntime-Run-UID header does the same.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"timeout": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Timeout is Kubernetes' standard request timeout (e.g. \"10s\"; 60s when absent), which every API request takes. The invocation is stopped with a 504 a little before it, and never runs past the server's maximum or the Run's remaining lifetime.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
 			},
 		},
 	}

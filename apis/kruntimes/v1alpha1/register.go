@@ -36,6 +36,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&RunList{},
 		&Runtime{},
 		&RuntimeList{},
+		&RunInvokeOptions{},
+		&InvokeResult{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -3,6 +3,7 @@ package v1alpha1
 import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -291,4 +292,81 @@ type RuntimeList struct {
 	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	Items []Runtime `json:"items" protobuf:"bytes,2,rep,name=items"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +k8s:conversion-gen:explicit-from=net/url.Values
+
+// RunInvokeOptions are the query parameters of
+// POST .../runs/NAME/invoke, whose body is the function's JSON input.
+type RunInvokeOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// UID, when set, must be the Run's metadata.uid, or the invocation is
+	// answered 404 as for an unknown Run: status.endpoint.url carries it so
+	// that a Run deleted and created again under the same name is never
+	// invoked through an old address. The X-Kruntime-Run-UID header does
+	// the same.
+	// +optional
+	UID types.UID `json:"uid,omitempty" protobuf:"bytes,1,opt,name=uid,casttype=k8s.io/apimachinery/pkg/types.UID"`
+	// Timeout is Kubernetes' standard request timeout (e.g. "10s"; 60s when
+	// absent), which every API request takes. The invocation is stopped
+	// with a 504 a little before it, and never runs past the server's
+	// maximum or the Run's remaining lifetime.
+	// +optional
+	Timeout string `json:"timeout,omitempty" protobuf:"bytes,2,opt,name=timeout"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// InvokeResult is the answer to an invocation that ran: the handler's
+// output, or its error (still HTTP 200, with the header
+// X-Kruntime-Function-Error).
+type InvokeResult struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// InvocationID identifies the invocation: the caller's
+	// X-Kruntime-Invocation-ID, or one generated for it.
+	InvocationID string `json:"invocationId" protobuf:"bytes,1,opt,name=invocationId"`
+	// Output is the JSON the handler returned; null when it failed or
+	// returned nothing.
+	// +optional
+	Output runtime.RawExtension `json:"output" protobuf:"bytes,2,opt,name=output"`
+	// Outputs are the KEY=VALUE outputs the handler set, bounded like a
+	// Run's.
+	// +optional
+	Outputs map[string]string `json:"outputs,omitempty" protobuf:"bytes,3,rep,name=outputs"`
+	// Error is set when the handler failed.
+	// +optional
+	Error *InvokeError `json:"error,omitempty" protobuf:"bytes,4,opt,name=error"`
+	// DurationMillis is how long the handler ran.
+	DurationMillis int64 `json:"durationMillis" protobuf:"varint,5,opt,name=durationMillis"`
+	// Logs is what the handler wrote, at most 64 KiB of each stream.
+	// +optional
+	Logs *InvokeLogs `json:"logs,omitempty" protobuf:"bytes,6,opt,name=logs"`
+}
+
+// InvokeError is a handler's failure.
+type InvokeError struct {
+	// Type is the exception class, or e.g. NonZeroExit, WorkerExited,
+	// OutputTooLarge.
+	Type string `json:"type" protobuf:"bytes,1,opt,name=type"`
+	// Message says what went wrong, at most 4 KiB.
+	Message string `json:"message" protobuf:"bytes,2,opt,name=message"`
+}
+
+// InvokeLogs is what the handler wrote during one invocation.
+type InvokeLogs struct {
+	// Stdout is the head of standard output.
+	// +optional
+	Stdout string `json:"stdout,omitempty" protobuf:"bytes,1,opt,name=stdout"`
+	// Stderr is the tail of standard error.
+	// +optional
+	Stderr string `json:"stderr,omitempty" protobuf:"bytes,2,opt,name=stderr"`
+	// StdoutTruncated says stdout was cut.
+	// +optional
+	StdoutTruncated bool `json:"stdoutTruncated,omitempty" protobuf:"varint,3,opt,name=stdoutTruncated"`
+	// StderrTruncated says stderr was cut.
+	// +optional
+	StderrTruncated bool `json:"stderrTruncated,omitempty" protobuf:"varint,4,opt,name=stderrTruncated"`
 }

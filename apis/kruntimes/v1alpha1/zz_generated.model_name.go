@@ -32,6 +32,21 @@ func (in FunctionMode) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in InvokeError) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.InvokeError"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in InvokeLogs) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.InvokeLogs"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in InvokeResult) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.InvokeResult"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in RetryBackoff) OpenAPIModelName() string {
 	return "io.kruntimes.v1alpha1.RetryBackoff"
 }
@@ -49,6 +64,11 @@ func (in Run) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in RunEndpoint) OpenAPIModelName() string {
 	return "io.kruntimes.v1alpha1.RunEndpoint"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RunInvokeOptions) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.RunInvokeOptions"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
