@@ -301,7 +301,7 @@ type RuntimeList struct {
 type RunInvokeOptions struct {
 	metav1.TypeMeta
 
-	UID     types.UID
+	UID     string
 	Timeout string
 }
 

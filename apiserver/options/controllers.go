@@ -25,6 +25,10 @@ const controllersStopTimeout = 5 * time.Second
 // compete for the same leader Lease as kruntimes-controllers.
 type ControllersOptions struct {
 	Enabled bool
+	// RuntimedCAKeyFile lets the runtime controller issue each Runtime's
+	// invoke Secret from the CA of --runtimed-ca-file (RuntimedCAFile).
+	RuntimedCAKeyFile string
+	RuntimedCAFile    string
 
 	mu   sync.Mutex
 	stop context.CancelFunc
@@ -40,6 +44,8 @@ func NewControllersOptions() *ControllersOptions {
 func (o *ControllersOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "controllers", o.Enabled,
 		"Run the kruntimes controllers (Runtime pools, Run scheduler, Run TTL cleanup) in this process, leader-elected through the Lease kruntimes-system/kruntimes-controllers; set false when kruntimes-controllers runs them. Always off with --standalone, which has no cluster.")
+	fs.StringVar(&o.RuntimedCAKeyFile, "runtimed-ca-key-file", o.RuntimedCAKeyFile,
+		"Key of --runtimed-ca-file: with it the runtime controller issues and renews each Runtime's invoke Secret (runtime-<name>-tls); without it those Secrets must be provided (e.g. by cert-manager).")
 }
 
 // Complete turns the controllers off in standalone mode: without a
@@ -63,6 +69,11 @@ func (o *ControllersOptions) ApplyTo(server *genericapiserver.GenericAPIServer, 
 	if err := server.AddPostStartHook("start-kruntimes-controllers", func(hookCtx genericapiserver.PostStartHookContext) error {
 		cfg := manager.NewConfig()
 		cfg.KubeConfig, cfg.KruntimesConfig = coreAPI, hookCtx.LoopbackClientConfig
+		tls, err := manager.LoadRuntimedTLS(o.RuntimedCAFile, o.RuntimedCAKeyFile)
+		if err != nil {
+			return err
+		}
+		cfg.RuntimedTLS = tls
 		m, err := manager.New(cfg)
 		if err != nil {
 			return err

@@ -38,6 +38,7 @@ type ServerOptions struct {
 	Storage                  *StorageOptions
 	Standalone               *StandaloneOptions
 	Controllers              *ControllersOptions
+	Invoke                   *InvokeOptions
 	ComponentGlobalsRegistry basecompatibility.ComponentGlobalsRegistry
 
 	// AlternateDNS are extra names for the self-signed serving certificate,
@@ -55,6 +56,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 			apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
 		Standalone:               &StandaloneOptions{},
 		Controllers:              NewControllersOptions(),
+		Invoke:                   NewInvokeOptions(),
 		ComponentGlobalsRegistry: basecompatibility.NewComponentGlobalsRegistry(),
 		AlternateDNS:             []string{"kruntimes-apiserver.kruntimes-system.svc"},
 		Out:                      out,
@@ -106,6 +108,7 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Storage.AddFlags(fs)
 	o.Standalone.AddFlags(fs)
 	o.Controllers.AddFlags(fs)
+	o.Invoke.AddFlags(fs)
 	o.ComponentGlobalsRegistry.AddFlags(fs)
 	fs.StringSliceVar(&o.AlternateDNS, "alternate-dns", o.AlternateDNS,
 		"Extra DNS names of the self-signed serving certificate; include <service>.<namespace>.svc so the aggregator can verify it.")
@@ -115,6 +118,7 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 // dependency on a cluster.
 func (o *ServerOptions) Complete() error {
 	o.Controllers.Complete(o.Standalone.Enabled)
+	o.Controllers.RuntimedCAFile = o.Invoke.CAFile
 	if o.Standalone.Enabled {
 		r := o.RecommendedOptions
 		r.Authentication, r.Authorization, r.CoreAPI, r.Admission = nil, nil, nil, nil
@@ -137,6 +141,7 @@ func (o *ServerOptions) Validate(args []string) error {
 	errs = append(errs, o.RecommendedOptions.Validate()...)
 	o.RecommendedOptions.Etcd = etcd
 	errs = append(errs, o.Storage.Validate()...)
+	errs = append(errs, o.Invoke.Validate()...)
 	errs = append(errs, o.ComponentGlobalsRegistry.Validate()...)
 	return utilerrors.NewAggregate(errs)
 }
@@ -213,6 +218,9 @@ func (o *ServerOptions) Run(ctx context.Context) error {
 		return err
 	}
 	defer closeStorage()
+	if config.Invoke, err = o.Invoke.Config(ctx, config.GenericConfig.ClientConfig); err != nil {
+		return err
+	}
 	server, err := config.Complete().New()
 	if err != nil {
 		return err

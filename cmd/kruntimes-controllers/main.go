@@ -27,6 +27,8 @@ type options struct {
 	kubeconfig          string
 	kruntimesKubeconfig string
 	healthAddress       string
+	runtimedCAFile      string
+	runtimedCAKeyFile   string
 	config              manager.Config
 }
 
@@ -57,6 +59,10 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.config.SchedulerWorkers, "scheduler-workers", o.config.SchedulerWorkers,
 		"Runs scheduled concurrently; choosing a Pod is serialized, binding is not.")
 	fs.IntVar(&o.config.GCWorkers, "gc-workers", o.config.GCWorkers, "Expired Runs deleted concurrently.")
+	fs.StringVar(&o.runtimedCAFile, "runtimed-ca-file", o.runtimedCAFile,
+		"The kruntimes CA of the invoke hop: with it Runtime Pods mount their invoke Secret (runtime-<name>-tls) and can be invoked.")
+	fs.StringVar(&o.runtimedCAKeyFile, "runtimed-ca-key-file", o.runtimedCAKeyFile,
+		"Key of --runtimed-ca-file: with it the runtime controller issues and renews those Secrets; without it they must be provided (e.g. by cert-manager).")
 }
 
 func (o *options) run(ctx context.Context) error {
@@ -69,6 +75,9 @@ func (o *options) run(ctx context.Context) error {
 		if o.config.KruntimesConfig, err = loadConfig(o.kruntimesKubeconfig); err != nil {
 			return fmt.Errorf("loading --kruntimes-kubeconfig: %w", err)
 		}
+	}
+	if o.config.RuntimedTLS, err = manager.LoadRuntimedTLS(o.runtimedCAFile, o.runtimedCAKeyFile); err != nil {
+		return err
 	}
 	m, err := manager.New(o.config)
 	if err != nil {

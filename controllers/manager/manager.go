@@ -29,6 +29,7 @@ import (
 	"kruntimes.io/kruntimes/controllers/gc"
 	runtimecontroller "kruntimes.io/kruntimes/controllers/runtime"
 	"kruntimes.io/kruntimes/controllers/scheduler"
+	"kruntimes.io/kruntimes/runtimed/invoke"
 )
 
 // Defaults of the leader election: the Lease every replica competes for,
@@ -70,6 +71,8 @@ type Config struct {
 	LeaderElection  LeaderElection
 	// Workers per controller.
 	RuntimeWorkers, SchedulerWorkers, GCWorkers int
+	// RuntimedTLS, when set, gives Runtime Pods the invoke hop's TLS.
+	RuntimedTLS *runtimecontroller.RuntimedTLS
 }
 
 // NewConfig returns a Config with leader election on and default workers;
@@ -239,7 +242,7 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	kr := kruntimesInformers.Kruntimes().V1alpha1()
 	runtimes, err := runtimecontroller.New(klog.NewContext(ctx, logger.WithName("runtime")),
 		kr.Runtimes(), labelled.Apps().V1().Deployments(), labelled.Core().V1().ServiceAccounts(),
-		labelled.Rbac().V1().Roles(), labelled.Rbac().V1().RoleBindings(), m.kube, m.kruntimes, recorder)
+		labelled.Rbac().V1().Roles(), labelled.Rbac().V1().RoleBindings(), m.kube, m.kruntimes, recorder, m.runtimeOptions()...)
 	if err != nil {
 		return err
 	}
@@ -266,4 +269,39 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	labelled.Shutdown()
 	leases.Shutdown()
 	return nil
+}
+
+func (m *Manager) runtimeOptions() []runtimecontroller.Option {
+	if m.cfg.RuntimedTLS == nil {
+		return nil
+	}
+	return []runtimecontroller.Option{runtimecontroller.WithRuntimedTLS(*m.cfg.RuntimedTLS)}
+}
+
+// LoadRuntimedTLS reads the kruntimes CA for Runtime Pods: the Pods mount
+// their invoke Secret when caFile is set, and the runtime controller issues
+// those Secrets when caKeyFile is set too.
+func LoadRuntimedTLS(caFile, caKeyFile string) (*runtimecontroller.RuntimedTLS, error) {
+	if caFile == "" {
+		if caKeyFile != "" {
+			return nil, errors.New("--runtimed-ca-key-file needs --runtimed-ca-file")
+		}
+		return nil, nil
+	}
+	if caKeyFile == "" {
+		return &runtimecontroller.RuntimedTLS{}, nil
+	}
+	certPEM, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("read --runtimed-ca-file: %w", err)
+	}
+	keyPEM, err := os.ReadFile(caKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("read --runtimed-ca-key-file: %w", err)
+	}
+	ca, err := invoke.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the kruntimes CA in %s and %s: %w", caFile, caKeyFile, err)
+	}
+	return &runtimecontroller.RuntimedTLS{Issuer: ca}, nil
 }

@@ -56,6 +56,8 @@ type Controller struct {
 
 	queue workqueue.TypedRateLimitingInterface[string]
 	clock clock.Clock
+	// runtimedTLS is nil when Runtime Pods get no invoke TLS (invoke off).
+	runtimedTLS *RuntimedTLS
 }
 
 // New returns a controller fed by the given informers. The kube informers
@@ -71,6 +73,7 @@ func New(ctx context.Context,
 	kubeClient kubernetes.Interface,
 	client versioned.Interface,
 	recorder record.EventRecorder,
+	opts ...Option,
 ) (*Controller, error) {
 	registerMetrics()
 	c := &Controller{
@@ -94,6 +97,9 @@ func New(ctx context.Context,
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "kruntimes_runtime"},
 		),
 		clock: clock.RealClock{},
+	}
+	for _, opt := range opts {
+		opt(c)
 	}
 	logger := klog.FromContext(ctx)
 	if _, err := runtimeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -271,6 +277,9 @@ func (c *Controller) syncPool(ctx context.Context, rt *v1alpha1.Runtime) (*appsv
 	if err := c.syncRoleBinding(ctx, rt); err != nil {
 		return nil, err
 	}
+	if err := c.syncTLSSecret(ctx, rt); err != nil {
+		return nil, err
+	}
 	return c.syncDeployment(ctx, rt)
 }
 
@@ -345,7 +354,7 @@ func (c *Controller) syncRoleBinding(ctx context.Context, rt *v1alpha1.Runtime) 
 // syncDeployment creates the Deployment, or updates it when the Runtime's
 // template or replicas changed since the last write.
 func (c *Controller) syncDeployment(ctx context.Context, rt *v1alpha1.Runtime) (*appsv1.Deployment, error) {
-	want := newDeployment(rt)
+	want := newDeployment(rt, c.runtimedTLS != nil)
 	deployments := c.kubeClient.AppsV1().Deployments(rt.Namespace)
 	existing, err := c.deployments.Deployments(rt.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {

@@ -37,7 +37,7 @@ func bashRuntime() *v1alpha1.Runtime {
 
 func TestDeploymentShape(t *testing.T) {
 	rt := bashRuntime()
-	d := newDeployment(rt)
+	d := newDeployment(rt, false)
 	assert.Equal(t, "runtime-bash", d.Name)
 	assert.Equal(t, map[string]string{lifecycle.LabelRuntime: "bash"}, d.Labels)
 	assert.Equal(t, map[string]string{lifecycle.LabelRuntime: "bash"}, d.Spec.Selector.MatchLabels)
@@ -63,7 +63,8 @@ func TestDeploymentShape(t *testing.T) {
 	for _, e := range runtimed.Env {
 		env[e.Name] = e.ValueFrom.FieldRef.FieldPath
 	}
-	assert.Equal(t, map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid", "POD_IP": "status.podIP"}, env)
+	assert.Equal(t, map[string]string{"POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace", "POD_UID": "metadata.uid", "POD_IP": "status.podIP",
+		"RUNTIME_NAME": "metadata.labels['kruntimes.io/runtime']"}, env)
 	assert.Equal(t, "/readyz", runtimed.ReadinessProbe.HTTPGet.Path)
 	assert.Equal(t, int32(runtimepod.RuntimedHealthPort), runtimed.ReadinessProbe.HTTPGet.Port.IntVal)
 	assert.Equal(t, "/healthz", runtimed.LivenessProbe.HTTPGet.Path)
@@ -78,13 +79,30 @@ func TestDeploymentShape(t *testing.T) {
 	assert.Empty(t, rt.Spec.Template.Spec.Volumes, "the Runtime's template is not modified")
 }
 
+func TestDeploymentWithInvokeTLSMountsTheSecretIntoRuntimedAlone(t *testing.T) {
+	rt := bashRuntime()
+	spec := newDeployment(rt, true).Spec.Template.Spec
+	runtimeC, runtimed := spec.Containers[0], spec.Containers[1]
+	require.Len(t, spec.Volumes, 3)
+	tls := spec.Volumes[2]
+	require.NotNil(t, tls.Secret)
+	assert.Equal(t, "runtime-bash-tls", tls.Secret.SecretName)
+	assert.Contains(t, runtimed.VolumeMounts, corev1.VolumeMount{Name: runtimepod.VolumeRuntimedTLS, MountPath: runtimepod.RuntimedTLSDir, ReadOnly: true})
+	for _, m := range runtimeC.VolumeMounts {
+		assert.NotEqual(t, runtimepod.VolumeRuntimedTLS, m.Name, "user code never sees runtimed's key")
+	}
+	assert.Subset(t, runtimed.Args, []string{"--invoke-tls-cert-file=/etc/kruntimes/runtimed-tls/tls.crt",
+		"--invoke-tls-key-file=/etc/kruntimes/runtimed-tls/tls.key", "--invoke-client-ca-file=/etc/kruntimes/runtimed-tls/ca.crt"})
+	assert.NotEqual(t, newDeployment(rt, false).Annotations[lifecycle.AnnotationTemplateHash], newDeployment(rt, true).Annotations[lifecycle.AnnotationTemplateHash])
+}
+
 func TestTemplateHashFollowsTheRuntime(t *testing.T) {
 	rt := bashRuntime()
-	before := newDeployment(rt).Annotations[lifecycle.AnnotationTemplateHash]
-	assert.Equal(t, before, newDeployment(bashRuntime()).Annotations[lifecycle.AnnotationTemplateHash], "stable")
+	before := newDeployment(rt, false).Annotations[lifecycle.AnnotationTemplateHash]
+	assert.Equal(t, before, newDeployment(bashRuntime(), false).Annotations[lifecycle.AnnotationTemplateHash], "stable")
 	rt.Spec.Capacity.Runs = 5
-	assert.NotEqual(t, before, newDeployment(rt).Annotations[lifecycle.AnnotationTemplateHash], "capacity is in runtimed's args")
+	assert.NotEqual(t, before, newDeployment(rt, false).Annotations[lifecycle.AnnotationTemplateHash], "capacity is in runtimed's args")
 	rt = bashRuntime()
 	rt.Spec.Replicas = ptr.To[int32](7)
-	assert.Equal(t, before, newDeployment(rt).Annotations[lifecycle.AnnotationTemplateHash], "replicas are compared on their own")
+	assert.Equal(t, before, newDeployment(rt, false).Annotations[lifecycle.AnnotationTemplateHash], "replicas are compared on their own")
 }

@@ -72,8 +72,8 @@ func newRoleBinding(rt *v1alpha1.Runtime) *rbacv1.RoleBinding {
 }
 
 // newDeployment returns the Deployment that holds rt's Pods.
-func newDeployment(rt *v1alpha1.Runtime) *appsv1.Deployment {
-	template := podTemplate(rt)
+func newDeployment(rt *v1alpha1.Runtime, invokeTLS bool) *appsv1.Deployment {
+	template := podTemplate(rt, invokeTLS)
 	d := &appsv1.Deployment{
 		ObjectMeta: ownedMeta(rt, runtimepod.DeploymentName(rt.Name)),
 		Spec: appsv1.DeploymentSpec{
@@ -98,7 +98,7 @@ func replicas(rt *v1alpha1.Runtime) *int32 {
 // ServiceAccount, the shared volumes mounted into the runtime container and
 // the runtimed sidecar. A user container named runtimed is replaced: the
 // sidecar is kruntimes' to define.
-func podTemplate(rt *v1alpha1.Runtime) corev1.PodTemplateSpec {
+func podTemplate(rt *v1alpha1.Runtime, invokeTLS bool) corev1.PodTemplateSpec {
 	t := *rt.Spec.Template.DeepCopy()
 	if t.Labels == nil {
 		t.Labels = map[string]string{}
@@ -124,7 +124,27 @@ func podTemplate(rt *v1alpha1.Runtime) corev1.PodTemplateSpec {
 		}
 		containers = append(containers, c)
 	}
-	t.Spec.Containers = append(containers, runtimedContainer(rt))
+	runtimed := runtimedContainer(rt)
+	if invokeTLS {
+		// Mounted into runtimed alone: user code never sees the key.
+		t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{
+			Name: runtimepod.VolumeRuntimedTLS,
+			VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{
+				SecretName: runtimepod.RuntimedTLSSecretName(rt.Name),
+			}},
+		})
+		runtimed.VolumeMounts = append(runtimed.VolumeMounts, corev1.VolumeMount{
+			Name: runtimepod.VolumeRuntimedTLS, MountPath: runtimepod.RuntimedTLSDir, ReadOnly: true,
+		})
+		runtimed.Args = append(runtimed.Args,
+			"--invoke-tls-cert-file="+runtimepod.RuntimedTLSCert,
+			"--invoke-tls-key-file="+runtimepod.RuntimedTLSKey,
+			"--invoke-client-ca-file="+runtimepod.RuntimedTLSCA)
+		runtimed.Ports = append(runtimed.Ports, corev1.ContainerPort{
+			Name: "invoke", ContainerPort: runtimepod.RuntimedInvokePort, Protocol: corev1.ProtocolTCP,
+		})
+	}
+	t.Spec.Containers = append(containers, runtimed)
 	return t
 }
 
@@ -153,6 +173,7 @@ func runtimedContainer(rt *v1alpha1.Runtime) corev1.Container {
 			fieldEnv(runtimepod.EnvPodNamespace, "metadata.namespace"),
 			fieldEnv(runtimepod.EnvPodUID, "metadata.uid"),
 			fieldEnv(runtimepod.EnvPodIP, "status.podIP"),
+			fieldEnv(runtimepod.EnvRuntime, "metadata.labels['"+lifecycle.LabelRuntime+"']"),
 		},
 		Ports: []corev1.ContainerPort{{
 			Name: runtimedHealthPortName, ContainerPort: runtimepod.RuntimedHealthPort, Protocol: corev1.ProtocolTCP,

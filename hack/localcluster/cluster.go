@@ -174,8 +174,11 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 
-	c.progress("kube-apiserver on https://127.0.0.1:%d", kasPort)
+	c.progress("kube-apiserver on https://127.0.0.1:%d (audit log of runs/invoke: %s)", kasPort, c.AuditLogPath())
 	c.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", kasPort)
+	if err := os.WriteFile(c.auditPolicyPath(), []byte(auditPolicy), 0o644); err != nil {
+		return err
+	}
 	kas, err := startComponent(ctx, logDir, "kube-apiserver", c.binary("kube-apiserver"), c.apiServerArgs(etcdURL, kasPort)...)
 	if err != nil {
 		return err
@@ -310,8 +313,31 @@ func (c *Cluster) apiServerArgs(etcdURL string, port int) []string {
 		"--kubelet-certificate-authority=" + p.clusterCA(),
 		"--kubelet-preferred-address-types=InternalIP",
 		"--profiling=true", // for profiling kube-apiserver under the benchmarks
+		"--audit-policy-file=" + c.auditPolicyPath(),
+		"--audit-log-path=" + c.AuditLogPath(),
+		"--audit-log-maxsize=100",
+		"--audit-log-maxbackup=1",
 	}
 }
+
+// auditPolicy records every invocation, with its user, Run and response
+// code, and nothing else: invoke is the call users most need to account
+// for, and the one no peer audits per call.
+const auditPolicy = `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources:
+  - group: kruntimes.io
+    resources: ["runs/invoke"]
+- level: None
+`
+
+func (c *Cluster) auditPolicyPath() string { return filepath.Join(c.cfg.StateDir, "audit-policy.yaml") }
+
+// AuditLogPath is kube-apiserver's audit log: one JSON event per invocation.
+func (c *Cluster) AuditLogPath() string { return filepath.Join(c.cfg.StateDir, "logs", "audit.log") }
 
 // clientConfig is a client-certificate configuration for one of the pairs.
 func (c *Cluster) clientConfig(pair string) *rest.Config {

@@ -30,6 +30,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
+
+	"kruntimes.io/kruntimes/runtimed/invoke"
 )
 
 // Names the kruntimes-apiserver is registered under; artifacts/ uses the same.
@@ -113,6 +115,11 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		return err
 	}
 
+	invokeCA, err := c.ensureInvokePKI()
+	if err != nil {
+		return err
+	}
+
 	ports, err := freePorts(1)
 	if err != nil {
 		return err
@@ -130,6 +137,13 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		"--kubeconfig=" + kubeconfig,
 		"--storage-backend=embedded",
 		"--storage-path=" + filepath.Join(dir, "data"),
+		// The invoke hop: this server's client pair for runtimed, and the
+		// CA with which the runtime controller issues each Runtime's
+		// runtimed serving pair.
+		"--runtimed-ca-file=" + invokeCA.cert,
+		"--runtimed-ca-key-file=" + invokeCA.key,
+		"--runtimed-client-cert-file=" + invokeCA.clientCert,
+		"--runtimed-client-key-file=" + invokeCA.clientKey,
 	}
 	proc, err := startComponent(ctx, logDir, kruntimesBinary, c.binary(kruntimesBinary), args...)
 	if err != nil {
@@ -391,4 +405,47 @@ var ImagePackages = map[string]string{
 	"kruntimes-runtime": "./cmd/kruntimes-runtime",
 	"krt":               "./cmd/krt",
 	"e2e-testserver":    "./test/e2e/testserver",
+}
+
+// invokePKI are the files of the invoke hop's TLS: the kruntimes CA and
+// kruntimes-apiserver's client pair for runtimed.
+type invokePKI struct {
+	cert, key, clientCert, clientKey string
+}
+
+// ensureInvokePKI makes the kruntimes CA and the apiserver's client pair
+// in dir, once: a restarted cluster keeps them, and with them the Secrets
+// its Runtimes already have.
+func (c *Cluster) ensureInvokePKI() (invokePKI, error) {
+	var p invokePKI
+	p.cert, p.key, p.clientCert, p.clientKey = c.InvokePKIFiles()
+	if _, err := os.Stat(p.clientKey); err == nil {
+		return p, nil
+	}
+	ca, err := invoke.NewCA(certValidity)
+	if err != nil {
+		return p, err
+	}
+	caKey, err := ca.KeyPEM()
+	if err != nil {
+		return p, err
+	}
+	cert, key, err := ca.IssueClient(certValidity)
+	if err != nil {
+		return p, err
+	}
+	for path, data := range map[string][]byte{p.cert: ca.CertPEM, p.key: caKey, p.clientCert: cert, p.clientKey: key} {
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			return p, err
+		}
+	}
+	return p, nil
+}
+
+// InvokePKIFiles returns the paths of the invoke hop's CA and
+// kruntimes-apiserver's client pair; tests rotate them on disk.
+func (c *Cluster) InvokePKIFiles() (caCert, caKey, clientCert, clientKey string) {
+	dir := filepath.Join(c.cfg.StateDir, "kruntimes-apiserver")
+	return filepath.Join(dir, "invoke-ca.crt"), filepath.Join(dir, "invoke-ca.key"),
+		filepath.Join(dir, "invoke-client.crt"), filepath.Join(dir, "invoke-client.key")
 }

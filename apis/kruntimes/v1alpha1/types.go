@@ -308,7 +308,7 @@ type RunInvokeOptions struct {
 	// invoked through an old address. The X-Kruntime-Run-UID header does
 	// the same.
 	// +optional
-	UID types.UID `json:"uid,omitempty" protobuf:"bytes,1,opt,name=uid,casttype=k8s.io/apimachinery/pkg/types.UID"`
+	UID string `json:"uid,omitempty" protobuf:"bytes,1,opt,name=uid"`
 	// Timeout is Kubernetes' standard request timeout (e.g. "10s"; 60s when
 	// absent), which every API request takes. The invocation is stopped
 	// with a 504 a little before it, and never runs past the server's

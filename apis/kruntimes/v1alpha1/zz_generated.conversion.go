@@ -27,7 +27,6 @@ import (
 
 	conversion "k8s.io/apimachinery/pkg/conversion"
 	runtime "k8s.io/apimachinery/pkg/runtime"
-	types "k8s.io/apimachinery/pkg/types"
 	kruntimes "kruntimes.io/kruntimes/apis/kruntimes"
 )
 
@@ -463,7 +462,7 @@ func Convert_kruntimes_RunEndpoint_To_v1alpha1_RunEndpoint(in *kruntimes.RunEndp
 }
 
 func autoConvert_v1alpha1_RunInvokeOptions_To_kruntimes_RunInvokeOptions(in *RunInvokeOptions, out *kruntimes.RunInvokeOptions, s conversion.Scope) error {
-	out.UID = types.UID(in.UID)
+	out.UID = in.UID
 	out.Timeout = in.Timeout
 	return nil
 }
@@ -474,7 +473,7 @@ func Convert_v1alpha1_RunInvokeOptions_To_kruntimes_RunInvokeOptions(in *RunInvo
 }
 
 func autoConvert_kruntimes_RunInvokeOptions_To_v1alpha1_RunInvokeOptions(in *kruntimes.RunInvokeOptions, out *RunInvokeOptions, s conversion.Scope) error {
-	out.UID = types.UID(in.UID)
+	out.UID = in.UID
 	out.Timeout = in.Timeout
 	return nil
 }
@@ -488,7 +487,9 @@ func autoConvert_url_Values_To_v1alpha1_RunInvokeOptions(in *url.Values, out *Ru
 	// WARNING: Field TypeMeta does not have json tag, skipping.
 
 	if values, ok := map[string][]string(*in)["uid"]; ok && len(values) > 0 {
-		// FIXME: out.UID is of not yet supported type and requires manual conversion
+		if err := runtime.Convert_Slice_string_To_string(&values, &out.UID, s); err != nil {
+			return err
+		}
 	} else {
 		out.UID = ""
 	}

@@ -1,0 +1,85 @@
+package options
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"kruntimes.io/kruntimes/registry/run/invoke"
+	runtimedinvoke "kruntimes.io/kruntimes/runtimed/invoke"
+)
+
+// InvokeOptions configure runs/invoke: how this server dials the runtimed
+// that owns a Run, and how long an invocation may take.
+type InvokeOptions struct {
+	// ClientCertFile and ClientKeyFile are this server's client pair for
+	// runtimed (CommonName kruntimes-apiserver); CAFile is the kruntimes CA
+	// that signs runtimed serving certificates. All are reloaded when they
+	// change.
+	ClientCertFile, ClientKeyFile, CAFile string
+	// MaxTimeout bounds every invocation.
+	MaxTimeout time.Duration
+}
+
+// NewInvokeOptions returns the defaults: invoke off until the files are set.
+func NewInvokeOptions() *InvokeOptions {
+	return &InvokeOptions{MaxTimeout: invoke.DefaultMaxTimeout}
+}
+
+// AddFlags registers the invoke flags.
+func (o *InvokeOptions) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.ClientCertFile, "runtimed-client-cert-file", o.ClientCertFile,
+		"Client certificate (CommonName "+runtimedinvoke.ClientCommonName+", signed by --runtimed-ca-file) this server presents to runtimed to invoke functions; reloaded when it changes. Without it runs/invoke answers 503.")
+	fs.StringVar(&o.ClientKeyFile, "runtimed-client-key-file", o.ClientKeyFile, "Key of --runtimed-client-cert-file.")
+	fs.StringVar(&o.CAFile, "runtimed-ca-file", o.CAFile,
+		"The kruntimes CA bundle runtimed serving certificates are verified against; reloaded when it changes.")
+	fs.DurationVar(&o.MaxTimeout, "invoke-max-timeout", o.MaxTimeout,
+		"Longest an invocation may run, whatever its request's timeout; keep it below kube-apiserver's request timeout for aggregated APIs (60s).")
+}
+
+// Validate checks the flags.
+func (o *InvokeOptions) Validate() []error {
+	var errs []error
+	if set := countSet(o.ClientCertFile, o.ClientKeyFile, o.CAFile); set != 0 && set != 3 {
+		errs = append(errs, fmt.Errorf("--runtimed-client-cert-file, --runtimed-client-key-file and --runtimed-ca-file go together: set all three, or none to turn runs/invoke off"))
+	}
+	if o.MaxTimeout <= 0 || o.MaxTimeout > time.Hour {
+		errs = append(errs, fmt.Errorf("--invoke-max-timeout must be between 0 and 1h, got %s", o.MaxTimeout))
+	}
+	return errs
+}
+
+// Config builds the invoke configuration; the certificates are reloaded
+// until ctx ends. coreAPI is nil without a cluster.
+func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config) (invoke.Config, error) {
+	cfg := invoke.Config{MaxTimeout: o.MaxTimeout}
+	if coreAPI != nil {
+		kube, err := kubernetes.NewForConfig(coreAPI)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Kube = kube
+	}
+	if o.ClientCertFile != "" {
+		clientTLS, err := runtimedinvoke.ClientTLS(ctx, o.ClientCertFile, o.ClientKeyFile, o.CAFile)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.ClientTLS = clientTLS
+	}
+	return cfg, nil
+}
+
+func countSet(values ...string) int {
+	n := 0
+	for _, v := range values {
+		if v != "" {
+			n++
+		}
+	}
+	return n
+}

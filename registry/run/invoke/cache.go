@@ -1,0 +1,208 @@
+package invoke
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"kruntimes.io/kruntimes/apis/kruntimes"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+)
+
+// RunSource is where the cache reads Runs: the runs storage of this server,
+// in-process, through its watch cache.
+type RunSource interface {
+	rest.Lister
+	rest.Watcher
+}
+
+// ownershipCache knows, from informers, which Pod owns each function Run
+// and where that Pod is.
+type ownershipCache struct {
+	runs cache.SharedIndexInformer
+	pods cache.SharedIndexInformer
+}
+
+// newOwnershipCache watches Runs in source and Runtime Pods (those labelled
+// kruntimes.io/runtime) through kube.
+func newOwnershipCache(source RunSource, kube kubernetes.Interface) *ownershipCache {
+	runs := cache.NewSharedIndexInformer(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
+			internal, err := internalListOptions(options)
+			if err != nil {
+				return nil, err
+			}
+			return source.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll), internal)
+		},
+		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
+			internal, err := internalListOptions(options)
+			if err != nil {
+				return nil, err
+			}
+			w, err := source.Watch(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll), internal)
+			if err != nil {
+				return nil, err
+			}
+			// The watch cache wraps what it sends to share serializations;
+			// an in-process reader wants the object.
+			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+				if cached, ok := e.Object.(runtime.CacheableObject); ok {
+					e.Object = cached.GetObject()
+				}
+				return e, true
+			}), nil
+		},
+	}, &kruntimes.Run{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	// Routing needs the assignment and readiness, not the source, env or
+	// history: keep only that in memory.
+	_ = runs.SetTransform(slimRun)
+
+	factory := informers.NewSharedInformerFactoryWithOptions(kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = lifecycle.LabelRuntime
+	}))
+	pods := factory.Core().V1().Pods().Informer()
+	_ = pods.SetTransform(slimPod)
+	return &ownershipCache{runs: runs, pods: pods}
+}
+
+func internalListOptions(options metav1.ListOptions) (*metainternalversion.ListOptions, error) {
+	internal := &metainternalversion.ListOptions{}
+	if err := metainternalversion.Convert_v1_ListOptions_To_internalversion_ListOptions(&options, internal, nil); err != nil {
+		return nil, fmt.Errorf("convert list options: %w", err)
+	}
+	return internal, nil
+}
+
+// run starts both informers and waits for them to sync.
+func (c *ownershipCache) run(ctx context.Context) bool {
+	go c.runs.RunWithContext(ctx)
+	go c.pods.RunWithContext(ctx)
+	return cache.WaitForNamedCacheSyncWithContext(ctx, c.runs.HasSynced, c.pods.HasSynced)
+}
+
+func (c *ownershipCache) synced() bool { return c.runs.HasSynced() && c.pods.HasSynced() }
+
+// slimRun keeps of a Run what routing reads.
+func slimRun(obj any) (any, error) {
+	run, ok := obj.(*kruntimes.Run)
+	if !ok {
+		return obj, nil
+	}
+	slim := &kruntimes.Run{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: run.Name, Namespace: run.Namespace, UID: run.UID,
+			ResourceVersion: run.ResourceVersion, DeletionTimestamp: run.DeletionTimestamp,
+		},
+		Spec: kruntimes.RunSpec{Runtime: run.Spec.Runtime, Timeout: run.Spec.Timeout},
+		Status: kruntimes.RunStatus{
+			Phase: run.Status.Phase, Attempt: run.Status.Attempt, StartTime: run.Status.StartTime,
+			AssignedPod: run.Status.AssignedPod, AssignedPodUID: run.Status.AssignedPodUID,
+		},
+	}
+	if run.Spec.Mode.Function != nil {
+		slim.Spec.Mode.Function = &kruntimes.FunctionMode{}
+	} else {
+		slim.Spec.Mode.Task = &kruntimes.TaskMode{}
+	}
+	if c := meta.FindStatusCondition(run.Status.Conditions, lifecycle.ConditionReady); c != nil {
+		slim.Status.Conditions = []metav1.Condition{{Type: c.Type, Status: c.Status, Reason: c.Reason}}
+	}
+	return slim, nil
+}
+
+// slimPod keeps of a Pod what routing reads.
+func slimPod(obj any) (any, error) {
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pod.Name, Namespace: pod.Namespace, UID: pod.UID, Labels: pod.Labels,
+			ResourceVersion: pod.ResourceVersion, DeletionTimestamp: pod.DeletionTimestamp,
+		},
+		Status: corev1.PodStatus{PodIP: pod.Status.PodIP},
+	}, nil
+}
+
+// route is where an invocation goes.
+type route struct {
+	runUID  types.UID
+	attempt int32
+	podUID  types.UID
+	podIP   string
+	runtime string
+	// deadline is when the Run's lifetime ends; zero when it has none.
+	deadline time.Time
+}
+
+// routeError says why an invocation cannot be routed; none of them ran it.
+type routeError struct {
+	code    int
+	message string
+}
+
+func (e *routeError) Error() string { return e.message }
+
+// lookup routes an invocation of the Run ns/name, whose UID must be uid
+// when uid is set.
+func (c *ownershipCache) lookup(ns, name string, uid types.UID) (route, error) {
+	obj, exists, err := c.runs.GetIndexer().GetByKey(ns + "/" + name)
+	if err != nil || !exists {
+		return route{}, errNotFound
+	}
+	run := obj.(*kruntimes.Run)
+	if uid != "" && run.UID != uid {
+		// The name now belongs to another Run: the one addressed is gone.
+		return route{}, errNotFound
+	}
+	if run.Spec.Mode.Function == nil {
+		return route{}, &routeError{code: 400, message: fmt.Sprintf("Run %s/%s is a task; only function Runs are invoked", ns, name)}
+	}
+	ready := meta.IsStatusConditionTrue(run.Status.Conditions, lifecycle.ConditionReady)
+	switch {
+	case run.DeletionTimestamp != nil:
+		return route{}, notReady(run, "is being deleted")
+	case lifecycle.IsTerminal(run.Status.Phase):
+		return route{}, &routeError{code: 503, message: fmt.Sprintf("Run %s/%s ended (%s) and is not invoked any more", ns, name, run.Status.Phase)}
+	case !lifecycle.IsRoutable(run.Status.Phase) || !ready:
+		return route{}, notReady(run, "is not Ready")
+	}
+	obj, exists, err = c.pods.GetIndexer().GetByKey(ns + "/" + run.Status.AssignedPod)
+	if err != nil || !exists {
+		return route{}, notReady(run, "is assigned to Pod "+run.Status.AssignedPod+", which is gone")
+	}
+	pod := obj.(*corev1.Pod)
+	switch {
+	case pod.UID != run.Status.AssignedPodUID:
+		return route{}, notReady(run, "is assigned to an earlier Pod of the name "+pod.Name)
+	case pod.DeletionTimestamp != nil:
+		return route{}, notReady(run, "is assigned to Pod "+pod.Name+", which is being deleted")
+	case pod.Status.PodIP == "":
+		return route{}, notReady(run, "is assigned to Pod "+pod.Name+", which has no IP")
+	}
+	r := route{runUID: run.UID, attempt: run.Status.Attempt, podUID: pod.UID, podIP: pod.Status.PodIP, runtime: pod.Labels[lifecycle.LabelRuntime]}
+	if run.Spec.Timeout != nil && run.Status.StartTime != nil {
+		r.deadline = run.Status.StartTime.Add(run.Spec.Timeout.Duration)
+	}
+	return r, nil
+}
+
+var errNotFound = &routeError{code: 404}
+
+func notReady(run *kruntimes.Run, why string) *routeError {
+	return &routeError{code: 503, message: fmt.Sprintf("Run %s/%s %s; retry shortly", run.Namespace, run.Name, why)}
+}
