@@ -10,8 +10,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
-	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimed/metrics"
 )
 
