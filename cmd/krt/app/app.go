@@ -1,0 +1,196 @@
+// Package app is the krt command line: its commands, flags (kubectl's
+// kubeconfig flags, from cli-runtime) and exit codes.
+package app
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
+)
+
+// Exit codes of krt invoke, so scripts tell what happened without parsing.
+const (
+	ExitOK            = 0
+	ExitError         = 1 // anything else: a bad request, forbidden, not found …
+	ExitUsage         = 2
+	ExitFunctionError = 3 // the handler ran and failed
+	ExitBusy          = 4 // 429: an invocation is in flight; it did not run
+	ExitUnavailable   = 5 // 503: not Ready, recovering or unreachable; it did not run
+	ExitTimeout       = 6 // 504: stopped at its deadline
+	ExitUnknown       = 7 // 502: dispatched, outcome unknown
+)
+
+// Run runs krt with args and returns its exit code.
+func Run(args []string, streams genericiooptions.IOStreams) int {
+	code := ExitOK
+	root := &cobra.Command{
+		Use:           "krt",
+		Short:         "Work with kruntimes Runs",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	flags := genericclioptions.NewConfigFlags(true)
+	flags.AddFlags(root.PersistentFlags())
+	root.AddCommand(newInvokeCommand(flags, streams, &code))
+	root.SetArgs(args)
+	root.SetIn(streams.In)
+	root.SetOut(streams.Out)
+	root.SetErr(streams.ErrOut)
+	if err := root.Execute(); err != nil {
+		fmt.Fprintln(streams.ErrOut, "error:", err)
+		if code == ExitOK {
+			code = ExitUsage
+		}
+	}
+	return code
+}
+
+type invokeOptions struct {
+	file, data, invocationID, uid, output string
+	timeout                               time.Duration
+	logs                                  bool
+}
+
+func newInvokeCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
+	o := &invokeOptions{}
+	cmd := &cobra.Command{
+		Use:   "invoke NAME [-n NAMESPACE] [-f input.json | --data JSON]",
+		Short: "Invoke a function Run once and print its output",
+		Long: `Invoke a Ready function Run once through the runs/invoke subresource and
+print the JSON its handler returned. The invocation is sent once and never
+retried. Exit codes: 0 success, 3 the handler failed (its error is printed),
+4 busy (429: another invocation is in flight), 5 unavailable (503: not Ready,
+recovering or unreachable), 6 timed out (504), 7 outcome unknown (502), 1 any
+other error, 2 bad usage. Codes 4 and 5 guarantee the handler did not run.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			*code = invoke(cmd.Context(), flags, streams, args[0], o)
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&o.file, "filename", "f", "", "File holding the JSON input; - reads standard input.")
+	cmd.Flags().StringVar(&o.data, "data", "", "The JSON input itself; {} when neither --data nor -f is given.")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "How long the invocation may take (the request's timeout); the server's default (60s) when 0.")
+	cmd.Flags().StringVar(&o.invocationID, "invocation-id", "", "Identifies the invocation (at most 128 bytes); generated when empty.")
+	cmd.Flags().StringVar(&o.uid, "uid", "", "Invoke only the Run with this UID: a Run created again under the name answers 404.")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "json prints the whole InvokeResult instead of the output alone.")
+	cmd.Flags().BoolVar(&o.logs, "logs", false, "Print what the handler wrote to stdout and stderr, to standard error.")
+	return cmd
+}
+
+func invoke(ctx context.Context, flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, name string, o *invokeOptions) int {
+	input, err := o.input(streams.In)
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "error:", err)
+		return ExitUsage
+	}
+	if o.output != "" && o.output != "json" {
+		fmt.Fprintf(streams.ErrOut, "error: --output must be json or empty, got %q\n", o.output)
+		return ExitUsage
+	}
+	config, err := flags.ToRESTConfig()
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "error:", err)
+		return ExitError
+	}
+	namespace, _, err := flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "error:", err)
+		return ExitError
+	}
+	client, err := versioned.NewForConfig(config)
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "error:", err)
+		return ExitError
+	}
+	result, err := client.KruntimesV1alpha1().Runs(namespace).Invoke(ctx, name, input,
+		typedv1alpha1.InvokeOptions{UID: types.UID(o.uid), Timeout: o.timeout, InvocationID: o.invocationID})
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "Error from server:", err)
+		return exitCodeOf(err)
+	}
+	if o.logs && result.Logs != nil {
+		fmt.Fprint(streams.ErrOut, result.Logs.Stdout, result.Logs.Stderr)
+	}
+	if o.output == "json" {
+		out, _ := json.MarshalIndent(result, "", "  ")
+		fmt.Fprintln(streams.Out, string(out))
+	} else if result.Error == nil {
+		fmt.Fprintln(streams.Out, string(outputOf(result.Output.Raw)))
+	}
+	if result.Error != nil {
+		fmt.Fprintf(streams.ErrOut, "the function failed (invocation %s): %s: %s\n", result.InvocationID, result.Error.Type, result.Error.Message)
+		return ExitFunctionError
+	}
+	return ExitOK
+}
+
+func outputOf(raw []byte) []byte {
+	if len(raw) == 0 {
+		return []byte("null")
+	}
+	return raw
+}
+
+// input is the JSON document to send.
+func (o *invokeOptions) input(stdin io.Reader) ([]byte, error) {
+	switch {
+	case o.file != "" && o.data != "":
+		return nil, errors.New("pass the input with -f or --data, not both")
+	case o.data != "":
+		return o.valid([]byte(o.data), "--data")
+	case o.file == "-":
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, err
+		}
+		return o.valid(data, "standard input")
+	case o.file != "":
+		data, err := os.ReadFile(o.file)
+		if err != nil {
+			return nil, err
+		}
+		return o.valid(data, o.file)
+	}
+	return []byte("{}"), nil
+}
+
+func (o *invokeOptions) valid(data []byte, from string) ([]byte, error) {
+	if !json.Valid(data) {
+		return nil, fmt.Errorf("the input in %s is not valid JSON", from)
+	}
+	return data, nil
+}
+
+// exitCodeOf maps an error of Invoke to krt's exit code.
+func exitCodeOf(err error) int {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return ExitError
+	}
+	switch status.Status().Code {
+	case http.StatusTooManyRequests:
+		return ExitBusy
+	case http.StatusServiceUnavailable:
+		return ExitUnavailable
+	case http.StatusGatewayTimeout:
+		return ExitTimeout
+	case http.StatusBadGateway:
+		return ExitUnknown
+	}
+	return ExitError
+}

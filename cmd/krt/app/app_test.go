@@ -1,0 +1,54 @@
+package app
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestExitCodeOf(t *testing.T) {
+	cases := []struct {
+		name string
+		err  error
+		want int
+	}{
+		{"429 is busy", apierrors.NewTooManyRequests("busy", 1), ExitBusy},
+		{"503 is unavailable", apierrors.NewServiceUnavailable("not Ready"), ExitUnavailable},
+		{"504 is a timeout", apierrors.NewTimeoutError("slow", 0), ExitTimeout},
+		{"502 is unknown", &apierrors.StatusError{ErrStatus: apierrors.NewInternalError(errors.New("x")).ErrStatus}, ExitError},
+		{"404 is an error", apierrors.NewNotFound(schema.GroupResource{Resource: "runs"}, "x"), ExitError},
+		{"a transport error is an error", errors.New("connection refused"), ExitError},
+	}
+	bad := apierrors.NewInternalError(errors.New("x"))
+	bad.ErrStatus.Code = 502
+	cases = append(cases, struct {
+		name string
+		err  error
+		want int
+	}{"502 is outcome unknown", bad, ExitUnknown})
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, exitCodeOf(tc.err))
+		})
+	}
+}
+
+func TestInput(t *testing.T) {
+	got, err := (&invokeOptions{}).input(nil)
+	require.NoError(t, err)
+	assert.Equal(t, "{}", string(got), "no input is an empty object")
+
+	got, err = (&invokeOptions{file: "-"}).input(strings.NewReader(`[1,2]`))
+	require.NoError(t, err)
+	assert.Equal(t, "[1,2]", string(got))
+
+	_, err = (&invokeOptions{data: "{not json"}).input(nil)
+	assert.ErrorContains(t, err, "not valid JSON")
+	_, err = (&invokeOptions{data: "{}", file: "x"}).input(nil)
+	assert.ErrorContains(t, err, "not both")
+}
