@@ -20,7 +20,7 @@ func TestExitCodeOf(t *testing.T) {
 		{"429 is busy", apierrors.NewTooManyRequests("busy", 1), ExitBusy},
 		{"503 is unavailable", apierrors.NewServiceUnavailable("not Ready"), ExitUnavailable},
 		{"504 is a timeout", apierrors.NewTimeoutError("slow", 0), ExitTimeout},
-		{"502 is unknown", &apierrors.StatusError{ErrStatus: apierrors.NewInternalError(errors.New("x")).ErrStatus}, ExitError},
+		{"500 is an error", apierrors.NewInternalError(errors.New("x")), ExitError},
 		{"404 is an error", apierrors.NewNotFound(schema.GroupResource{Resource: "runs"}, "x"), ExitError},
 		{"a transport error is an error", errors.New("connection refused"), ExitError},
 	}
