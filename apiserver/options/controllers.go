@@ -29,6 +29,8 @@ type ControllersOptions struct {
 	// invoke Secret from the CA of --runtimed-ca-file (RuntimedCAFile).
 	RuntimedCAKeyFile string
 	RuntimedCAFile    string
+	// EndpointBase is what Ready functions advertise in status.endpoint.
+	EndpointBase string
 
 	mu   sync.Mutex
 	stop context.CancelFunc
@@ -46,6 +48,8 @@ func (o *ControllersOptions) AddFlags(fs *pflag.FlagSet) {
 		"Run the kruntimes controllers (Runtime pools, Run scheduler, Run TTL cleanup) in this process, leader-elected through the Lease kruntimes-system/kruntimes-controllers; set false when kruntimes-controllers runs them. Always off with --standalone, which has no cluster.")
 	fs.StringVar(&o.RuntimedCAKeyFile, "runtimed-ca-key-file", o.RuntimedCAKeyFile,
 		"Key of --runtimed-ca-file: with it the runtime controller issues and renews each Runtime's invoke Secret (runtime-<name>-tls); without it those Secrets must be provided (e.g. by cert-manager).")
+	fs.StringVar(&o.EndpointBase, "invoke-endpoint-base", o.EndpointBase,
+		"Scheme and host of the Kubernetes API as clients reach it, which Ready function Runs advertise in status.endpoint.url; https://kubernetes.default.svc when empty.")
 }
 
 // Complete turns the controllers off in standalone mode: without a
@@ -74,6 +78,7 @@ func (o *ControllersOptions) ApplyTo(server *genericapiserver.GenericAPIServer, 
 			return err
 		}
 		cfg.RuntimedTLS = tls
+		cfg.EndpointBase = o.EndpointBase
 		m, err := manager.New(cfg)
 		if err != nil {
 			return err

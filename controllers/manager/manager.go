@@ -73,6 +73,9 @@ type Config struct {
 	RuntimeWorkers, SchedulerWorkers, GCWorkers int
 	// RuntimedTLS, when set, gives Runtime Pods the invoke hop's TLS.
 	RuntimedTLS *runtimecontroller.RuntimedTLS
+	// EndpointBase, when set, is what Ready functions advertise in
+	// status.endpoint instead of https://kubernetes.default.svc.
+	EndpointBase string
 }
 
 // NewConfig returns a Config with leader election on and default workers;
@@ -272,10 +275,14 @@ func (m *Manager) runControllers(ctx context.Context) error {
 }
 
 func (m *Manager) runtimeOptions() []runtimecontroller.Option {
-	if m.cfg.RuntimedTLS == nil {
-		return nil
+	var opts []runtimecontroller.Option
+	if m.cfg.RuntimedTLS != nil {
+		opts = append(opts, runtimecontroller.WithRuntimedTLS(*m.cfg.RuntimedTLS))
 	}
-	return []runtimecontroller.Option{runtimecontroller.WithRuntimedTLS(*m.cfg.RuntimedTLS)}
+	if m.cfg.EndpointBase != "" {
+		opts = append(opts, runtimecontroller.WithEndpointBase(m.cfg.EndpointBase))
+	}
+	return opts
 }
 
 // LoadRuntimedTLS reads the kruntimes CA for Runtime Pods: the Pods mount

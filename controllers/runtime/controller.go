@@ -58,6 +58,8 @@ type Controller struct {
 	clock clock.Clock
 	// runtimedTLS is nil when Runtime Pods get no invoke TLS (invoke off).
 	runtimedTLS *RuntimedTLS
+	// endpointBase is passed to runtimed when set.
+	endpointBase string
 }
 
 // New returns a controller fed by the given informers. The kube informers
@@ -354,7 +356,7 @@ func (c *Controller) syncRoleBinding(ctx context.Context, rt *v1alpha1.Runtime) 
 // syncDeployment creates the Deployment, or updates it when the Runtime's
 // template or replicas changed since the last write.
 func (c *Controller) syncDeployment(ctx context.Context, rt *v1alpha1.Runtime) (*appsv1.Deployment, error) {
-	want := newDeployment(rt, c.runtimedTLS != nil)
+	want := newDeployment(rt, podOptions{invokeTLS: c.runtimedTLS != nil, endpointBase: c.endpointBase})
 	deployments := c.kubeClient.AppsV1().Deployments(rt.Namespace)
 	existing, err := c.deployments.Deployments(rt.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {

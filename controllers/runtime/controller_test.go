@@ -37,7 +37,7 @@ func bashRuntime() *v1alpha1.Runtime {
 
 func TestDeploymentShape(t *testing.T) {
 	rt := bashRuntime()
-	d := newDeployment(rt, false)
+	d := newDeployment(rt, podOptions{})
 	assert.Equal(t, "runtime-bash", d.Name)
 	assert.Equal(t, map[string]string{lifecycle.LabelRuntime: "bash"}, d.Labels)
 	assert.Equal(t, map[string]string{lifecycle.LabelRuntime: "bash"}, d.Spec.Selector.MatchLabels)
@@ -81,7 +81,7 @@ func TestDeploymentShape(t *testing.T) {
 
 func TestDeploymentWithInvokeTLSMountsTheSecretIntoRuntimedAlone(t *testing.T) {
 	rt := bashRuntime()
-	spec := newDeployment(rt, true).Spec.Template.Spec
+	spec := newDeployment(rt, podOptions{invokeTLS: true}).Spec.Template.Spec
 	runtimeC, runtimed := spec.Containers[0], spec.Containers[1]
 	require.Len(t, spec.Volumes, 3)
 	tls := spec.Volumes[2]
@@ -93,16 +93,16 @@ func TestDeploymentWithInvokeTLSMountsTheSecretIntoRuntimedAlone(t *testing.T) {
 	}
 	assert.Subset(t, runtimed.Args, []string{"--invoke-tls-cert-file=/etc/kruntimes/runtimed-tls/tls.crt",
 		"--invoke-tls-key-file=/etc/kruntimes/runtimed-tls/tls.key", "--invoke-client-ca-file=/etc/kruntimes/runtimed-tls/ca.crt"})
-	assert.NotEqual(t, newDeployment(rt, false).Annotations[lifecycle.AnnotationTemplateHash], newDeployment(rt, true).Annotations[lifecycle.AnnotationTemplateHash])
+	assert.NotEqual(t, newDeployment(rt, podOptions{}).Annotations[lifecycle.AnnotationTemplateHash], newDeployment(rt, podOptions{invokeTLS: true}).Annotations[lifecycle.AnnotationTemplateHash])
 }
 
 func TestTemplateHashFollowsTheRuntime(t *testing.T) {
 	rt := bashRuntime()
-	before := newDeployment(rt, false).Annotations[lifecycle.AnnotationTemplateHash]
-	assert.Equal(t, before, newDeployment(bashRuntime(), false).Annotations[lifecycle.AnnotationTemplateHash], "stable")
+	before := newDeployment(rt, podOptions{}).Annotations[lifecycle.AnnotationTemplateHash]
+	assert.Equal(t, before, newDeployment(bashRuntime(), podOptions{}).Annotations[lifecycle.AnnotationTemplateHash], "stable")
 	rt.Spec.Capacity.Runs = 5
-	assert.NotEqual(t, before, newDeployment(rt, false).Annotations[lifecycle.AnnotationTemplateHash], "capacity is in runtimed's args")
+	assert.NotEqual(t, before, newDeployment(rt, podOptions{}).Annotations[lifecycle.AnnotationTemplateHash], "capacity is in runtimed's args")
 	rt = bashRuntime()
 	rt.Spec.Replicas = ptr.To[int32](7)
-	assert.Equal(t, before, newDeployment(rt, false).Annotations[lifecycle.AnnotationTemplateHash], "replicas are compared on their own")
+	assert.Equal(t, before, newDeployment(rt, podOptions{}).Annotations[lifecycle.AnnotationTemplateHash], "replicas are compared on their own")
 }

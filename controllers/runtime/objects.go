@@ -72,8 +72,14 @@ func newRoleBinding(rt *v1alpha1.Runtime) *rbacv1.RoleBinding {
 }
 
 // newDeployment returns the Deployment that holds rt's Pods.
-func newDeployment(rt *v1alpha1.Runtime, invokeTLS bool) *appsv1.Deployment {
-	template := podTemplate(rt, invokeTLS)
+// podOptions are what the controller's configuration adds to every Pod.
+type podOptions struct {
+	invokeTLS    bool
+	endpointBase string
+}
+
+func newDeployment(rt *v1alpha1.Runtime, opts podOptions) *appsv1.Deployment {
+	template := podTemplate(rt, opts)
 	d := &appsv1.Deployment{
 		ObjectMeta: ownedMeta(rt, runtimepod.DeploymentName(rt.Name)),
 		Spec: appsv1.DeploymentSpec{
@@ -98,7 +104,7 @@ func replicas(rt *v1alpha1.Runtime) *int32 {
 // ServiceAccount, the shared volumes mounted into the runtime container and
 // the runtimed sidecar. A user container named runtimed is replaced: the
 // sidecar is kruntimes' to define.
-func podTemplate(rt *v1alpha1.Runtime, invokeTLS bool) corev1.PodTemplateSpec {
+func podTemplate(rt *v1alpha1.Runtime, opts podOptions) corev1.PodTemplateSpec {
 	t := *rt.Spec.Template.DeepCopy()
 	if t.Labels == nil {
 		t.Labels = map[string]string{}
@@ -125,7 +131,10 @@ func podTemplate(rt *v1alpha1.Runtime, invokeTLS bool) corev1.PodTemplateSpec {
 		containers = append(containers, c)
 	}
 	runtimed := runtimedContainer(rt)
-	if invokeTLS {
+	if opts.endpointBase != "" {
+		runtimed.Args = append(runtimed.Args, "--endpoint-base="+opts.endpointBase)
+	}
+	if opts.invokeTLS {
 		// Mounted into runtimed alone: user code never sees the key.
 		t.Spec.Volumes = append(t.Spec.Volumes, corev1.Volume{
 			Name: runtimepod.VolumeRuntimedTLS,

@@ -144,6 +144,8 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		"--runtimed-ca-key-file=" + invokeCA.key,
 		"--runtimed-client-cert-file=" + invokeCA.clientCert,
 		"--runtimed-client-key-file=" + invokeCA.clientKey,
+		// Endpoints this machine's clients reach: kube-apiserver itself.
+		"--invoke-endpoint-base=" + c.APIServerURL,
 	}
 	proc, err := startComponent(ctx, logDir, kruntimesBinary, c.binary(kruntimesBinary), args...)
 	if err != nil {

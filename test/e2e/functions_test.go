@@ -192,7 +192,8 @@ func TestFunctionRuns(t *testing.T) {
 		assert.Equal(t, lifecycle.ReasonFunctionRegistered, cond.Reason)
 		require.NotNil(t, run.Status.ReadyTime)
 		require.NotNil(t, run.Status.Endpoint)
-		assert.Equal(t, "https://kubernetes.default.svc/apis/kruntimes.io/v1alpha1/namespaces/"+ns+"/runs/echo/invoke?uid="+string(run.UID), run.Status.Endpoint.URL)
+		assert.Equal(t, f.Cluster.APIServerURL+"/apis/kruntimes.io/v1alpha1/namespaces/"+ns+"/runs/echo/invoke?uid="+string(run.UID), run.Status.Endpoint.URL,
+			"the local cluster advertises kube-apiserver as it is reached from this machine")
 		assert.Contains(t, run.Finalizers, lifecycle.FinalizerRegistrationCleanup)
 		assert.Equal(t, python.pod.Name, run.Status.AssignedPod)
 
