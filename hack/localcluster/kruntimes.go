@@ -146,6 +146,9 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		"--runtimed-client-key-file=" + invokeCA.clientKey,
 		// Endpoints this machine's clients reach: kube-apiserver itself.
 		"--invoke-endpoint-base=" + c.APIServerURL,
+		// pprof without authentication, on a socket only this machine's
+		// root reaches: for profiling under the benchmarks.
+		"--debug-socket-path=" + filepath.Join(dir, "debug.sock"),
 	}
 	proc, err := startComponent(ctx, logDir, kruntimesBinary, c.binary(kruntimesBinary), args...)
 	if err != nil {
