@@ -47,8 +47,8 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
-	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimed/invoke"
 )
 
