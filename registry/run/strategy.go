@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"fmt"
+	"slices"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/fields"
@@ -101,9 +102,30 @@ func (runStatusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Ob
 	newRun.Spec = oldRun.Spec
 	// Finalizers and owner references are changed through the main resource;
 	// a status writer working from a stale copy must not drop them.
-	newRun.Finalizers = oldRun.Finalizers
+	newRun.Finalizers = registrationCleanup(oldRun, newRun.Status.Phase)
 	newRun.OwnerReferences = oldRun.OwnerReferences
 	newRun.DeletionTimestamp = oldRun.DeletionTimestamp
+}
+
+// registrationCleanup returns the finalizers of old as its status moves to
+// phase: a function Run gets kruntimes.io/registration-cleanup in the same
+// write that claims it for its Pod, before anything of it exists there, and
+// loses it when it goes back to Pending, when nothing of it may remain on a
+// Pod (its runtimed released it, or recovery fenced the Pod). Its runtimed
+// removes it once a Run that ended or is deleted is cleaned up. Done here,
+// the claim needs no second write, and the rule holds whoever writes.
+func registrationCleanup(old *kruntimes.Run, phase lifecycle.Phase) []string {
+	if old.Spec.Mode.Function == nil || phase == old.Status.Phase {
+		return old.Finalizers
+	}
+	has := slices.Contains(old.Finalizers, lifecycle.FinalizerRegistrationCleanup)
+	switch {
+	case phase == lifecycle.Running && old.Status.Phase == lifecycle.Scheduled && !has:
+		return append(slices.Clone(old.Finalizers), lifecycle.FinalizerRegistrationCleanup)
+	case phase == lifecycle.Pending && has:
+		return slices.DeleteFunc(slices.Clone(old.Finalizers), func(f string) bool { return f == lifecycle.FinalizerRegistrationCleanup })
+	}
+	return old.Finalizers
 }
 
 func (runStatusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {

@@ -1,7 +1,6 @@
 package functions
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
@@ -109,23 +108,17 @@ func TestWorkerDeathWithoutAttemptsLeftFails(t *testing.T) {
 	assert.Contains(t, failed.Status.Message, "died while idle")
 }
 
-// workerPID finds the Python worker serving the function in dir.
+// workerPID finds the Python worker serving the function in dir: it works
+// in that directory.
 func workerPID(t *testing.T, dir string) int {
 	t.Helper()
 	var pid int
 	err := wait.PollUntilContextTimeout(t.Context(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		entries, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+		entries, _ := filepath.Glob("/proc/[0-9]*/cwd")
 		for _, e := range entries {
-			cmdline, err := os.ReadFile(e)
-			if err != nil {
-				continue
-			}
-			args := bytes.Split(cmdline, []byte{0})
-			for i, a := range args {
-				if string(a) == dir && i > 0 && string(args[i-1]) != "" && bytes.Contains(cmdline, []byte("-c")) {
-					pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(e)))
-					return true, nil
-				}
+			if cwd, err := os.Readlink(e); err == nil && cwd == dir {
+				pid, _ = strconv.Atoi(filepath.Base(filepath.Dir(e)))
+				return true, nil
 			}
 		}
 		return false, nil

@@ -143,13 +143,10 @@ func (c *Controller) registrationFailed(ctx context.Context, run *v1alpha1.Run, 
 			Message: "the registration failed: " + message})
 	}
 	// Nothing of the Run may stay on this Pod once it is Pending: release,
-	// drop the finalizer, then write the retry (after which this Pod no
-	// longer sees the Run).
+	// then write the retry, which also drops the registration-cleanup
+	// finalizer (the registry does, on every function going back to
+	// Pending).
 	if err := c.release(ctx, reg, cancelInFlight); err != nil {
-		return err
-	}
-	run, err := c.removeFinalizer(ctx, run)
-	if err != nil {
 		return err
 	}
 	if _, err := runstatus.Update(ctx, c.runs, retry.Requeue(run, d, now)); err != nil {
@@ -263,8 +260,10 @@ func (c *Controller) unregister(ctx context.Context, uid types.UID, attempt int3
 	return fmt.Errorf("unregister Run %s attempt %d: %w", uid, attempt, err)
 }
 
-// ensureFinalizer adds registration-cleanup before anything Pod-local
-// exists, so the Run cannot disappear without this Pod cleaning up.
+// ensureFinalizer makes sure registration-cleanup is on the Run before
+// anything Pod-local exists, so the Run cannot disappear without this Pod
+// cleaning up. The registry adds it in the claim's own write; this only
+// writes for a Run claimed by a server that did not.
 func (c *Controller) ensureFinalizer(ctx context.Context, run *v1alpha1.Run) (*v1alpha1.Run, error) {
 	if slices.Contains(run.Finalizers, lifecycle.FinalizerRegistrationCleanup) {
 		return run, nil
