@@ -5,8 +5,11 @@ BIN := $(CURDIR)/bin
 # Tests start real servers; CI machines have 2 cores. -count=1: a test result
 # cached from another checkout proves nothing about this one.
 GOTEST_FLAGS ?= -race -count=1 -timeout 30m
+# go test -json is read by hack/testreport: readable output as tests run, a
+# summary, and a failure for any skip not listed in hack/allowed-skips.txt.
+TESTREPORT = $(BIN)/testreport --allowed-skips hack/allowed-skips.txt
 
-.PHONY: all build test unit e2e verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube
+.PHONY: all build test unit e2e testreport verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube
 
 all: build
 
@@ -16,16 +19,20 @@ build:
 
 ## test: verify generated code and formatting, then run every test suite,
 ## e2e included (it needs the Kubernetes binaries, built once and cached).
-test: verify kube-binaries
-	KRUNTIMES_E2E_REQUIRE=1 $(GO) test $(GOTEST_FLAGS) ./...
+## Fails on a test that skips without an entry in hack/allowed-skips.txt.
+test: verify kube-binaries testreport
+	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) ./... 2>&1 | $(TESTREPORT)
 
 ## unit: every test; the e2e suite skips when the Kubernetes binaries are missing.
 unit:
 	$(GO) test $(GOTEST_FLAGS) ./...
 
 ## e2e: only the e2e suite, against the local cluster.
-e2e: kube-binaries
-	KRUNTIMES_E2E_REQUIRE=1 $(GO) test $(GOTEST_FLAGS) ./test/e2e/...
+e2e: kube-binaries testreport
+	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) ./test/e2e/... 2>&1 | $(TESTREPORT)
+
+testreport:
+	@$(GO) build -o $(BIN)/testreport ./hack/testreport
 
 ## kube-binaries: kube-apiserver, kube-controller-manager, kubectl and etcd
 ## from the Kubernetes v1.37.2 modules into bin/ (~15 min the first time; cached).
@@ -74,7 +81,7 @@ run-standalone: build
 ## clean: remove local state and kruntimes binaries (keeps the Kubernetes binaries).
 clean:
 	rm -rf .local
-	cd $(BIN) 2>/dev/null && rm -f kruntimes-apiserver kruntimes-runtime localcluster e2e-testserver || true
+	cd $(BIN) 2>/dev/null && rm -f kruntimes-apiserver kruntimes-runtime localcluster e2e-testserver testreport || true
 
 ## clean-kube: also remove the cached Kubernetes binaries.
 clean-kube: clean
