@@ -3,7 +3,8 @@ SHELL := /usr/bin/env bash
 GO ?= go
 BIN := $(CURDIR)/bin
 # Tests start real servers; CI machines have 2 cores. -count=1: a test result
-# cached from another checkout proves nothing about this one.
+# cached from another checkout proves nothing about this one. Race-built
+# tests also race-build the binaries the e2e cluster runs (hack/repobin).
 GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 # go test -json is read by hack/testreport: readable output as tests run, a
 # summary, and a failure for any skip not listed in hack/allowed-skips.txt.
@@ -81,7 +82,7 @@ run-standalone: build
 ## clean: remove local state and kruntimes binaries (keeps the Kubernetes binaries).
 clean:
 	rm -rf .local
-	cd $(BIN) 2>/dev/null && rm -f kruntimes-apiserver kruntimes-runtime localcluster e2e-testserver testreport || true
+	cd $(BIN) 2>/dev/null && rm -f kruntimes-apiserver kruntimes-controllers kruntimes-runtime runtimed localcluster e2e-testserver testreport || true
 
 ## clean-kube: also remove the cached Kubernetes binaries.
 clean-kube: clean

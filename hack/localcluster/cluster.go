@@ -11,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -520,18 +519,4 @@ func (c *Cluster) Err() error {
 		}
 	}
 	return nil
-}
-
-// RepoRoot finds the repository root from dir by looking for go.mod of the
-// kruntimes module, so no machine path is ever configured.
-func RepoRoot(dir string) (string, error) {
-	for d := dir; ; d = filepath.Dir(d) {
-		data, err := os.ReadFile(filepath.Join(d, "go.mod"))
-		if err == nil && strings.HasPrefix(strings.TrimSpace(string(data)), "module kruntimes.io/kruntimes\n") {
-			return d, nil
-		}
-		if filepath.Dir(d) == d {
-			return "", fmt.Errorf("no kruntimes.io/kruntimes go.mod above %s", dir)
-		}
-	}
 }

@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -31,6 +30,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 
+	"kruntimes.io/kruntimes/hack/repobin"
 	"kruntimes.io/kruntimes/runtimed/invoke"
 )
 
@@ -41,8 +41,6 @@ const (
 	KruntimesAPIService  = "v1alpha1.kruntimes.io"
 	kruntimesGroup       = "kruntimes.io"
 	kruntimesVersion     = "v1alpha1"
-	kruntimesPackage     = "./cmd/kruntimes-apiserver"
-	kruntimesBinary      = "kruntimes-apiserver"
 	kruntimesTokenExpiry = 24 * time.Hour
 )
 
@@ -64,8 +62,8 @@ func (c *Cluster) startKruntimes(ctx context.Context, logDir string, client kube
 		c.progress("kruntimes-apiserver: disabled")
 		return nil
 	}
-	c.progress("building kruntimes-apiserver (%s)", kruntimesPackage)
-	if err := c.buildRepoBinary(ctx, kruntimesPackage, kruntimesBinary); err != nil {
+	c.progress("building kruntimes-apiserver (%s%s)", repobin.APIServer.Package, raceNote())
+	if err := repobin.Build(ctx, c.cfg.RepoRoot, repobin.APIServer); err != nil {
 		return err
 	}
 	if err := c.runKruntimes(ctx, logDir, client); err != nil {
@@ -150,7 +148,7 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		// root reaches: for profiling under the benchmarks.
 		"--debug-socket-path=" + filepath.Join(dir, "debug.sock"),
 	}
-	proc, err := startComponent(ctx, logDir, kruntimesBinary, c.binary(kruntimesBinary), args...)
+	proc, err := startComponent(ctx, logDir, repobin.APIServer.Name, c.binary(repobin.APIServer.Name), args...)
 	if err != nil {
 		return err
 	}
@@ -178,38 +176,6 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 	}
 	c.progress("waiting for APIService %s to become Available", KruntimesAPIService)
 	return WaitAPIServiceAvailable(ctx, dyn, KruntimesAPIService, 3*time.Minute, proc.running)
-}
-
-// buildRepoBinary builds a main package of this repository into bin/.
-func (c *Cluster) buildRepoBinary(ctx context.Context, pkg, name string) error {
-	if _, err := os.Stat(filepath.Join(c.cfg.RepoRoot, pkg)); err != nil {
-		return fmt.Errorf("%s does not exist", pkg)
-	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", c.binary(name), pkg)
-	cmd.Dir = c.cfg.RepoRoot
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, firstLines(string(out), 15))
-	}
-	return nil
-}
-
-// BuildRepoBinaries builds the binaries container images map to, skipping
-// packages that do not exist yet; it returns what was built and what failed.
-func BuildRepoBinaries(ctx context.Context, repoRoot string, packages map[string]string) (built []string, failed map[string]error) {
-	c := &Cluster{cfg: Config{RepoRoot: repoRoot}}
-	failed = map[string]error{}
-	for name, pkg := range packages {
-		if _, err := os.Stat(filepath.Join(repoRoot, pkg)); err != nil {
-			continue
-		}
-		if err := c.buildRepoBinary(ctx, pkg, name); err != nil {
-			failed[name] = err
-			continue
-		}
-		built = append(built, name)
-	}
-	return built, failed
 }
 
 func (c *Cluster) loadClusterCA() (*authority, error) {
@@ -393,23 +359,22 @@ func WaitAPIServiceAvailable(ctx context.Context, dyn dynamic.Interface, name st
 	return nil
 }
 
-func firstLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = append(lines[:n], "…")
-	}
-	return strings.Join(lines, "\n")
-}
-
 func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }
 
-// ImagePackages maps each binary a container image may run on the local node
-// (see nodeagent.ImageBinaries) to the main package that builds it.
-var ImagePackages = map[string]string{
-	"runtimed":          "./cmd/runtimed",
-	"kruntimes-runtime": "./cmd/kruntimes-runtime",
-	"krt":               "./cmd/krt",
-	"e2e-testserver":    "./test/e2e/testserver",
+// ImageCommands are the binaries container images map to on the local node
+// (see nodeagent.ImageBinaries) that this repository builds.
+var ImageCommands = []repobin.Command{
+	{Name: "runtimed", Package: "./cmd/runtimed"},
+	{Name: "kruntimes-runtime", Package: "./cmd/kruntimes-runtime"},
+	{Name: "krt", Package: "./cmd/krt"},
+	{Name: "e2e-testserver", Package: "./test/e2e/testserver"},
+}
+
+func raceNote() string {
+	if repobin.RaceEnabled {
+		return ", -race like this binary"
+	}
+	return ""
 }
 
 // invokePKI are the files of the invoke hop's TLS: the kruntimes CA and

@@ -20,31 +20,35 @@ import (
 
 	kruntimestestserver "kruntimes.io/kruntimes/apiserver/testserver"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
+	"kruntimes.io/kruntimes/hack/repobin"
 )
 
 var (
-	buildOnce   sync.Once
-	builtBinary string
-	buildErr    error
+	buildOnce sync.Once
+	binary    string
+	buildErr  error
 )
 
-// apiserverBinary builds cmd/kruntimes-apiserver once per test binary.
+// apiserverBinary brings bin/kruntimes-apiserver up to date (race-built when
+// this test binary is) once per test binary and returns its path.
 func apiserverBinary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "kruntimes-apiserver-bin")
+		wd, err := os.Getwd()
 		if err != nil {
 			buildErr = err
 			return
 		}
-		builtBinary = filepath.Join(dir, "kruntimes-apiserver")
-		out, err := exec.Command("go", "build", "-o", builtBinary, "kruntimes.io/kruntimes/cmd/kruntimes-apiserver").CombinedOutput()
+		root, err := repobin.RepoRoot(wd)
 		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+			buildErr = err
+			return
 		}
+		buildErr = repobin.Build(context.Background(), root, repobin.APIServer)
+		binary = repobin.Path(root, repobin.APIServer.Name)
 	})
 	require.NoError(t, buildErr)
-	return builtBinary
+	return binary
 }
 
 // serverProcess is kruntimes-apiserver running as its own process.

@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"syscall"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/hack/localcluster"
+	"kruntimes.io/kruntimes/hack/repobin"
 )
 
 // options are the command's flags.
@@ -67,7 +67,7 @@ func run(ctx context.Context, o *options) error {
 		if err != nil {
 			return err
 		}
-		if o.repoRoot, err = localcluster.RepoRoot(wd); err != nil {
+		if o.repoRoot, err = repobin.RepoRoot(wd); err != nil {
 			return err
 		}
 	}
@@ -99,11 +99,8 @@ func run(ctx context.Context, o *options) error {
 	}
 	if o.build {
 		fmt.Println("==> building repository binaries for container images")
-		built, failed := localcluster.BuildRepoBinaries(ctx, o.repoRoot, localcluster.ImagePackages)
-		sort.Strings(built)
-		fmt.Printf("    built: %v\n", built)
-		for name, err := range failed {
-			return fmt.Errorf("building %s for its container image: %w", name, err)
+		if err := repobin.Build(ctx, o.repoRoot, localcluster.ImageCommands...); err != nil {
+			return fmt.Errorf("building the binaries of container images: %w", err)
 		}
 	}
 	start := time.Now()
