@@ -49,6 +49,9 @@ type Config struct {
 	Kruntimes KruntimesMode
 	// Progress receives one human-readable line per step; may be nil.
 	Progress io.Writer
+	// KeepPodLogs writes container logs to StateDir/logs/pods/ and keeps
+	// them after their Pod is deleted, for a test suite to scan at the end.
+	KeepPodLogs bool
 }
 
 // KruntimesMode says whether to run kruntimes-apiserver.
@@ -227,10 +230,15 @@ func (c *Cluster) start(ctx context.Context) error {
 	c.cancel = cancel
 	c.progress("node agent %s (kubelet API on https://127.0.0.1:%d, Pod IPs from %s)", c.cfg.NodeName, agentPort, c.cfg.PodIPBase)
 	nodeConfig := c.clientConfig(nodePair(c.cfg.NodeName, "client"))
+	var podLogDir string
+	if c.cfg.KeepPodLogs {
+		podLogDir = filepath.Join(logDir, "pods")
+	}
 	agent, err := nodeagent.New(nodeagent.Config{
 		NodeName:       c.cfg.NodeName,
 		ClientConfig:   nodeConfig,
 		PodDir:         filepath.Join(c.cfg.StateDir, "pods"),
+		PodLogDir:      podLogDir,
 		BinDir:         filepath.Join(c.cfg.RepoRoot, "bin"),
 		PodIPBase:      c.cfg.PodIPBase,
 		APIServerHost:  "127.0.0.1",

@@ -20,6 +20,7 @@ import (
 
 	kruntimestestserver "kruntimes.io/kruntimes/apiserver/testserver"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
+	"kruntimes.io/kruntimes/hack/logscan"
 	"kruntimes.io/kruntimes/hack/repobin"
 )
 
@@ -81,7 +82,15 @@ func startServerProcess(t *testing.T, dataDir string) *serverProcess {
 	require.NoError(t, cmd.Start())
 	p := &serverProcess{cmd: cmd, exited: make(chan error, 1)}
 	go func() { p.exited <- cmd.Wait(); logFile.Close() }()
-	t.Cleanup(func() { p.kill() })
+	t.Cleanup(func() {
+		p.kill()
+		// A race-built server reports a race only in its log.
+		reports, err := logscan.ScanFile(logFile.Name())
+		assert.NoError(t, err)
+		for _, r := range reports {
+			t.Errorf("kruntimes-apiserver logged a %s", r)
+		}
+	})
 
 	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 90*time.Second, true, func(context.Context) (bool, error) {
 		select {

@@ -48,6 +48,11 @@ type Config struct {
 	ClientConfig *rest.Config
 	// PodDir holds one directory per Pod: volumes, logs, tokens.
 	PodDir string
+	// PodLogDir, when set, holds the containers' logs instead of the Pod's
+	// directory, as <PodLogDir>/<namespace>_<name>_<uid>/<container>/<restart>.log
+	// like the kubelet's /var/log/pods, and keeps them after the Pod is
+	// deleted, so that a test suite can read what every process wrote.
+	PodLogDir string
 	// BinDir holds the binaries container images map to.
 	BinDir string
 	// PodIPBase is the first address of the /16 block Pod IPs come from.

@@ -85,7 +85,7 @@ func (c *containerRunner) resolve() bool {
 }
 
 func (c *containerRunner) logDir() string {
-	return filepath.Join(c.pod.dir, "logs", c.spec.Name)
+	return filepath.Join(c.pod.logDir, c.spec.Name)
 }
 
 // logPath is the log of the given restart (0 is the first run).

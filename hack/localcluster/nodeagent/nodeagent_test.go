@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestImageRepositoryName(t *testing.T) {
@@ -111,6 +113,28 @@ func TestSeekTailLines(t *testing.T) {
 			got, err := io.ReadAll(f)
 			require.NoError(t, err)
 			assert.Equal(t, tc.want, string(got))
+		})
+	}
+}
+
+func TestContainerLogPath(t *testing.T) {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web", UID: "0123456789abcdef"},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "server"}}},
+	}
+	tests := []struct {
+		name      string
+		podLogDir string
+		want      string
+	}{
+		{"without PodLogDir, logs live in the Pod's directory and go with it", "", "/pods/01234567/logs/server/2.log"},
+		{"with PodLogDir, logs live apart, named like the kubelet's /var/log/pods", "/logs/pods", "/logs/pods/ns_web_0123456789abcdef/server/2.log"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			agent := &Agent{cfg: Config{PodDir: "/pods", PodLogDir: tc.podLogDir}}
+			r := newPodRunner(agent, pod)
+			assert.Equal(t, tc.want, r.containers[0].logPath(2))
 		})
 	}
 }

@@ -58,6 +58,7 @@ type podRunner struct {
 	agent  *Agent
 	uid    types.UID
 	dir    string
+	logDir string // the containers' logs: under dir or Config.PodLogDir
 	logger klog.Logger
 
 	// stop is closed when the Pod must stop; graceCh carries the grace period.
@@ -83,11 +84,15 @@ func newPodRunner(a *Agent, pod *corev1.Pod) *podRunner {
 		agent:     a,
 		uid:       pod.UID,
 		dir:       PodDir(a.cfg.PodDir, pod.UID),
+		logDir:    filepath.Join(PodDir(a.cfg.PodDir, pod.UID), "logs"),
 		logger:    klog.Background().WithName("nodeagent").WithValues("pod", klog.KObj(pod), "podUID", pod.UID),
 		stop:      make(chan struct{}),
 		statusDue: make(chan struct{}, 1),
 		pod:       pod.DeepCopy(),
 		startTime: metav1.Now(),
+	}
+	if a.cfg.PodLogDir != "" {
+		r.logDir = filepath.Join(a.cfg.PodLogDir, pod.Namespace+"_"+pod.Name+"_"+string(pod.UID))
 	}
 	if pod.Status.StartTime != nil {
 		r.startTime = *pod.Status.StartTime

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/hack/localcluster"
+	"kruntimes.io/kruntimes/hack/logscan"
 	"kruntimes.io/kruntimes/hack/repobin"
 )
 
@@ -68,13 +70,43 @@ func Main(m *testing.M) int {
 	code := m.Run()
 	stopControlPlane()
 	f.Cluster.Stop(ctx)
+	// After the stop, so that what components write while shutting down
+	// counts too.
 	stateDir := f.Cluster.Config().StateDir
+	if !componentLogsClean(os.Stderr, stateDir) {
+		code = 1
+	}
 	if code == 0 && os.Getenv(KeepEnv) != "1" {
 		_ = os.RemoveAll(stateDir)
 	} else {
 		fmt.Fprintf(os.Stderr, "e2e: cluster state and logs kept in %s\n", stateDir)
 	}
 	return code
+}
+
+// componentLogsClean scans the logs of every process the suite ran — the
+// cluster's components, the bare control plane, every container of every
+// Pod — for data races and crashes, prints each it finds and reports whether
+// there were none. A component built with -race (see repobin) reports a race
+// only in its log; without this scan nobody would read it.
+func componentLogsClean(out io.Writer, stateDir string) bool {
+	reports, err := logscan.ScanDirs(filepath.Join(stateDir, "logs"), filepath.Join(stateDir, "controlplane"))
+	if err != nil {
+		fmt.Fprintf(out, "e2e: scanning component logs: %v\n", err)
+		return false
+	}
+	if len(reports) == 0 {
+		fmt.Fprintf(out, "e2e: component logs show no data race or crash (components race-built: %v)\n", repobin.RaceEnabled)
+		return true
+	}
+	fmt.Fprintf(out, "e2e: FAIL: %d data race or crash reports in component logs:\n", len(reports))
+	for _, r := range reports {
+		if rel, err := filepath.Rel(stateDir, r.Path); err == nil {
+			r.Path = rel
+		}
+		fmt.Fprintf(out, "--- %s\n", r)
+	}
+	return false
 }
 
 func start(ctx context.Context) (*Framework, string, error) {
@@ -112,9 +144,10 @@ func start(ctx context.Context) (*Framework, string, error) {
 		StateDir: stateDir,
 		// A block of its own per run, so a make run cluster and parallel
 		// suites do not hand out the same Pod IPs.
-		PodIPBase: net.IPv4(127, byte(101+os.Getpid()%100), 0, 0),
-		Kruntimes: mode,
-		Progress:  os.Stderr,
+		PodIPBase:   net.IPv4(127, byte(101+os.Getpid()%100), 0, 0),
+		Kruntimes:   mode,
+		Progress:    os.Stderr,
+		KeepPodLogs: true,
 	})
 	if err != nil {
 		return nil, "", fmt.Errorf("%w (state and logs in %s)", err, stateDir)
