@@ -29,9 +29,13 @@ func controllersClient(t *testing.T, f *framework.Framework) versioned.Interface
 	f.RequireKruntimes(t)
 	ctx := framework.Context(t, time.Minute)
 	var holder string
-	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err := framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		lease, err := f.Client.CoordinationV1().Leases(manager.DefaultLeaseNamespace).Get(ctx, manager.DefaultLeaseName, metav1.GetOptions{})
-		if err != nil || lease.Spec.HolderIdentity == nil {
+		if seen.Err(err) {
+			return false, nil
+		}
+		if lease.Spec.HolderIdentity == nil {
+			seen.State("the Lease has no holder")
 			return false, nil
 		}
 		holder = *lease.Spec.HolderIdentity
@@ -86,9 +90,9 @@ func fakeRuntimePods(ctx context.Context, t *testing.T, f *framework.Framework, 
 	_, err := f.Client.AppsV1().Deployments(ns).Create(ctx, deploy, metav1.CreateOptions{})
 	require.NoError(t, err)
 	var pods []corev1.Pod
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.PodTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		list, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=fake-" + runtime})
-		if err != nil {
+		if seen.Err(err) {
 			return false, nil
 		}
 		pods = pods[:0]
@@ -97,6 +101,7 @@ func fakeRuntimePods(ctx context.Context, t *testing.T, f *framework.Framework, 
 				pods = append(pods, p)
 			}
 		}
+		seen.State("%d of %d Pods Ready", len(pods), n)
 		return len(pods) == int(n), nil
 	})
 	require.NoError(t, err, "%d Ready Pods labelled %s=%s", n, lifecycle.LabelRuntime, runtime)

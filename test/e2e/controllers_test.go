@@ -37,9 +37,9 @@ func TestRuntimeControllerCreatesPool(t *testing.T) {
 	name := runtimepod.DeploymentName("bash")
 
 	var deploy *appsv1.Deployment
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		deploy, err = f.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-		return err == nil, nil
+		return !seen.Err(err), nil
 	})
 	require.NoError(t, err, "Deployment %s is created", name)
 
@@ -90,13 +90,13 @@ func TestRuntimeControllerCreatesPool(t *testing.T) {
 
 	t.Run("status reflects the Deployment", func(t *testing.T) {
 		var last string
-		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(ctx context.Context) (bool, error) {
+		err := framework.Poll(ctx, framework.PollInterval, framework.PodTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 			got, err := client.KruntimesV1alpha1().Runtimes(ns).Get(ctx, "bash", metav1.GetOptions{})
-			if err != nil {
+			if seen.Err(err) {
 				return false, nil
 			}
 			d, err := f.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
+			if seen.Err(err) {
 				return false, nil
 			}
 			ready := apimeta.FindStatusCondition(got.Status.Conditions, lifecycle.ConditionReady)
@@ -111,9 +111,9 @@ func TestRuntimeControllerCreatesPool(t *testing.T) {
 
 	t.Run("with runtimed the pool becomes Ready", func(t *testing.T) {
 		var last string
-		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(ctx context.Context) (bool, error) {
+		err := framework.Poll(ctx, framework.PollInterval, framework.PodTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 			got, err := client.KruntimesV1alpha1().Runtimes(ns).Get(ctx, "bash", metav1.GetOptions{})
-			if err != nil {
+			if seen.Err(err) {
 				return false, nil
 			}
 			last = fmt.Sprintf("%+v", got.Status)
@@ -125,12 +125,21 @@ func TestRuntimeControllerCreatesPool(t *testing.T) {
 	t.Run("deleting the Runtime removes its pool", func(t *testing.T) {
 		require.NoError(t, client.KruntimesV1alpha1().Runtimes(ns).Delete(ctx, "bash", metav1.DeleteOptions{}))
 		saName := runtimepod.ServiceAccountName("bash")
-		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		err := framework.Poll(ctx, framework.PollInterval, 2*time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 			_, errD := f.Client.AppsV1().Deployments(ns).Get(ctx, name, metav1.GetOptions{})
 			_, errS := f.Client.CoreV1().ServiceAccounts(ns).Get(ctx, saName, metav1.GetOptions{})
 			_, errR := f.Client.RbacV1().Roles(ns).Get(ctx, saName, metav1.GetOptions{})
 			_, errB := f.Client.RbacV1().RoleBindings(ns).Get(ctx, saName, metav1.GetOptions{})
-			return apierrors.IsNotFound(errD) && apierrors.IsNotFound(errS) && apierrors.IsNotFound(errR) && apierrors.IsNotFound(errB), nil
+			var remaining []string
+			for kind, err := range map[string]error{"Deployment": errD, "ServiceAccount": errS, "Role": errR, "RoleBinding": errB} {
+				if !apierrors.IsNotFound(err) {
+					remaining = append(remaining, kind)
+					seen.Err(err)
+				}
+			}
+			sort.Strings(remaining)
+			seen.State("remaining: %v", remaining)
+			return len(remaining) == 0, nil
 		})
 		require.NoError(t, err, "the garbage collector removes the Deployment, ServiceAccount, Role and RoleBinding")
 	})
@@ -239,9 +248,12 @@ func TestSchedulerPlacesRunsByCapacity(t *testing.T) {
 		require.NotNil(t, done)
 		finishRun(ctx, t, client, done)
 		var last *v1alpha1.Run
-		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+		err := framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 			last, err = runs.Get(ctx, pending, metav1.GetOptions{})
-			return err == nil && last.Status.Phase == lifecycle.Scheduled, nil
+			if seen.Err(err) {
+				return false, nil
+			}
+			return last.Status.Phase == lifecycle.Scheduled, nil
 		})
 		require.NoError(t, err, "last: %+v", last)
 		assert.Equal(t, done.Status.AssignedPod, last.Status.AssignedPod, "the freed slot is the only one")
@@ -296,9 +308,9 @@ func countPhase(items []v1alpha1.Run, phase lifecycle.Phase) int {
 func waitRuns(ctx context.Context, t *testing.T, client versioned.Interface, ns, what string, done func([]v1alpha1.Run) bool) []v1alpha1.Run {
 	t.Helper()
 	var items []v1alpha1.Run
-	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err := framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		list, err := client.KruntimesV1alpha1().Runs(ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
+		if seen.Err(err) {
 			return false, nil
 		}
 		items = list.Items
@@ -322,9 +334,9 @@ func waitRun(ctx context.Context, t *testing.T, client versioned.Interface, ns, 
 func waitRunTimeout(ctx context.Context, t *testing.T, client versioned.Interface, ns, name, what string, timeout time.Duration, done func(*v1alpha1.Run) bool) *v1alpha1.Run {
 	t.Helper()
 	var last *v1alpha1.Run
-	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, timeout, true, func(ctx context.Context) (bool, error) {
+	err := framework.Poll(ctx, framework.PollInterval, timeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		r, err := client.KruntimesV1alpha1().Runs(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
+		if seen.Err(err) {
 			return false, nil
 		}
 		last = r

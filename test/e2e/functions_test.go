@@ -19,11 +19,9 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
@@ -312,13 +310,14 @@ func TestFunctionRuns(t *testing.T) {
 
 		require.NoError(t, syscall.Kill(python.runtimedPID, syscall.SIGKILL))
 		restarted := waitForNewRuntimed(ctx, t, f, ns, python)
-		var lastErr error
-		err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, functionTimeout, true, func(ctx context.Context) (bool, error) {
+		err = framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 			m, err := runtimedMetrics(ctx, python.pod)
-			lastErr = err
-			return err == nil && m[`kruntimes_runtimed_registrations`] != "" && m[`kruntimes_runtimed_registrations`] != "0", nil
+			if seen.Err(err) {
+				return false, nil
+			}
+			return m[`kruntimes_runtimed_registrations`] != "" && m[`kruntimes_runtimed_registrations`] != "0", nil
 		})
-		require.NoError(t, err, "the restarted runtimed (pid %d) holds the registrations again (last error %v)", restarted, lastErr)
+		require.NoError(t, err, "the restarted runtimed (pid %d) holds the registrations again", restarted)
 		after, err := runs.KruntimesV1alpha1().Runs(ns).Get(ctx, "echo", metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, before.ResourceVersion, after.ResourceVersion, "no status write when nothing changed")
@@ -385,9 +384,9 @@ func TestReadyFunctionHoldsItsSlot(t *testing.T) {
 	assert.Empty(t, waiting.Status.AssignedPod)
 
 	require.NoError(t, runs.KruntimesV1alpha1().Runs(ns).Delete(ctx, "first", metav1.DeleteOptions{}))
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, functionTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		_, err := runs.KruntimesV1alpha1().Runs(ns).Get(ctx, "first", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+		return seen.Deleted(err), nil
 	})
 	require.NoError(t, err, "the deleted Run goes once runtimed removed its finalizer")
 	assert.Nil(t, single.registration(ctx, t, first.UID), "unregistered")
@@ -400,7 +399,7 @@ func TestReadyFunctionHoldsItsSlot(t *testing.T) {
 func waitForNewRuntimed(ctx context.Context, t *testing.T, f *framework.Framework, ns string, h *runtimeHost) int {
 	t.Helper()
 	var pid int
-	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(context.Context) (bool, error) {
+	err := framework.Poll(ctx, framework.PollInterval, framework.PodTimeout, func(_ context.Context, seen *framework.Observed) (bool, error) {
 		pid = runtimedPID(t, string(h.pod.UID))
 		return pid != 0 && pid != h.runtimedPID, nil
 	})

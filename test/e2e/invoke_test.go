@@ -26,7 +26,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
@@ -236,9 +235,9 @@ func TestInvoke(t *testing.T) {
 		assert.Equal(t, http.StatusOK, call(oldURL).code)
 
 		require.NoError(t, runs.KruntimesV1alpha1().Runs(ns).Delete(ctx, "named", metav1.DeleteOptions{}))
-		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, functionTimeout, true, func(ctx context.Context) (bool, error) {
+		err := framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 			_, err := runs.KruntimesV1alpha1().Runs(ns).Get(ctx, "named", metav1.GetOptions{})
-			return err != nil, nil
+			return seen.Deleted(err), nil
 		})
 		require.NoError(t, err)
 		second := ready(t, "named", "handlers.echo")
@@ -372,8 +371,10 @@ func TestInvoke(t *testing.T) {
 		python.runtimedPID = waitForNewRuntimed(ctx, t, f, ns, python)
 		// Nobody re-sent it, and it ran once.
 		assert.Equal(t, []string{"doomed"}, readLines(t, file))
-		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, functionTimeout, true, func(ctx context.Context) (bool, error) {
-			return admin.post(ctx, t, invokePath(ns, "echo"), []byte(`{}`), nil).code == http.StatusOK, nil
+		err := framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+			answer := admin.post(ctx, t, invokePath(ns, "echo"), []byte(`{}`), nil)
+			seen.State("answered %d: %s", answer.code, answer.body)
+			return answer.code == http.StatusOK, nil
 		})
 		require.NoError(t, err, "the restarted runtimed serves invocations again")
 	})
@@ -440,9 +441,9 @@ func TestInvoke(t *testing.T) {
 		require.Equal(t, http.StatusOK, a.code, "%s", a.body)
 		user := "system:serviceaccount:" + ns + ":audited"
 		var seen string
-		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(context.Context) (bool, error) {
+		err := framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(_ context.Context, observed *framework.Observed) (bool, error) {
 			data, err := os.ReadFile(f.Cluster.AuditLogPath())
-			if err != nil {
+			if observed.Err(err) {
 				return false, nil
 			}
 			for _, line := range strings.Split(string(data), "\n") {
@@ -513,9 +514,12 @@ func readLines(t *testing.T, path string) []string {
 // waitForLines waits until the handler wrote n lines to path.
 func waitForLines(ctx context.Context, t *testing.T, path string, n int) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, framework.ShortTimeout, true, func(context.Context) (bool, error) {
+	err := framework.Poll(ctx, 20*time.Millisecond, framework.ShortTimeout, func(_ context.Context, seen *framework.Observed) (bool, error) {
 		data, err := os.ReadFile(path)
-		return err == nil && len(strings.Fields(string(data))) >= n, nil
+		if seen.Err(err) {
+			return false, nil
+		}
+		return len(strings.Fields(string(data))) >= n, nil
 	})
 	require.NoError(t, err, "the handler started")
 }

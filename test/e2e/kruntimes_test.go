@@ -15,7 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
@@ -98,9 +97,12 @@ func TestKubectlCreateGetDeleteRunsAndRuntimes(t *testing.T) {
 	require.NoError(t, err)
 	_, err = f.Kubectl(ctx, "delete", "runtime", "bash", "-n", ns, "--wait=false")
 	require.NoError(t, err)
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		out, err := f.Kubectl(ctx, "get", "runtimes", "-n", ns, "-o", "name")
-		return err == nil && strings.TrimSpace(out) == "", nil
+		if seen.Err(err) {
+			return false, nil
+		}
+		return strings.TrimSpace(out) == "", nil
 	})
 	require.NoError(t, err, "Runtime is gone")
 }
@@ -215,7 +217,7 @@ func TestServiceAccountNeedsRBACForRuns(t *testing.T) {
 			// RBAC bindings reach the delegated authorizer through a
 			// SubjectAccessReview cache; poll past its TTL.
 			var lastErr error
-			err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+			err := framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 				_, lastErr = client.Resource(runsGVR).Namespace(ns).List(ctx, metav1.ListOptions{})
 				if tc.wantAllow {
 					return lastErr == nil, nil

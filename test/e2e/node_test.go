@@ -18,10 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"kruntimes.io/kruntimes/hack/localcluster"
@@ -85,9 +83,9 @@ func TestDeploymentRunsOnLocalNode(t *testing.T) {
 	body := httpGet(ctx, t, url)
 	assert.Equal(t, "hello from "+pod.Name+"\n", body)
 
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		out, err := f.Kubectl(ctx, "logs", "-n", ns, pod.Name)
-		if err != nil {
+		if seen.Err(err) {
 			return false, nil
 		}
 		return strings.Contains(out, "listening on "+pod.Status.PodIP) && strings.Contains(out, "request GET /"), nil
@@ -96,9 +94,9 @@ func TestDeploymentRunsOnLocalNode(t *testing.T) {
 
 	// Deleting the Pod stops its process, and the ReplicaSet replaces it.
 	require.NoError(t, f.Client.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}))
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.PodTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		_, err := f.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+		return seen.Deleted(err), nil
 	})
 	require.NoError(t, err, "deleted Pod is removed once its process stopped")
 	conn, err := net.DialTimeout("tcp", net.JoinHostPort(pod.Status.PodIP, "8080"), time.Second)
@@ -120,9 +118,9 @@ func TestUnknownImageIsImagePullBackOff(t *testing.T) {
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	var waiting *corev1.ContainerStateWaiting
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		pod, err := f.Client.CoreV1().Pods(ns).Get(ctx, "nginx", metav1.GetOptions{})
-		if err != nil || len(pod.Status.ContainerStatuses) == 0 {
+		if seen.Err(err) || len(pod.Status.ContainerStatuses) == 0 {
 			return false, nil
 		}
 		waiting = pod.Status.ContainerStatuses[0].State.Waiting
@@ -145,13 +143,14 @@ func TestCrashingContainerRestarts(t *testing.T) {
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		pod, err := f.Client.CoreV1().Pods(ns).Get(ctx, "crash", metav1.GetOptions{})
-		if err != nil || len(pod.Status.ContainerStatuses) == 0 {
+		if seen.Err(err) || len(pod.Status.ContainerStatuses) == 0 {
 			return false, nil
 		}
 		cs := pod.Status.ContainerStatuses[0]
 		last := cs.LastTerminationState.Terminated
+		seen.State("restartCount %d, last termination %+v", cs.RestartCount, last)
 		return cs.RestartCount >= 2 && last != nil && last.ExitCode != 0, nil
 	})
 	require.NoError(t, err, "container restarts with a recorded non-zero exit")
@@ -173,9 +172,12 @@ func TestCompletedPodSucceeds(t *testing.T) {
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		pod, err := f.Client.CoreV1().Pods(ns).Get(ctx, "help", metav1.GetOptions{})
-		return err == nil && pod.Status.Phase == corev1.PodSucceeded, nil
+		if seen.Err(err) {
+			return false, nil
+		}
+		return pod.Status.Phase == corev1.PodSucceeded, nil
 	})
 	require.NoError(t, err)
 }
@@ -185,9 +187,9 @@ func waitForReadyPod(ctx context.Context, t *testing.T, f *framework.Framework, 
 	t.Helper()
 	var ready *corev1.Pod
 	var last string
-	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(ctx context.Context) (bool, error) {
+	err := framework.Poll(ctx, framework.PollInterval, framework.PodTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		pods, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
-		if err != nil {
+		if seen.Err(err) {
 			return false, nil
 		}
 		for i := range pods.Items {
@@ -243,14 +245,17 @@ func TestLivenessFailureRestartsContainer(t *testing.T) {
 		},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.PodTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		pod, err := f.Client.CoreV1().Pods(ns).Get(ctx, "unhealthy", metav1.GetOptions{})
-		return err == nil && len(pod.Status.ContainerStatuses) == 1 && pod.Status.ContainerStatuses[0].RestartCount >= 1, nil
+		if seen.Err(err) {
+			return false, nil
+		}
+		return len(pod.Status.ContainerStatuses) == 1 && pod.Status.ContainerStatuses[0].RestartCount >= 1, nil
 	})
 	require.NoError(t, err, "container killed by its liveness probe is restarted")
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		events, err := f.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=unhealthy"})
-		if err != nil {
+		if seen.Err(err) {
 			return false, nil
 		}
 		reasons := map[string]bool{}
@@ -278,7 +283,7 @@ func TestKubectlLogsFollow(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { stop(); _ = cmd.Wait() })
 
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		// Each request adds a line; -f must show lines written after it started.
 		_ = httpGet(ctx, t, fmt.Sprintf("http://%s/followed", net.JoinHostPort(pod.Status.PodIP, "8080")))
 		return strings.Contains(out.String(), "request GET /followed"), nil
@@ -340,7 +345,7 @@ func TestForceDeleteStopsProcessAndRemovesPodDir(t *testing.T) {
 	_, err = f.Kubectl(ctx, "delete", "pod", "-n", ns, pod.Name, "--force", "--grace-period=0")
 	require.NoError(t, err)
 	addr := net.JoinHostPort(pod.Status.PodIP, "8080")
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(_ context.Context, seen *framework.Observed) (bool, error) {
 		conn, err := net.DialTimeout("tcp", addr, time.Second)
 		if err == nil {
 			conn.Close()

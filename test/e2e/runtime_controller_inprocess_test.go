@@ -126,9 +126,9 @@ func applied(t *testing.T, writes []apiWrite) []apiWrite {
 func (e *runtimeControllerEnv) waitForRuntime(name, what string, done func(*v1alpha1.Runtime) bool) *v1alpha1.Runtime {
 	e.t.Helper()
 	var last *v1alpha1.Runtime
-	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err := framework.Poll(e.ctx, 50*time.Millisecond, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		rt, err := e.client.KruntimesV1alpha1().Runtimes(e.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
+		if seen.Err(err) {
 			return false, nil
 		}
 		last = rt
@@ -302,9 +302,9 @@ func testForeignDeployment(t *testing.T, labels map[string]string) {
 	assert.Equal(t, foreign.ResourceVersion, d.ResourceVersion, "the foreign Deployment is untouched")
 	assert.Equal(t, foreign.UID, d.UID)
 
-	err = wait.PollUntilContextTimeout(e.ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(e.ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		events, err := e.kube.CoreV1().Events(e.ns).List(ctx, metav1.ListOptions{})
-		if err != nil {
+		if seen.Err(err) {
 			return false, nil
 		}
 		for _, ev := range events.Items {
@@ -320,9 +320,9 @@ func testForeignDeployment(t *testing.T, labels map[string]string) {
 	// The sync failed, so the Runtime is retried with backoff: once the
 	// foreign Deployment is gone, the controller creates its own.
 	require.NoError(t, e.kube.AppsV1().Deployments(e.ns).Delete(e.ctx, name, metav1.DeleteOptions{}))
-	err = wait.PollUntilContextTimeout(e.ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(e.ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		d, err := e.kube.AppsV1().Deployments(e.ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
+		if seen.Err(err) {
 			return false, nil
 		}
 		ref := metav1.GetControllerOf(d)

@@ -14,11 +14,11 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	watchtools "k8s.io/client-go/tools/watch"
 	clientretry "k8s.io/client-go/util/retry"
@@ -168,9 +168,9 @@ func createAndBind(ctx context.Context, t *testing.T, runs versioned.Interface, 
 func waitForRun(ctx context.Context, t *testing.T, runs versioned.Interface, ns, name string, timeout time.Duration, what string, done func(*v1alpha1.Run) bool) *v1alpha1.Run {
 	t.Helper()
 	var last *v1alpha1.Run
-	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, timeout, true, func(ctx context.Context) (bool, error) {
+	err := framework.Poll(ctx, framework.PollInterval, timeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		run, err := runs.KruntimesV1alpha1().Runs(ns).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
+		if seen.Err(err) {
 			return false, nil
 		}
 		last = run
@@ -201,15 +201,15 @@ func pidScript(dir string) string {
 func waitForPIDs(ctx context.Context, t *testing.T, dir string) []int {
 	t.Helper()
 	var pids []int
-	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(context.Context) (bool, error) {
+	err := framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(_ context.Context, seen *framework.Observed) (bool, error) {
 		pids = pids[:0]
 		for _, name := range []string{"pid", "child"} {
 			raw, err := os.ReadFile(dir + "/" + name)
-			if err != nil {
+			if seen.Err(err) {
 				return false, nil
 			}
 			pid, err := strconv.Atoi(strings.TrimSpace(string(raw)))
-			if err != nil {
+			if seen.Err(err) {
 				return false, nil
 			}
 			pids = append(pids, pid)
@@ -226,9 +226,10 @@ func waitForPIDs(ctx context.Context, t *testing.T, dir string) []int {
 // waitForProcessesGone waits until none of pids runs any more.
 func waitForProcessesGone(ctx context.Context, t *testing.T, pids []int) {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(context.Context) (bool, error) {
+	err := framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(_ context.Context, seen *framework.Observed) (bool, error) {
 		for _, pid := range pids {
 			if processAlive(pid) {
+				seen.State("process %d still runs", pid)
 				return false, nil
 			}
 		}
@@ -296,9 +297,13 @@ func watchForRun(ctx context.Context, t *testing.T, runs versioned.Interface, ns
 	require.NoError(t, err)
 	var last *v1alpha1.Run
 	event, err := watchtools.UntilWithoutRetry(ctx, w, func(e watch.Event) (bool, error) {
+		if e.Type == watch.Error {
+			// A 410 Gone or a 403 ends the watch; say so, not "timed out".
+			return false, fmt.Errorf("watch error: %w", apierrors.FromObject(e.Object))
+		}
 		run, ok := e.Object.(*v1alpha1.Run)
 		if !ok {
-			return false, nil
+			return false, fmt.Errorf("watch sent a %T, not a Run", e.Object)
 		}
 		last = run
 		return done(run), nil

@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -171,11 +170,11 @@ func TestRuntimedTasks(t *testing.T) {
 		}
 		// Two of three hold the Pod's two slots; the third stays Scheduled.
 		var running, scheduled []string
-		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, runOutcomeTimeout, true, func(ctx context.Context) (bool, error) {
+		err := framework.Poll(ctx, framework.PollInterval, runOutcomeTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 			running, scheduled = nil, nil
 			for _, name := range names {
 				r, err := runs.KruntimesV1alpha1().Runs(ns).Get(ctx, name, metav1.GetOptions{})
-				if err != nil {
+				if seen.Err(err) {
 					return false, nil
 				}
 				switch r.Status.Phase {
@@ -233,9 +232,9 @@ func TestRuntimedTasks(t *testing.T) {
 		require.NotZero(t, old)
 		require.NoError(t, syscall.Kill(old, syscall.SIGKILL))
 		// The node agent restarts the container; wait for the new runtimed to be Ready.
-		err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.PodTimeout, true, func(ctx context.Context) (bool, error) {
+		err := framework.Poll(ctx, framework.PollInterval, framework.PodTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 			p, err := f.Client.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
-			if err != nil {
+			if seen.Err(err) {
 				return false, nil
 			}
 			for _, cs := range p.Status.ContainerStatuses {
@@ -272,9 +271,12 @@ func TestRuntimedTasks(t *testing.T) {
 		require.Len(t, lease.OwnerReferences, 1)
 		assert.Equal(t, pod.UID, lease.OwnerReferences[0].UID)
 		first := lease.Spec.RenewTime.Time
-		err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, 3*runtimepod.HeartbeatRenewInterval, true, func(ctx context.Context) (bool, error) {
+		err = framework.Poll(ctx, framework.PollInterval, 3*runtimepod.HeartbeatRenewInterval, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 			l, err := leases.Get(ctx, lease.Name, metav1.GetOptions{})
-			return err == nil && l.Spec.RenewTime.After(first), nil
+			if seen.Err(err) {
+				return false, nil
+			}
+			return l.Spec.RenewTime.After(first), nil
 		})
 		require.NoError(t, err, "renewTime moves forward within a few renew intervals")
 	})
@@ -298,9 +300,9 @@ func TestRuntimedTasks(t *testing.T) {
 	t.Run("Events on the Run tell the user what went wrong, and only that", func(t *testing.T) {
 		want := map[string]string{"fails": lifecycle.ReasonNonZeroExit, "retried": lifecycle.ReasonRetrying}
 		for run, reason := range want {
-			err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+			err := framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 				events, err := f.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + run})
-				if err != nil {
+				if seen.Err(err) {
 					return false, nil
 				}
 				for _, e := range events.Items {

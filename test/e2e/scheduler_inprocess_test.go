@@ -119,10 +119,10 @@ func (e *schedulerEnv) candidatePod(name, runtime string) *corev1.Pod {
 	var created *corev1.Pod
 	// Admission wants the namespace's default ServiceAccount, which the
 	// cluster's controller-manager creates shortly after the namespace.
-	err := wait.PollUntilContextTimeout(e.ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	err := framework.Poll(e.ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		var err error
 		created, err = pods.Create(ctx, pod, metav1.CreateOptions{})
-		return err == nil, nil
+		return !seen.Err(err), nil
 	})
 	require.NoError(t, err, "creating Pod %s", name)
 	now := metav1.Now()
@@ -716,8 +716,11 @@ func TestSchedulerRunThatCannotBindDoesNotHoldUpTheLine(t *testing.T) {
 	// refusal) before it took next's key, so that is already waiting to be
 	// crossed; a second is well under the periodic re-check.
 	clock.Step(time.Second)
-	require.NoError(t, wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	require.NoError(t, framework.Poll(e.ctx, 50*time.Millisecond, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(ctx, "stuck", metav1.GetOptions{})
-		return err == nil && run.Status.Phase == lifecycle.Scheduled, nil
+		if seen.Err(err) {
+			return false, nil
+		}
+		return run.Status.Phase == lifecycle.Scheduled, nil
 	}), "the refused Run binds once the server accepts it: %v", describe(e.writesOf("stuck")))
 }

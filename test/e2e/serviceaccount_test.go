@@ -12,7 +12,6 @@ import (
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kruntimes.io/kruntimes/hack/localcluster/nodeagent"
 	"kruntimes.io/kruntimes/test/e2e/framework"
@@ -38,9 +37,12 @@ func TestPodGetsBoundServiceAccountToken(t *testing.T) {
 	require.NotEmpty(t, volume, "ServiceAccount admission added a projected volume")
 	dir := nodeagent.VolumeDir(filepath.Join(f.Cluster.Config().StateDir, "pods"), pod.UID, volume)
 	var token []byte
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(_ context.Context, seen *framework.Observed) (bool, error) {
 		token, err = os.ReadFile(filepath.Join(dir, "token"))
-		return err == nil && len(token) > 0, nil
+		if seen.Err(err) {
+			return false, nil
+		}
+		return len(token) > 0, nil
 	})
 	require.NoError(t, err, "token file in %s", dir)
 	for _, name := range []string{"ca.crt", "namespace"} {

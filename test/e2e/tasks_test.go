@@ -10,9 +10,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/test/e2e/framework"
@@ -58,9 +56,9 @@ func TestKubectlTaskRun(t *testing.T) {
 	// A shorter TTL makes the hosted gc controller delete it.
 	out, err = f.Kubectl(ctx, "-n", ns, "patch", "run", "hello", "--type=merge", "-p", `{"spec":{"ttlSecondsAfterFinished":1}}`)
 	require.NoError(t, err, out)
-	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = framework.Poll(ctx, framework.PollInterval, time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		_, err := client.KruntimesV1alpha1().Runs(ns).Get(ctx, "hello", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
+		return seen.Deleted(err), nil
 	})
 	require.NoError(t, err, "ttlSecondsAfterFinished deletes the finished Run")
 

@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 )
@@ -118,7 +117,7 @@ func (f *Framework) startControlPlane(ctx context.Context) (*ControlPlane, error
 		cp.stop()
 		return nil, err
 	}
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = Poll(ctx, 200*time.Millisecond, 2*time.Minute, func(ctx context.Context, seen *Observed) (bool, error) {
 		for _, p := range cp.procs {
 			select {
 			case <-p.exited:
@@ -127,7 +126,9 @@ func (f *Framework) startControlPlane(ctx context.Context) (*ControlPlane, error
 			}
 		}
 		var code int
-		cp.Client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&code)
+		err := cp.Client.Discovery().RESTClient().Get().AbsPath("/readyz").Do(ctx).StatusCode(&code).Error()
+		seen.Err(err)
+		seen.State("/readyz answered %d", code)
 		return code == http.StatusOK, nil
 	})
 	if err != nil {
