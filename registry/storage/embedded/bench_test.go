@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -20,7 +19,6 @@ import (
 	"k8s.io/apiserver/pkg/apis/example"
 	"k8s.io/apiserver/pkg/storage"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
-	"k8s.io/klog/v2"
 )
 
 // Benchmark sizes are smaller than etcd3's (150k pods): pre-creating those
@@ -85,7 +83,6 @@ var cacheModes = []struct {
 }{{"WatchCache=false", false}, {"WatchCache=true", true}}
 
 func BenchmarkStoreWriteThroughput(b *testing.B) {
-	klog.SetLogger(logr.Discard())
 	for _, mode := range cacheModes {
 		b.Run(mode.name, func(b *testing.B) {
 			// fsync on: this is what a write costs in production.
@@ -99,7 +96,6 @@ func BenchmarkStoreWriteThroughput(b *testing.B) {
 }
 
 func BenchmarkStoreList(b *testing.B) {
-	klog.SetLogger(logr.Discard())
 	for _, mode := range cacheModes {
 		b.Run(mode.name, func(b *testing.B) {
 			ctx, s, _ := benchStore(b, Options{DisableWatchCache: !mode.cache, NoSync: true})
@@ -111,7 +107,6 @@ func BenchmarkStoreList(b *testing.B) {
 }
 
 func BenchmarkStoreStats(b *testing.B) {
-	klog.SetLogger(logr.Discard())
 	ctx, s, _ := benchStore(b, Options{NoSync: true})
 	data := storagetesting.PrepareBenchmarkData(benchDims.namespaces, benchDims.podsPerNamespace, benchDims.nodes)
 	precreate(ctx, b, s, data)
@@ -123,7 +118,6 @@ func BenchmarkStoreStats(b *testing.B) {
 // status.assignedPod) while updates land on random nodes. ns/op is the cost
 // of one update delivered to its one interested watcher.
 func BenchmarkWatchFanout(b *testing.B) {
-	klog.SetLogger(logr.Discard())
 	for _, mode := range cacheModes {
 		for _, watchers := range []int{10, 100} {
 			b.Run(fmt.Sprintf("%s/Watchers=%d", mode.name, watchers), func(b *testing.B) {
@@ -186,7 +180,6 @@ func BenchmarkWatchFanout(b *testing.B) {
 // BenchmarkCreateFsync contrasts one writer (every create waits for its own
 // fsync) with many (creates share fsyncs through group commit).
 func BenchmarkCreateFsync(b *testing.B) {
-	klog.SetLogger(logr.Discard())
 	for _, writers := range []int{1, 25} {
 		b.Run(fmt.Sprintf("Writers=%d", writers), func(b *testing.B) {
 			benchmarkConcurrentCreates(b, podStore(b, openTestBackend(b, Options{})), writers)

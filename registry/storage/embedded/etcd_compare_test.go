@@ -13,7 +13,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/go-logr/logr"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/api/apitesting"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -24,7 +23,6 @@ import (
 	"k8s.io/apiserver/pkg/storage/etcd3"
 	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
 	storagetesting "k8s.io/apiserver/pkg/storage/testing"
-	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 )
 
@@ -59,7 +57,6 @@ func compareBackends(b *testing.B) []struct {
 }
 
 func BenchmarkCompareCreate(b *testing.B) {
-	klog.SetLogger(logr.Discard())
 	for _, backend := range compareBackends(b) {
 		for _, writers := range []int{1, 25, 64} {
 			b.Run(fmt.Sprintf("%s/Writers=%d", backend.name, writers), func(b *testing.B) {
@@ -73,7 +70,6 @@ func BenchmarkCompareCreate(b *testing.B) {
 }
 
 func BenchmarkCompareStoreList(b *testing.B) {
-	klog.SetLogger(logr.Discard())
 	for _, backend := range compareBackends(b) {
 		b.Run(backend.name, func(b *testing.B) {
 			s := backend.new(b)
@@ -86,7 +82,6 @@ func BenchmarkCompareStoreList(b *testing.B) {
 }
 
 func BenchmarkCompareWriteThroughput(b *testing.B) {
-	klog.SetLogger(logr.Discard())
 	for _, backend := range compareBackends(b) {
 		b.Run(backend.name, func(b *testing.B) {
 			s := backend.new(b)
@@ -100,7 +95,6 @@ func BenchmarkCompareWriteThroughput(b *testing.B) {
 }
 
 func BenchmarkCompareStoreStats(b *testing.B) {
-	klog.SetLogger(logr.Discard())
 	for _, backend := range compareBackends(b) {
 		b.Run(backend.name, func(b *testing.B) {
 			s := backend.new(b)
