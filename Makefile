@@ -9,8 +9,13 @@ GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 # go test -json is read by hack/testreport: readable output as tests run, a
 # summary, and a failure for any skip not listed in hack/allowed-skips.txt.
 TESTREPORT = $(BIN)/testreport --allowed-skips hack/allowed-skips.txt
+# Every package with a benchmark, the etcdcompare ones included. Benchmarks
+# run once to prove they still build and run, not to measure, and without
+# -race: race-built, their storage fixtures take five times as long.
+BENCH_PKGS = $(sort $(patsubst %/,./%,$(dir $(shell git grep --untracked -l '^func Benchmark' -- '*_test.go'))))
+BENCH_FLAGS ?= -count=1 -timeout 15m
 
-.PHONY: all build test unit e2e testreport verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube
+.PHONY: all build test unit e2e bench-once testreport verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube
 
 all: build
 
@@ -18,11 +23,13 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-## test: verify generated code and formatting, then run every test suite,
-## e2e included (it needs the Kubernetes binaries, built once and cached).
-## Fails on a test that skips without an entry in hack/allowed-skips.txt.
+## test: verify generated code and formatting, run every test suite (e2e
+## included: it needs the Kubernetes binaries, built once and cached), then
+## run every benchmark once. Fails on a test that skips without an entry in
+## hack/allowed-skips.txt, and on a data race or crash in any cluster component.
 test: verify kube-binaries testreport
 	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) ./... 2>&1 | $(TESTREPORT)
+	@$(MAKE) --no-print-directory bench-once
 
 ## unit: every test; the e2e suite skips when the Kubernetes binaries are missing.
 unit:
@@ -31,6 +38,11 @@ unit:
 ## e2e: only the e2e suite, against the local cluster.
 e2e: kube-binaries testreport
 	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) ./test/e2e/... 2>&1 | $(TESTREPORT)
+
+## bench-once: compile every benchmark, the etcdcompare ones included, and run
+## each once, so that none stops building or running unnoticed.
+bench-once: testreport
+	set -o pipefail; $(GO) test -json $(BENCH_FLAGS) -tags etcdcompare -run '^$$' -bench . -benchtime 1x $(BENCH_PKGS) 2>&1 | $(TESTREPORT)
 
 testreport:
 	@$(GO) build -o $(BIN)/testreport ./hack/testreport
@@ -49,6 +61,7 @@ fmt:
 
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags etcdcompare ./registry/storage/embedded
 
 ## generate: regenerate API and protobuf code.
 generate:
