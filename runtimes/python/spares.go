@@ -36,8 +36,9 @@ func (p *sparePool) take(env []string) *worker {
 		return nil
 	}
 	p.mu.Lock()
-	defer p.fillLocked()
+	// Deferred calls run last first: refill, then unlock.
 	defer p.mu.Unlock()
+	defer p.fillLocked()
 	for len(p.spares) > 0 {
 		w := p.spares[0]
 		p.spares = p.spares[1:]
