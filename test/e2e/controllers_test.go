@@ -59,7 +59,11 @@ func TestRuntimeControllerCreatesPool(t *testing.T) {
 		require.Contains(t, containers, runtimepod.ContainerRuntimed)
 		runtimed := containers[runtimepod.ContainerRuntimed]
 		assert.Equal(t, "kruntimes.io/runtimed:dev", runtimed.Image)
-		assert.Equal(t, []string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=4"}, runtimed.Args)
+		assert.Equal(t, []string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=4",
+			// The cluster runs kruntimes-apiserver with its invoke endpoint and CA.
+			"--endpoint-base=" + f.Cluster.APIServerURL,
+			"--invoke-tls-cert-file=/etc/kruntimes/runtimed-tls/tls.crt", "--invoke-tls-key-file=/etc/kruntimes/runtimed-tls/tls.key",
+			"--invoke-client-ca-file=/etc/kruntimes/runtimed-tls/ca.crt"}, runtimed.Args)
 		require.NotNil(t, runtimed.ReadinessProbe)
 		assert.Equal(t, "/readyz", runtimed.ReadinessProbe.HTTPGet.Path)
 		for _, c := range []corev1.Container{runtimed, containers[runtimepod.ContainerRuntime]} {
