@@ -39,7 +39,7 @@ type options struct {
 func newOptions() *options {
 	return &options{
 		Listen:          "unix:///run/kruntimes/runtime.sock",
-		SpareWorkers:    1,
+		SpareWorkers:    2,
 		ShutdownTimeout: 10 * time.Second,
 	}
 }

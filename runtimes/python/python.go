@@ -3,6 +3,9 @@ package python
 import (
 	"context"
 	_ "embed"
+	"os/exec"
+	"path/filepath"
+	"sync"
 	"time"
 
 	"kruntimes.io/kruntimes/runtimes/language"
@@ -23,12 +26,39 @@ var (
 	_ language.FunctionLoader = (*Language)(nil)
 )
 
-// New returns the adapter for the given interpreter ("python3" when empty).
+// New returns the adapter for the given interpreter ("python3" when empty),
+// resolved to the binary it runs: a launcher in front of it (a pyenv shim,
+// a wrapper script) would otherwise cost every task and worker start its
+// own start — here, most of a worker's.
 func New(interpreter string) *Language {
 	if interpreter == "" {
 		interpreter = "python3"
 	}
-	return &Language{Interpreter: interpreter}
+	return &Language{Interpreter: resolveInterpreter(interpreter)}
+}
+
+var (
+	resolvedMu sync.Mutex
+	resolved   = map[string]string{}
+)
+
+// resolveInterpreter asks interpreter for sys.executable once per name;
+// on any failure it keeps the name, and the first start reports the error.
+func resolveInterpreter(interpreter string) string {
+	resolvedMu.Lock()
+	defer resolvedMu.Unlock()
+	if path, ok := resolved[interpreter]; ok {
+		return path
+	}
+	path := interpreter
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, interpreter, "-c", "import sys; sys.stdout.write(sys.executable)").Output()
+	if exe := string(out); err == nil && filepath.IsAbs(exe) {
+		path = exe
+	}
+	resolved[interpreter] = path
+	return path
 }
 
 // KeepSpares keeps n workers started ahead of registrations, with env in

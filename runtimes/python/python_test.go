@@ -82,3 +82,10 @@ func TestCloseInterruptsAnInvocation(t *testing.T) {
 	_, err = fn.Invoke(context.Background(), language.Invocation{ID: "j", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
 	assert.ErrorIs(t, err, errClosed)
 }
+
+func TestInterpreterIsResolvedToItsBinary(t *testing.T) {
+	l := New("")
+	assert.True(t, filepath.IsAbs(l.Interpreter), "python3 resolved to %q", l.Interpreter)
+	assert.Equal(t, l.Interpreter, New("python3").Interpreter, "resolved once per name")
+	assert.Equal(t, "no-such-python", New("no-such-python").Interpreter, "a name that does not run is kept for the start to report")
+}
