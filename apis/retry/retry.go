@@ -125,6 +125,16 @@ func Requeue(run *v1alpha1.Run, d Decision, now time.Time) *v1alpha1.Run {
 	return out
 }
 
+// Deadline is when spec.timeout ends run, counted from status.startTime;
+// zero when the Run has no timeout or has not started. Decide takes it, so
+// no attempt is retried past the Run's lifetime.
+func Deadline(run *v1alpha1.Run) time.Time {
+	if run.Spec.Timeout == nil || run.Status.StartTime == nil {
+		return time.Time{}
+	}
+	return run.Status.StartTime.Add(run.Spec.Timeout.Duration)
+}
+
 // Delay is the exponential backoff before the attempt after attempt:
 // initial × factor^(attempt-1), capped at max.
 func Delay(policy *v1alpha1.RetryPolicy, attempt int32) time.Duration {

@@ -152,3 +152,23 @@ func TestRequeue(t *testing.T) {
 		assert.True(t, NotBefore(out).IsZero())
 	})
 }
+
+func TestDeadline(t *testing.T) {
+	start := metav1.NewMicroTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	cases := []struct {
+		name    string
+		timeout *metav1.Duration
+		start   *metav1.MicroTime
+		want    time.Time
+	}{
+		{"no timeout has no deadline", nil, &start, time.Time{}},
+		{"a Run that has not started has no deadline yet", &metav1.Duration{Duration: time.Minute}, nil, time.Time{}},
+		{"the timeout counts from startTime", &metav1.Duration{Duration: time.Minute}, &start, start.Add(time.Minute)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			run := &v1alpha1.Run{Spec: v1alpha1.RunSpec{Timeout: tc.timeout}, Status: v1alpha1.RunStatus{StartTime: tc.start}}
+			assert.Equal(t, tc.want, Deadline(run))
+		})
+	}
+}

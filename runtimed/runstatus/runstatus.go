@@ -52,12 +52,7 @@ func DeadlinePassed(run *v1alpha1.Run, now time.Time) bool {
 
 // Deadline is when spec.timeout ends the Run, counted from status.startTime;
 // zero when the Run has no timeout or has not started.
-func Deadline(run *v1alpha1.Run) time.Time {
-	if run.Spec.Timeout == nil || run.Status.StartTime == nil {
-		return time.Time{}
-	}
-	return run.Status.StartTime.Add(run.Spec.Timeout.Duration)
-}
+func Deadline(run *v1alpha1.Run) time.Time { return retry.Deadline(run) }
 
 // Claim returns the status of run claimed by this Pod at now: Running with a
 // fresh startTime, same attempt and assignment. A function is not Ready
