@@ -3,6 +3,7 @@ package options
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/controllers/manager"
+	"kruntimes.io/kruntimes/controllers/recovery"
 )
 
 // controllersStopTimeout bounds how long shutdown waits for the hosted
@@ -20,7 +22,7 @@ import (
 const controllersStopTimeout = 5 * time.Second
 
 // ControllersOptions host the kruntimes controllers (runtime, scheduler,
-// gc) in the API server process. They reach the kruntimes.io API through the
+// recovery, gc) in the API server process. They reach the kruntimes.io API through the
 // server's loopback and the cluster through the CoreAPI kubeconfig, and
 // compete for the same leader Lease as kruntimes-controllers.
 type ControllersOptions struct {
@@ -31,6 +33,9 @@ type ControllersOptions struct {
 	RuntimedCAFile    string
 	// EndpointBase is what Ready functions advertise in status.endpoint.
 	EndpointBase string
+	// HeartbeatGracePeriod is how long recovery lets a Runtime Pod's
+	// runtimed heartbeat stay stale before it deletes the Pod.
+	HeartbeatGracePeriod time.Duration
 
 	mu   sync.Mutex
 	stop context.CancelFunc
@@ -39,17 +44,27 @@ type ControllersOptions struct {
 
 // NewControllersOptions returns the default: controllers on.
 func NewControllersOptions() *ControllersOptions {
-	return &ControllersOptions{Enabled: true}
+	return &ControllersOptions{Enabled: true, HeartbeatGracePeriod: recovery.DefaultHeartbeatGracePeriod}
 }
 
-// AddFlags registers --controllers.
+// AddFlags registers --controllers and the controllers' settings.
 func (o *ControllersOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "controllers", o.Enabled,
-		"Run the kruntimes controllers (Runtime pools, Run scheduler, Run TTL cleanup) in this process, leader-elected through the Lease kruntimes-system/kruntimes-controllers; set false when kruntimes-controllers runs them. Always off with --standalone, which has no cluster.")
+		"Run the kruntimes controllers (Runtime pools, Run scheduler, recovery of Runs from lost Pods, Run TTL cleanup) in this process, leader-elected through the Lease kruntimes-system/kruntimes-controllers; set false when kruntimes-controllers runs them. Always off with --standalone, which has no cluster.")
+	fs.DurationVar(&o.HeartbeatGracePeriod, "recovery-heartbeat-grace-period", o.HeartbeatGracePeriod,
+		"How long a Runtime Pod's runtimed heartbeat may stay stale, after its Lease expired, before recovery deletes the Pod and moves its Runs to other Pods (as kube-controller-manager's --node-monitor-grace-period does for a Node).")
 	fs.StringVar(&o.RuntimedCAKeyFile, "runtimed-ca-key-file", o.RuntimedCAKeyFile,
 		"Key of --runtimed-ca-file: with it the runtime controller issues and renews each Runtime's invoke Secret (runtime-<name>-tls); without it those Secrets must be provided (e.g. by cert-manager).")
 	fs.StringVar(&o.EndpointBase, "invoke-endpoint-base", o.EndpointBase,
 		"Scheme and host of the Kubernetes API as clients reach it, which Ready function Runs advertise in status.endpoint.url; https://kubernetes.default.svc when empty.")
+}
+
+// Validate checks the controllers' settings.
+func (o *ControllersOptions) Validate() []error {
+	if o.HeartbeatGracePeriod < 0 {
+		return []error{fmt.Errorf("--recovery-heartbeat-grace-period must not be negative, got %s", o.HeartbeatGracePeriod)}
+	}
+	return nil
 }
 
 // Complete turns the controllers off in standalone mode: without a
@@ -79,6 +94,7 @@ func (o *ControllersOptions) ApplyTo(server *genericapiserver.GenericAPIServer, 
 		}
 		cfg.RuntimedTLS = tls
 		cfg.EndpointBase = o.EndpointBase
+		cfg.HeartbeatGracePeriod = o.HeartbeatGracePeriod
 		m, err := manager.New(cfg)
 		if err != nil {
 			return err

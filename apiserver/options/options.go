@@ -142,6 +142,7 @@ func (o *ServerOptions) Validate(args []string) error {
 	o.RecommendedOptions.Etcd = etcd
 	errs = append(errs, o.Storage.Validate()...)
 	errs = append(errs, o.Invoke.Validate()...)
+	errs = append(errs, o.Controllers.Validate()...)
 	errs = append(errs, o.ComponentGlobalsRegistry.Validate()...)
 	return utilerrors.NewAggregate(errs)
 }

@@ -1,5 +1,5 @@
 // Command kruntimes-controllers runs the kruntimes controllers (runtime,
-// scheduler, gc) as a process of its own, for clusters that run
+// scheduler, recovery, gc) as a process of its own, for clusters that run
 // kruntimes-apiserver with --controllers=false. Replicas elect a leader
 // through a coordination Lease.
 package main

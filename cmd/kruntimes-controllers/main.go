@@ -58,6 +58,9 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.config.RuntimeWorkers, "runtime-workers", o.config.RuntimeWorkers, "Runtimes reconciled concurrently.")
 	fs.IntVar(&o.config.SchedulerWorkers, "scheduler-workers", o.config.SchedulerWorkers,
 		"Runs scheduled concurrently; choosing a Pod is serialized, binding is not.")
+	fs.IntVar(&o.config.RecoveryWorkers, "recovery-workers", o.config.RecoveryWorkers, "Runs of lost Runtime Pods recovered concurrently.")
+	fs.DurationVar(&o.config.HeartbeatGracePeriod, "recovery-heartbeat-grace-period", o.config.HeartbeatGracePeriod,
+		"How long a Runtime Pod's runtimed heartbeat may stay stale, after its Lease expired, before recovery deletes the Pod and moves its Runs to other Pods (as kube-controller-manager's --node-monitor-grace-period does for a Node).")
 	fs.IntVar(&o.config.GCWorkers, "gc-workers", o.config.GCWorkers, "Expired Runs deleted concurrently.")
 	fs.StringVar(&o.runtimedCAFile, "runtimed-ca-file", o.runtimedCAFile,
 		"The kruntimes CA of the invoke hop: with it Runtime Pods mount their invoke Secret (runtime-<name>-tls) and can be invoked.")
@@ -124,10 +127,12 @@ func newCommand(ctx context.Context) *cobra.Command {
 	o := newOptions()
 	cmd := &cobra.Command{
 		Use:   "kruntimes-controllers",
-		Short: "Run the kruntimes controllers: Runtime pools, the Run scheduler and Run TTL cleanup",
+		Short: "Run the kruntimes controllers: Runtime pools, the Run scheduler, recovery and Run TTL cleanup",
 		Long: `kruntimes-controllers reconciles Runtimes into Deployments with the runtimed
 sidecar, schedules Pending Runs onto Runtime Pods with a fresh heartbeat and
-free capacity, and deletes finished Runs after their TTL. kruntimes-apiserver
+free capacity, recovers the Runs of Runtime Pods that are lost (gone,
+deleting, or silent past --recovery-heartbeat-grace-period), and deletes
+finished Runs after their TTL. kruntimes-apiserver
 runs the same controllers in-process unless started with --controllers=false;
 both compete for one leader Lease, so either or both are safe.`,
 		RunE: func(c *cobra.Command, args []string) error {

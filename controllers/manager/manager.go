@@ -27,6 +27,7 @@ import (
 	kruntimesscheme "kruntimes.io/kruntimes/client/clientset/versioned/scheme"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
 	"kruntimes.io/kruntimes/controllers/gc"
+	"kruntimes.io/kruntimes/controllers/recovery"
 	runtimecontroller "kruntimes.io/kruntimes/controllers/runtime"
 	"kruntimes.io/kruntimes/controllers/scheduler"
 	"kruntimes.io/kruntimes/runtimed/invoke"
@@ -70,7 +71,11 @@ type Config struct {
 	KruntimesConfig *rest.Config
 	LeaderElection  LeaderElection
 	// Workers per controller.
-	RuntimeWorkers, SchedulerWorkers, GCWorkers int
+	RuntimeWorkers, SchedulerWorkers, RecoveryWorkers, GCWorkers int
+	// HeartbeatGracePeriod is how long a Runtime Pod's runtimed heartbeat
+	// may stay stale, past its Lease, before recovery deletes the Pod and
+	// moves its Runs.
+	HeartbeatGracePeriod time.Duration
 	// RuntimedTLS, when set, gives Runtime Pods the invoke hop's TLS.
 	RuntimedTLS *runtimecontroller.RuntimedTLS
 	// EndpointBase, when set, is what Ready functions advertise in
@@ -90,9 +95,11 @@ func NewConfig() Config {
 			RenewDeadline: DefaultRenewDeadline,
 			RetryPeriod:   DefaultRetryPeriod,
 		},
-		RuntimeWorkers:   2,
-		SchedulerWorkers: 4,
-		GCWorkers:        2,
+		RuntimeWorkers:       2,
+		SchedulerWorkers:     4,
+		RecoveryWorkers:      4,
+		GCWorkers:            2,
+		HeartbeatGracePeriod: recovery.DefaultHeartbeatGracePeriod,
 	}
 }
 
@@ -110,6 +117,9 @@ func New(cfg Config) (*Manager, error) {
 	}
 	if cfg.KruntimesConfig == nil {
 		return nil, errors.New("the controllers need a client config for the kruntimes.io API")
+	}
+	if cfg.HeartbeatGracePeriod < 0 {
+		return nil, fmt.Errorf("the heartbeat grace period must not be negative, got %s", cfg.HeartbeatGracePeriod)
 	}
 	le := &cfg.LeaderElection
 	if le.Enabled {
@@ -226,7 +236,8 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	// carries the kruntimes.io/runtime label: watch only those.
 	labelled := kubeinformers.NewSharedInformerFactoryWithOptions(m.kube, 0,
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = lifecycle.LabelRuntime }))
-	// Heartbeat Leases carry no label; the scheduler reads them by name.
+	// Heartbeat Leases carry no label; the scheduler and recovery read them
+	// by name.
 	leases := kubeinformers.NewSharedInformerFactory(m.kube, 0)
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
@@ -254,6 +265,15 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Recovery shares the scheduler's informers: a Run it sends back to
+	// Pending reaches the scheduler through the same Run informer, and both
+	// judge a Pod from the same Pod and Lease caches.
+	recoverer, err := recovery.New(klog.NewContext(ctx, logger.WithName("recovery")),
+		kr.Runs(), labelled.Core().V1().Pods(), leases.Coordination().V1().Leases(), m.kube, m.kruntimes, recorder,
+		recovery.WithHeartbeatGracePeriod(m.cfg.HeartbeatGracePeriod))
+	if err != nil {
+		return err
+	}
 	ttl, err := gc.New(klog.NewContext(ctx, logger.WithName("gc")), kr.Runs(), m.kruntimes)
 	if err != nil {
 		return err
@@ -262,6 +282,7 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { runtimes.Run(klog.NewContext(ctx, logger.WithName("runtime")), m.cfg.RuntimeWorkers) })
 	wg.Go(func() { sched.Run(klog.NewContext(ctx, logger.WithName("scheduler")), m.cfg.SchedulerWorkers) })
+	wg.Go(func() { recoverer.Run(klog.NewContext(ctx, logger.WithName("recovery")), m.cfg.RecoveryWorkers) })
 	wg.Go(func() { ttl.Run(klog.NewContext(ctx, logger.WithName("gc")), m.cfg.GCWorkers) })
 	kruntimesInformers.Start(ctx.Done())
 	labelled.Start(ctx.Done())

@@ -25,7 +25,13 @@ func PolicyRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"roles", "rolebindings"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
-		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
+		// delete: recovery deletes a Runtime Pod whose runtimed heartbeat is
+		// lost, as the node lifecycle controller evicts the Pods of an
+		// unreachable Node; the Pod's deletion is the fence that lets its
+		// Runs move. RBAC cannot narrow this to labelled Pods: recovery
+		// deletes only Pods labelled kruntimes.io/runtime that hold Runs,
+		// with their UID as a precondition.
+		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch", "delete"}},
 		// Each Runtime's invoke Secret (runtime-<name>-tls), read by name
 		// and never listed or watched: the controllers hold no Secrets.
 		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "create", "update"}},
