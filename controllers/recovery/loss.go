@@ -136,11 +136,14 @@ func (c *Controller) heartbeatLostAt(pod *corev1.Pod, now time.Time) (renewed, l
 }
 
 // markedOwnerLost reports whether recovery already made run's current
-// assignment unroutable: a function Run still assigned whose Ready
-// condition is False with reason OwnerLost. Only recovery writes that
-// reason while the assignment stays, so it survives a leader change.
+// assignment unroutable: a function Run that runtimed claimed (Running or
+// Ready) whose Ready condition is False with reason OwnerLost. Claiming
+// sets reason Registering, so on a claimed Run only recovery's mark for this
+// assignment carries OwnerLost, and it survives a leader change. A Scheduled
+// Run may still carry the OwnerLost of the attempt recovery sent back to
+// Pending: that one says nothing about its new Pod.
 func markedOwnerLost(run *v1alpha1.Run) bool {
-	if run.Spec.Mode.Function == nil || run.Status.AssignedPod == "" {
+	if run.Spec.Mode.Function == nil || (run.Status.Phase != lifecycle.Running && run.Status.Phase != lifecycle.Ready) {
 		return false
 	}
 	c := meta.FindStatusCondition(run.Status.Conditions, lifecycle.ConditionReady)

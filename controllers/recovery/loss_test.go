@@ -136,6 +136,12 @@ func TestAssess(t *testing.T) {
 			wantWake: grace,
 		},
 		{
+			name:        "a Scheduled function carrying its previous attempt's OwnerLost is not lost: its new Pod is healthy",
+			informerPod: runtimePod("pod-a"), lease: heartbeatOf("pod-a", start),
+			run:      readyFunction(markedLost, func(r *v1alpha1.Run) { r.Status.Phase = lifecycle.Scheduled }),
+			wantWake: runtimepod.HeartbeatLeaseDuration + grace,
+		},
+		{
 			name:        "a Run already marked OwnerLost stays lost though the heartbeat came back",
 			informerPod: runtimePod("pod-a"), lease: heartbeatOf("pod-a", start),
 			run:        readyFunction(markedLost),

@@ -30,10 +30,12 @@ func (c *Controller) recover(ctx context.Context, run *v1alpha1.Run, l *loss, no
 		logger.Info("Run's Pod is lost", "reason", l.reason, "detail", l.detail)
 	}
 
-	// 1. Unroutable: a function's Ready condition turns False before
-	// anything else, so the invoke path stops routing to the old owner.
-	// Tasks are never routable; they get the Event alone.
-	if run.Spec.Mode.Function != nil && lifecycle.IsActive(run.Status.Phase) && !markedOwnerLost(run) {
+	// 1. Unroutable: a claimed function's Ready condition turns False
+	// before anything else, so the invoke path stops routing to the old
+	// owner. A Scheduled Run was never claimed, so nothing of it is on the
+	// Pod, and tasks are never routable: they get the Event alone.
+	claimed := run.Status.Phase == lifecycle.Running || run.Status.Phase == lifecycle.Ready
+	if run.Spec.Mode.Function != nil && claimed && !markedOwnerLost(run) {
 		marked, err := c.markUnroutable(ctx, run, l, now)
 		if err != nil {
 			return err
@@ -41,7 +43,7 @@ func (c *Controller) recover(ctx context.Context, run *v1alpha1.Run, l *loss, no
 		run = marked
 		c.recorder.Eventf(run, corev1.EventTypeWarning, EventOwnerLost,
 			"%s; attempt %d is not routable and will be recovered", l.detail, run.Status.Attempt)
-	} else if first && run.Spec.Mode.Function == nil {
+	} else if first && !markedOwnerLost(run) {
 		c.recorder.Eventf(run, corev1.EventTypeWarning, EventOwnerLost,
 			"%s; attempt %d will be recovered", l.detail, run.Status.Attempt)
 	}
@@ -102,6 +104,10 @@ func (c *Controller) deleteSilentPod(ctx context.Context, run *v1alpha1.Run, l *
 	st := run.Status
 	podRef := fmt.Sprintf("Pod %s (uid %s)", st.AssignedPod, st.AssignedPodUID)
 	uid := st.AssignedPodUID
+	fence := fmt.Sprintf("fence: %s is deleting: recovery deleted it because %s", podRef, l.detail)
+	if _, deleted := c.deletedPods.Load(uid); deleted {
+		return fence, nil // for another of its Runs, a moment ago
+	}
 	err := c.kube.CoreV1().Pods(run.Namespace).Delete(ctx, st.AssignedPod, metav1.DeleteOptions{
 		Preconditions: &metav1.Preconditions{UID: &uid},
 	})
@@ -114,12 +120,13 @@ func (c *Controller) deleteSilentPod(ctx context.Context, run *v1alpha1.Run, l *
 	case err != nil:
 		return "", fmt.Errorf("deleting Pod %s/%s, whose runtimed heartbeat is lost: %w", run.Namespace, st.AssignedPod, err)
 	}
+	c.deletedPods.Store(uid, struct{}{})
 	podDeletions.Inc()
 	klog.FromContext(ctx).Info("Deleted Runtime Pod whose runtimed heartbeat is lost", "gracePeriod", c.grace, "detail", l.detail)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: run.Namespace, Name: st.AssignedPod, UID: uid}}
 	c.recorder.Eventf(pod, corev1.EventTypeWarning, reasonHeartbeatLost,
 		"Deleted by kruntimes recovery: %s; its Runs go to other Pods", l.detail)
-	return fmt.Sprintf("fence: %s is deleting: recovery deleted it because %s", podRef, l.detail), nil
+	return fence, nil
 }
 
 // release ends run's hold on its lost Pod once fence holds: a deleting Run

@@ -77,6 +77,10 @@ type Controller struct {
 	// by another UID): its grace period counts from then.
 	silentMu    sync.Mutex
 	silentSince map[types.UID]time.Time
+	// deletedPods holds the UIDs of the silent Pods this controller
+	// deleted, until the informer shows them gone: the other Runs of such a
+	// Pod find the fence without deleting it again.
+	deletedPods sync.Map
 }
 
 // Option configures a Controller.
@@ -293,6 +297,7 @@ func (c *Controller) podDeleted(obj any) {
 	c.silentMu.Lock()
 	delete(c.silentSince, pod.UID)
 	c.silentMu.Unlock()
+	c.deletedPods.Delete(pod.UID)
 	c.enqueueRunsOn(pod.Namespace, pod.Name)
 }
 
