@@ -47,6 +47,9 @@ type Config struct {
 	PodIPBase net.IP
 	// Kruntimes controls the kruntimes-apiserver step.
 	Kruntimes KruntimesMode
+	// KruntimesArgs are extra flags of kruntimes-apiserver, after the ones
+	// the cluster sets, e.g. a short --recovery-heartbeat-grace-period.
+	KruntimesArgs []string
 	// Progress receives one human-readable line per step; may be nil.
 	Progress io.Writer
 	// KeepPodLogs writes container logs to StateDir/logs/pods/ and keeps

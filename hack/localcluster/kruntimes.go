@@ -148,6 +148,7 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		// root reaches: for profiling under the benchmarks.
 		"--debug-socket-path=" + filepath.Join(dir, "debug.sock"),
 	}
+	args = append(args, c.cfg.KruntimesArgs...)
 	proc, err := startComponent(ctx, logDir, repobin.APIServer.Name, c.binary(repobin.APIServer.Name), args...)
 	if err != nil {
 		return err

@@ -29,6 +29,12 @@ const RequireEnv = "KRUNTIMES_E2E_REQUIRE"
 // KeepEnv, set to 1, keeps the cluster's state directory after the run.
 const KeepEnv = "KRUNTIMES_E2E_KEEP"
 
+// RecoveryHeartbeatGracePeriod is the hosted recovery controller's
+// --recovery-heartbeat-grace-period in the suite's cluster: short, so a test
+// that silences a runtimed sees its Pod deleted within seconds, yet longer
+// than a runtimed that a test kills takes to come back and renew.
+const RecoveryHeartbeatGracePeriod = 3 * time.Second
+
 // Framework is the cluster shared by every test of one go test invocation.
 type Framework struct {
 	RepoRoot    string
@@ -144,8 +150,11 @@ func start(ctx context.Context) (*Framework, string, error) {
 		StateDir: stateDir,
 		// A block of its own per run, so a make run cluster and parallel
 		// suites do not hand out the same Pod IPs.
-		PodIPBase:   net.IPv4(127, byte(101+os.Getpid()%100), 0, 0),
-		Kruntimes:   mode,
+		PodIPBase: net.IPv4(127, byte(101+os.Getpid()%100), 0, 0),
+		Kruntimes: mode,
+		KruntimesArgs: []string{
+			"--recovery-heartbeat-grace-period=" + RecoveryHeartbeatGracePeriod.String(),
+		},
 		Progress:    os.Stderr,
 		KeepPodLogs: true,
 	})

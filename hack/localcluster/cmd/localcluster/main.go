@@ -30,7 +30,9 @@ type options struct {
 	nodeName   string
 	podIPBase  string
 	kruntimes  string
-	build      bool
+	// kruntimesArgs are extra flags of kruntimes-apiserver.
+	kruntimesArgs []string
+	build         bool
 }
 
 func (o *options) addFlags(fs *pflag.FlagSet) {
@@ -40,6 +42,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.nodeName, "node-name", localcluster.DefaultNodeName, "Name of the local Node.")
 	fs.StringVar(&o.podIPBase, "pod-ip-base", "127.100.0.0", "First address of the loopback /16 block Pod IPs are taken from.")
 	fs.StringVar(&o.kruntimes, "kruntimes-apiserver", string(localcluster.KruntimesRequired), "Whether to run kruntimes-apiserver: required, or disabled (Kubernetes alone).")
+	fs.StringArrayVar(&o.kruntimesArgs, "kruntimes-apiserver-arg", nil, "An extra flag of kruntimes-apiserver, e.g. --kruntimes-apiserver-arg=--recovery-heartbeat-grace-period=5s; repeat for more.")
 	fs.BoolVar(&o.build, "build", true, "Build the repository binaries container images map to (bin/runtimed, bin/e2e-testserver, …) before starting.")
 }
 
@@ -111,6 +114,7 @@ func run(ctx context.Context, o *options) error {
 		NodeName:       o.nodeName,
 		PodIPBase:      base,
 		Kruntimes:      localcluster.KruntimesMode(o.kruntimes),
+		KruntimesArgs:  o.kruntimesArgs,
 		Progress:       os.Stdout,
 	})
 	if errors.Is(err, localcluster.ErrAlreadyRunning) {
