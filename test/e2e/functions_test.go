@@ -71,7 +71,12 @@ type runtimeHost struct {
 // whose flags name the host paths the node agent translated.
 func hostOf(ctx context.Context, t *testing.T, f *framework.Framework, ns, runtime string) *runtimeHost {
 	t.Helper()
-	pod := waitForReadyPod(ctx, t, f, ns, lifecycle.LabelRuntime+"="+runtime, "")
+	return hostFor(t, waitForReadyPod(ctx, t, f, ns, lifecycle.LabelRuntime+"="+runtime, ""))
+}
+
+// hostFor finds the runtimed of pod, Ready on the local node.
+func hostFor(t *testing.T, pod *corev1.Pod) *runtimeHost {
+	t.Helper()
 	pid := runtimedPID(t, string(pod.UID))
 	require.NotZero(t, pid, "runtimed of Pod %s runs on this machine", pod.Name)
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
