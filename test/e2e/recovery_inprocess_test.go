@@ -46,10 +46,20 @@ import (
 // order they were made.
 type recoveryEnv struct {
 	*schedulerEnv
+	// probes counts settleRecovery's probe Runs, shared with the copies
+	// of the env that subtests use.
+	probes *int
 }
 
 func newRecoveryEnv(t *testing.T) *recoveryEnv {
-	return &recoveryEnv{newSchedulerEnv(t)}
+	return &recoveryEnv{schedulerEnv: newSchedulerEnv(t), probes: new(int)}
+}
+
+// in returns e for subtest t: its helpers fail t, not the test around it.
+func (e *recoveryEnv) in(t *testing.T) *recoveryEnv {
+	s := *e.schedulerEnv
+	s.t = t
+	return &recoveryEnv{schedulerEnv: &s, probes: e.probes}
 }
 
 // recoveryController is one running controller and what it wrote.
@@ -217,8 +227,8 @@ func (e *recoveryEnv) waitForStory(c *recoveryController, name string, want []st
 // every key queued earlier was synced before the probe's.
 func (e *recoveryEnv) settleRecovery(c *recoveryController) {
 	e.t.Helper()
-	e.probes++
-	name := fmt.Sprintf("probe-%d", e.probes)
+	*e.probes++
+	name := fmt.Sprintf("probe-%d", *e.probes)
 	e.createRun(name, "bash")
 	e.setStatus(name, bindTo(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "never-" + name, UID: types.UID("never-" + name)}}))
 	err := wait.PollUntilContextTimeout(e.ctx, 50*time.Millisecond, framework.ShortTimeout, true, func(context.Context) (bool, error) {
@@ -264,6 +274,7 @@ func TestRecoveryFencedByPodLoss(t *testing.T) {
 	c := e.startRecovery(&apiWrites{})
 
 	t.Run("a Ready function whose Pod is gone: unroutable, then Pending at attempt 2 at once", func(t *testing.T) {
+		e := e.in(t)
 		e.waitForStory(c, "fn-gone", []string{
 			`Ready attempt 1 Ready False/OwnerLost pod "gone"`,
 			"finalizers []",
@@ -279,6 +290,7 @@ func TestRecoveryFencedByPodLoss(t *testing.T) {
 	})
 
 	t.Run("a Pod name now held by another Pod: the assigned UID is gone", func(t *testing.T) {
+		e := e.in(t)
 		e.waitForStory(c, "task-reused", []string{`Pending attempt 2 Ready - pod ""`})
 		run := e.waitForRun("task-reused", "Pending", inPhase(lifecycle.Pending))
 		assert.Contains(t, scheduledCondition(run).Message, "the name now belongs to Pod uid "+string(current.UID))
@@ -287,6 +299,7 @@ func TestRecoveryFencedByPodLoss(t *testing.T) {
 	})
 
 	t.Run("a Running task with no attempt left fails with OwnerLost, as runtimed records an end", func(t *testing.T) {
+		e := e.in(t)
 		e.waitForStory(c, "task-last", []string{`Failed attempt 1 Ready - pod "last"`})
 		run := e.waitForRun("task-last", "Failed", inPhase(lifecycle.Failed))
 		completed := apimeta.FindStatusCondition(run.Status.Conditions, lifecycle.ConditionCompleted)
@@ -299,10 +312,12 @@ func TestRecoveryFencedByPodLoss(t *testing.T) {
 	})
 
 	t.Run("a cancelled Run whose Pod is lost ends Cancelled, not retried", func(t *testing.T) {
+		e := e.in(t)
 		e.waitForStory(c, "task-cancelled", []string{`Cancelled attempt 1 Ready - pod "cancelled"`})
 	})
 
 	t.Run("a Ready function on a deleting Pod: unroutable, then Pending at attempt 2 at once", func(t *testing.T) {
+		e := e.in(t)
 		requeuedBefore := recoveries(t, reasonPodDeleting, "requeued")
 		pod := e.candidatePod("deleting", "python")
 		e.readyOn("fn-deleting", pod, maxAttempts(2))
@@ -318,6 +333,7 @@ func TestRecoveryFencedByPodLoss(t *testing.T) {
 	})
 
 	t.Run("a Scheduled Run never claimed goes back to Pending at the same attempt", func(t *testing.T) {
+		e := e.in(t)
 		pod := e.candidatePod("unclaimed", "bash")
 		e.createRun("task-unclaimed", "bash")
 		e.setStatus("task-unclaimed", bindTo(pod))
@@ -329,6 +345,7 @@ func TestRecoveryFencedByPodLoss(t *testing.T) {
 	})
 
 	t.Run("a deleting function Run whose Pod is gone loses its finalizer and goes", func(t *testing.T) {
+		e := e.in(t)
 		pod := e.candidatePod("finalize", "python")
 		e.readyOn("fn-deleted", pod)
 		require.NoError(t, e.client.KruntimesV1alpha1().Runs(e.ns).Delete(e.ctx, "fn-deleted", metav1.DeleteOptions{}))
@@ -546,6 +563,7 @@ func TestRecoveryLeaderChange(t *testing.T) {
 	e := newRecoveryEnv(t)
 
 	t.Run("a leader stopped between OwnerLost and the requeue: the next completes it, once", func(t *testing.T) {
+		e := e.in(t)
 		pod := e.candidatePod("a", "python")
 		e.readyOn("fn-a", pod, maxAttempts(3))
 		writes, held, release := holdRequeue("fn-a")
@@ -569,6 +587,7 @@ func TestRecoveryLeaderChange(t *testing.T) {
 	})
 
 	t.Run("an old leader's requeue that arrives after the new leader's is refused", func(t *testing.T) {
+		e := e.in(t)
 		pod := e.candidatePod("b", "python")
 		e.readyOn("fn-b", pod, maxAttempts(3))
 		writes, held, release := holdRequeue("fn-b")
