@@ -22,9 +22,10 @@ import (
 const controllersStopTimeout = 5 * time.Second
 
 // ControllersOptions host the kruntimes controllers (runtime, scheduler,
-// recovery, gc) in the API server process. They reach the kruntimes.io API through the
-// server's loopback and the cluster through the CoreAPI kubeconfig, and
-// compete for the same leader Lease as kruntimes-controllers.
+// recovery, gc) in the API server process. They reach the kruntimes.io API
+// through the server's loopback and the cluster through the CoreAPI
+// kubeconfig, and compete for the same leader Lease as
+// kruntimes-controllers.
 type ControllersOptions struct {
 	Enabled bool
 	// RuntimedCAKeyFile lets the runtime controller issue each Runtime's

@@ -488,6 +488,9 @@ func TestRecoveryOfFunctions(t *testing.T) {
 		// stored to the second, rounded down: the bounds allow for it.
 		markedAt := runReady(versions[marked]).LastTransitionTime.Time
 		assert.False(t, markedAt.Before(lostAt.Add(-time.Second)), "marked at %s, not before the grace period ended at %s", markedAt, lostAt)
+		// Nor long after: the hosted controller runs with the suite's
+		// --recovery-heartbeat-grace-period, not the 40s default.
+		assert.True(t, markedAt.Before(lostAt.Add(10*time.Second)), "marked at %s, soon after the grace period ended at %s", markedAt, lostAt)
 		deleted, ok := w.deletionOf(silent.UID)
 		require.True(t, ok, "the silent Pod was deleted")
 		assert.False(t, deleted.Before(lostAt.Add(-time.Second)), "deleted at %s, not before the grace period ended at %s", deleted, lostAt)
