@@ -63,6 +63,12 @@ func (c *Controller) recover(ctx context.Context, run *v1alpha1.Run, l *loss, no
 
 	// 3. Recover.
 	outcome, err := c.release(ctx, run, l, fence, now)
+	if apierrors.IsNotFound(err) {
+		// The Run is gone: another sync removed its last finalizer, or
+		// its user deleted it. Nothing is left to recover.
+		c.detections.forget(run.UID)
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -222,9 +228,6 @@ func (c *Controller) removeFinalizer(ctx context.Context, run *v1alpha1.Run) (*v
 	out := run.DeepCopy()
 	out.Finalizers = slices.DeleteFunc(out.Finalizers, func(f string) bool { return f == lifecycle.FinalizerRegistrationCleanup })
 	updated, err := c.client.KruntimesV1alpha1().Runs(run.Namespace).Update(ctx, out, metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) && run.DeletionTimestamp != nil {
-		return run, nil // the last finalizer went, and the Run with it
-	}
 	if err != nil {
 		return nil, fmt.Errorf("removing finalizer %s from Run %s/%s: %w", lifecycle.FinalizerRegistrationCleanup, run.Namespace, run.Name, err)
 	}
