@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -170,8 +171,21 @@ func TestFieldSelectorAssignedPodThroughAggregation(t *testing.T) {
 		_, err := f.KubectlWithInput(ctx, runManifest(name), "create", "-n", ns, "-f", "-")
 		require.NoError(t, err)
 	}
-	_, err := f.Kubectl(ctx, "patch", "run", "assigned", "-n", ns, "--subresource=status", "--type=merge",
-		"-p", `{"status":{"phase":"Scheduled","assignedPod":"pod-x","assignedPodUID":"0b4a7e8e-0000-4000-8000-000000000001"}}`)
+	// A Pod that exists and is no Runtime Pod: the recovery controller
+	// leaves Runs assigned to it alone (one assigned to a Pod that does not
+	// exist would go back to Pending). No node agent owns its node.
+	var pod *corev1.Pod
+	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+		var err error
+		pod, err = f.Client.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "pod-x"},
+			Spec:       corev1.PodSpec{NodeName: "unowned-" + ns, Containers: []corev1.Container{{Name: "c", Image: testServerImage}}},
+		}, metav1.CreateOptions{})
+		return err == nil, nil // admission waits for the namespace's default ServiceAccount
+	})
+	require.NoError(t, err)
+	_, err = f.Kubectl(ctx, "patch", "run", "assigned", "-n", ns, "--subresource=status", "--type=merge",
+		"-p", fmt.Sprintf(`{"status":{"phase":"Scheduled","assignedPod":"pod-x","assignedPodUID":%q}}`, pod.UID))
 	require.NoError(t, err)
 
 	out, err := f.Kubectl(ctx, "get", "runs", "-n", ns, "--field-selector", "status.assignedPod=pod-x", "-o", "name")
