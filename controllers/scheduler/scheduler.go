@@ -589,6 +589,18 @@ func (s *Scheduler) bind(ctx context.Context, run *v1alpha1.Run, pod *corev1.Pod
 		ObservedGeneration: run.Generation,
 		LastTransitionTime: metav1.NewTime(now.Time),
 	})
+	if run.Spec.Mode.Function != nil {
+		// What a previous attempt's Ready condition said (OwnerLost,
+		// Retrying) is not about this assignment.
+		apimeta.SetStatusCondition(&update.Status.Conditions, metav1.Condition{
+			Type:               lifecycle.ConditionReady,
+			Status:             metav1.ConditionFalse,
+			Reason:             lifecycle.ReasonScheduling,
+			Message:            "Assigned to Pod " + pod.Name + "; waiting for its runtimed to register the function",
+			ObservedGeneration: run.Generation,
+			LastTransitionTime: metav1.NewTime(now.Time),
+		})
+	}
 	start := s.clock.Now()
 	_, err := s.client.KruntimesV1alpha1().Runs(run.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{})
 	bindingDuration.Observe(s.clock.Since(start).Seconds())

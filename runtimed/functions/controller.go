@@ -8,6 +8,8 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
@@ -301,6 +303,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if reg == nil && c.wasEnded(key, run) {
 		return nil // a stale copy of an attempt this Pod already ended; its update follows
 	}
+	if ownerLost(run) {
+		// Recovery declared this assignment lost: serve nothing, write
+		// nothing; recovery fences the Pod and moves the Run.
+		if reg != nil {
+			reg.logger.Info("Recovery marked the Run's owner lost; releasing its registration")
+			return c.release(ctx, reg, cancelInFlight)
+		}
+		return nil
+	}
 	switch run.Status.Phase {
 	case lifecycle.Scheduled:
 		if reg != nil {
@@ -332,6 +343,16 @@ func (c *Controller) forgetEnded(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	delete(c.ended, key)
+}
+
+// ownerLost reports whether recovery marked run's current assignment lost:
+// a claimed function with Ready=False reason OwnerLost.
+func ownerLost(run *v1alpha1.Run) bool {
+	if run.Status.Phase != lifecycle.Running && run.Status.Phase != lifecycle.Ready {
+		return false
+	}
+	c := meta.FindStatusCondition(run.Status.Conditions, lifecycle.ConditionReady)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == lifecycle.ReasonOwnerLost
 }
 
 func (c *Controller) local(key string) *registration {
