@@ -26,6 +26,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
@@ -539,4 +540,95 @@ func filesContaining(dir, s string) ([]string, error) {
 		return nil
 	})
 	return found, err
+}
+
+// TestInvokeWhileTheOwnerIsLost invokes a function without pause while its
+// Pod is deleted: every answer is 200 or 503, each handler call records the
+// Pod that ran it, and no invocation runs twice or on two Pods.
+func TestInvokeWhileTheOwnerIsLost(t *testing.T) {
+	f := framework.Get(t)
+	runs := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "invoke-recovery")
+	ctx := framework.Context(t, 8*time.Minute)
+	rt := functionRuntime("python", "python", 2)
+	rt.Spec.Replicas = ptr.To[int32](2)
+	// The handler records which Pod ran it.
+	rt.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "POD_UID",
+		ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: "metadata.uid"}}}}
+	_, err := runs.KruntimesV1alpha1().Runtimes(ns).Create(ctx, rt, metav1.CreateOptions{})
+	require.NoError(t, err)
+	pods := readyPods(ctx, t, f, ns, "python", 2)
+	record := filepath.Join(t.TempDir(), "calls")
+	run := functionRun("steady", "python", "handler.py", `import os
+def handle(event, context):
+    with open(event["file"], "a") as f:
+        f.write(os.environ["POD_UID"] + " " + context.invocation_id + "\n")
+    return os.environ["POD_UID"]
+`, "handler.handle")
+	run.Spec.RetryPolicy = &v1alpha1.RetryPolicy{MaxAttempts: 2}
+	createRun(ctx, t, runs, ns, run)
+	ready := waitForRun(ctx, t, runs, ns, "steady", functionTimeout, "Ready", readyAtAttempt(1))
+	lost := podWithUID(t, pods, ready.Status.AssignedPodUID)
+
+	admin := newInvoker(t, f.AdminConfig)
+	input := []byte(fmt.Sprintf(`{"file":%q}`, record))
+	answers := map[string]int{}
+	servedBy := map[string]string{}
+	call := func(i int) answer {
+		id := fmt.Sprintf("call-%d", i)
+		a := admin.post(ctx, t, invokePath(ns, "steady"), input, map[string]string{"X-Kruntime-Invocation-ID": id})
+		answers[id] = a.code
+		if a.code == http.StatusOK {
+			var pod string
+			require.NoError(t, json.Unmarshal(a.result(t).Output.Raw, &pod))
+			servedBy[id] = pod
+		}
+		return a
+	}
+	i := 0
+	for ; i < 20; i++ {
+		require.Equal(t, http.StatusOK, call(i).code, "before the loss")
+	}
+	deletePod(ctx, t, f, lost)
+	// Keep invoking until the function answers again from another Pod.
+	err = wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
+		i++
+		a := call(i)
+		return a.code == http.StatusOK && servedBy[fmt.Sprintf("call-%d", i)] != string(lost.UID), nil
+	})
+	require.NoError(t, err, "the function answers from another Pod")
+	for j := 0; j < 20; j++ {
+		i++
+		require.Equal(t, http.StatusOK, call(i).code, "after the move")
+	}
+
+	ranOn := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(mustReadFile(t, record))), "\n") {
+		pod, id, ok := strings.Cut(line, " ")
+		require.True(t, ok, line)
+		ranOn[id] = append(ranOn[id], pod)
+	}
+	unavailable := 0
+	for id, code := range answers {
+		switch code {
+		case http.StatusOK:
+			assert.Equal(t, []string{servedBy[id]}, ranOn[id], "%s answered 200 and ran exactly once, on the Pod it names", id)
+		case http.StatusServiceUnavailable:
+			unavailable++
+			assert.Empty(t, ranOn[id], "%s answered 503 and never ran", id)
+		default:
+			t.Errorf("%s answered %d: only 200 and 503 are expected while the owner is replaced", id, code)
+		}
+	}
+	for id, pods := range ranOn {
+		assert.Len(t, pods, 1, "invocation %s ran on %v", id, pods)
+	}
+	t.Logf("%d invocations: %d unavailable while the function moved", len(answers), unavailable)
+}
+
+func mustReadFile(t *testing.T, path string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	return data
 }
