@@ -86,7 +86,12 @@ func (o *StandaloneOptions) WriteKubeconfig(serving *genericoptions.SecureServin
 	if err := os.MkdirAll(filepath.Dir(o.KubeconfigPath), 0o700); err != nil {
 		return err
 	}
-	if err := clientcmd.WriteToFile(*cfg, o.KubeconfigPath); err != nil {
+	// Written aside and renamed, so a reader never sees half a file.
+	tmp := o.KubeconfigPath + ".tmp"
+	if err := clientcmd.WriteToFile(*cfg, tmp); err != nil {
+		return fmt.Errorf("write the standalone kubeconfig %s: %w", tmp, err)
+	}
+	if err := os.Rename(tmp, o.KubeconfigPath); err != nil {
 		return fmt.Errorf("writing %s: %w", o.KubeconfigPath, err)
 	}
 	return nil
