@@ -100,20 +100,7 @@ func (c *Controller) register(ctx context.Context, key string, run *v1alpha1.Run
 	if err != nil {
 		return c.registrationFailed(ctx, run, reg, err.Error())
 	}
-	fn := run.Spec.Mode.Function
-	req := &runtimev1.RegisterFunctionRequest{
-		RunUid:              string(run.UID),
-		RegistrationAttempt: int64(run.Status.Attempt),
-		RegistrationDigest:  reg.digest,
-		WorkingDir:          dir,
-		Handler:             fn.Handler,
-	}
-	if fn.IdleTimeoutSeconds != nil {
-		req.IdleTimeoutSeconds = int64(*fn.IdleTimeoutSeconds)
-	}
-	for _, e := range run.Spec.Env {
-		req.Env = append(req.Env, &runtimev1.EnvVar{Name: e.Name, Value: e.Value})
-	}
+	req := registerRequest(run, reg, dir)
 	started := c.clock.Now()
 	rpcCtx, cancel := context.WithTimeout(ctx, registerTimeout)
 	st, err := c.runtimeServer.RegisterFunction(rpcCtx, req)
@@ -153,6 +140,25 @@ func (c *Controller) register(ctx context.Context, key string, run *v1alpha1.Run
 	c.recorder.Eventf(run, corev1.EventTypeNormal, eventRegistered, "Attempt %d registered on Pod %s", run.Status.Attempt, c.pod.Name)
 	c.scheduleLifetime(key, ready)
 	return nil
+}
+
+// registerRequest registers attempt reg.attempt of run from its workspace dir.
+func registerRequest(run *v1alpha1.Run, reg *registration, dir string) *runtimev1.RegisterFunctionRequest {
+	fn := run.Spec.Mode.Function
+	req := &runtimev1.RegisterFunctionRequest{
+		RunUid:              string(run.UID),
+		RegistrationAttempt: int64(run.Status.Attempt),
+		RegistrationDigest:  reg.digest,
+		WorkingDir:          dir,
+		Handler:             fn.Handler,
+	}
+	if fn.IdleTimeoutSeconds != nil {
+		req.IdleTimeoutSeconds = int64(*fn.IdleTimeoutSeconds)
+	}
+	for _, e := range run.Spec.Env {
+		req.Env = append(req.Env, &runtimev1.EnvVar{Name: e.Name, Value: e.Value})
+	}
+	return req
 }
 
 func registrationResult(st *runtimev1.RegistrationStatus) string {
@@ -197,14 +203,10 @@ func (c *Controller) adopt(ctx context.Context, key string, run *v1alpha1.Run) e
 	if held == nil || held.GetRegistrationAttempt() != int64(run.Status.Attempt) || held.GetState() != runtimev1.FunctionState_FUNCTION_STATE_READY {
 		return c.lose(ctx, key, run, reg, describeLoss(held, run.Status.Attempt))
 	}
-	fn := run.Spec.Mode.Function
-	req := &runtimev1.RegisterFunctionRequest{
-		RunUid:              string(run.UID),
-		RegistrationAttempt: int64(run.Status.Attempt),
-		RegistrationDigest:  reg.digest,
-		WorkingDir:          c.workspace.RunDir(run.UID),
-		Handler:             fn.Handler,
-	}
+	// The whole request, as register sends it: should the Runtime Server
+	// have lost the registration since it listed it, this registers it
+	// again as it was, not without its environment.
+	req := registerRequest(run, reg, c.workspace.RunDir(run.UID))
 	rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	st, err := c.runtimeServer.RegisterFunction(rpcCtx, req)
 	cancel()
