@@ -66,6 +66,8 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 		"The kruntimes CA of the invoke hop: with it Runtime Pods mount their invoke Secret (runtime-<name>-tls) and can be invoked.")
 	fs.StringVar(&o.runtimedCAKeyFile, "runtimed-ca-key-file", o.runtimedCAKeyFile,
 		"Key of --runtimed-ca-file: with it the runtime controller issues and renews those Secrets; without it they must be provided (e.g. by cert-manager).")
+	fs.StringVar(&o.config.EndpointBase, "invoke-endpoint-base", o.config.EndpointBase,
+		"Scheme and host of the Kubernetes API as clients reach it, which Ready function Runs advertise in status.endpoint.url; https://kubernetes.default.svc when empty.")
 }
 
 func (o *options) run(ctx context.Context) error {
