@@ -63,6 +63,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 		ErrOut:                   errOut,
 	}
 	o.Storage = NewStorageOptions(o.RecommendedOptions.Etcd)
+	addTenancyAdmission(o.RecommendedOptions)
 	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	// Store objects as protobuf, as kube-apiserver does; --storage-media-type
