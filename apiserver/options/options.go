@@ -203,6 +203,9 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 		}
 		serverConfig.RESTOptionsGetter = backend.RESTOptionsGetter(etcd.StorageConfig)
 		serverConfig.AddHealthChecks(backend.HealthChecker())
+		// Not ready while the data file cannot be written (a full disk):
+		// readyz only, since a restart frees no space.
+		serverConfig.AddReadyzChecks(backend.WritableChecker())
 	}
 	if o.Standalone.Enabled {
 		if err := o.Standalone.ApplyTo(serverConfig); err != nil {
