@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/admission"
 	genericadmissioninitializer "k8s.io/apiserver/pkg/admission/initializer"
@@ -25,8 +26,8 @@ func Register(plugins *admission.Plugins) {
 	})
 }
 
-// Plugin refuses a create or update of a Runtime by a user who may not
-// create Pods in its namespace.
+// Plugin refuses a create, or an update of the spec, of a Runtime by a user
+// who may not create Pods in its namespace.
 type Plugin struct {
 	*admission.Handler
 	authorizer authorizer.UnconditionalAuthorizer
@@ -66,6 +67,12 @@ func (p *Plugin) Validate(ctx context.Context, attrs admission.Attributes, _ adm
 	if attrs.GetResource().GroupResource() != runtimes || attrs.GetSubresource() != "" {
 		return nil
 	}
+	if attrs.GetOperation() == admission.Update && !specChanged(attrs) {
+		// Metadata alone (labels, finalizers, owner references) makes no
+		// Pods: the garbage collector, which may not create Pods, must
+		// still be able to remove the orphan finalizer.
+		return nil
+	}
 	user := attrs.GetUserInfo()
 	if user == nil {
 		return admission.NewForbidden(attrs, errors.New("creating a Runtime creates Pods, and the request has no user to check that permission for"))
@@ -93,4 +100,18 @@ func (p *Plugin) Validate(ctx context.Context, attrs admission.Attributes, _ adm
 		msg += ": " + reason
 	}
 	return admission.NewForbidden(attrs, errors.New(msg))
+}
+
+// specChanged reports whether an update changes a Runtime's spec, from which
+// its Pods are made. Anything but two Runtimes counts as a change.
+func specChanged(attrs admission.Attributes) bool {
+	updated, ok := attrs.GetObject().(*kruntimes.Runtime)
+	if !ok {
+		return true
+	}
+	old, ok := attrs.GetOldObject().(*kruntimes.Runtime)
+	if !ok {
+		return true
+	}
+	return !apiequality.Semantic.DeepEqual(old.Spec, updated.Spec)
 }

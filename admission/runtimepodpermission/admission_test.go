@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -37,9 +39,24 @@ func (a *podCreators) Authorize(_ context.Context, attrs authorizer.Attributes) 
 	return authorizer.DecisionNoOpinion, "no RBAC policy matched", nil
 }
 
+func pool(replicas int32, labels map[string]string) *kruntimes.Runtime {
+	return &kruntimes.Runtime{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: "pool", Labels: labels},
+		Spec:       kruntimes.RuntimeSpec{Replicas: &replicas},
+	}
+}
+
 func attributes(resource, subresource string, op admission.Operation, u user.Info) admission.Attributes {
+	var obj, old runtime.Object = pool(1, nil), nil
+	if op == admission.Update {
+		obj, old = pool(2, nil), pool(1, nil)
+	}
+	return attributesFor(resource, subresource, op, obj, old, u)
+}
+
+func attributesFor(resource, subresource string, op admission.Operation, obj, old runtime.Object, u user.Info) admission.Attributes {
 	gr := kruntimes.Resource(resource)
-	return admission.NewAttributesRecord(nil, nil,
+	return admission.NewAttributesRecord(obj, old,
 		schema.GroupVersionKind{Group: gr.Group, Version: "v1alpha1", Kind: "Runtime"}, "team", "pool",
 		gr.WithVersion("v1alpha1"), subresource, op, nil, false, u)
 }
@@ -58,7 +75,8 @@ func TestValidate(t *testing.T) {
 		{name: "creating a Runtime as a user who may create Pods is allowed", attrs: attributes("runtimes", "", admission.Create, alice), wantAsked: true},
 		{name: "updating a Runtime as a user who may create Pods is allowed", attrs: attributes("runtimes", "", admission.Update, alice), wantAsked: true},
 		{name: "creating a Runtime as a user who may not create Pods is forbidden (403)", attrs: attributes("runtimes", "", admission.Create, bob), wantCode: http.StatusForbidden, wantAsked: true},
-		{name: "updating a Runtime as a user who may not create Pods is forbidden (403)", attrs: attributes("runtimes", "", admission.Update, bob), wantCode: http.StatusForbidden, wantAsked: true},
+		{name: "updating a Runtime's spec as a user who may not create Pods is forbidden (403)", attrs: attributes("runtimes", "", admission.Update, bob), wantCode: http.StatusForbidden, wantAsked: true},
+		{name: "updating only a Runtime's metadata (finalizers, owners) is not checked: it makes no Pods", attrs: attributesFor("runtimes", "", admission.Update, pool(1, map[string]string{"a": "b"}), pool(1, nil), bob)},
 		{name: "a request without a user is forbidden (403)", attrs: attributes("runtimes", "", admission.Create, nil), wantCode: http.StatusForbidden},
 		{name: "writing runtimes/status is not checked (the controllers write it)", attrs: attributes("runtimes", "status", admission.Update, bob)},
 		{name: "creating a Run is not checked", attrs: attributes("runs", "", admission.Create, bob)},

@@ -19,8 +19,8 @@ import (
 )
 
 // Creating a Runtime is creating Pods from its template: a user who holds
-// kruntimes-edit but may not create Pods gets 403 from kubectl create, one
-// who may create Pods gets the Runtime.
+// kruntimes-edit but may not create Pods gets 403 from kubectl create (and
+// from a change of the spec), one who may create Pods gets the Runtime.
 func TestRuntimeCreateNeedsPodCreatePermission(t *testing.T) {
 	f := framework.Get(t)
 	f.RequireKruntimes(t)
@@ -67,12 +67,16 @@ func TestRuntimeCreateNeedsPodCreatePermission(t *testing.T) {
 	require.NoError(t, err, "carol, who may create pods, creates the Runtime")
 	assert.Contains(t, out, "runtime.kruntimes.io/bash created")
 
-	// Updating needs the same permission: alice may not change carol's
-	// Runtime into other Pods.
-	_, err = f.Kubectl(ctx, "label", "--as=alice", "-n", ns, "runtime", "bash", "team=alice")
+	// Changing the spec needs the same permission: alice may not turn
+	// carol's Runtime into more or other Pods.
+	_, err = f.Kubectl(ctx, "patch", "--as=alice", "-n", ns, "runtime", "bash", "--type=merge", "-p", `{"spec":{"replicas":3}}`)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "Error from server (Forbidden)")
 	assert.Contains(t, err.Error(), `which user "alice" does not have`)
+	// Metadata makes no Pods (and the garbage collector, which may not
+	// create Pods, removes finalizers and owner references).
+	_, err = f.Kubectl(ctx, "label", "--as=alice", "-n", ns, "runtime", "bash", "team=alice")
+	require.NoError(t, err)
 }
 
 // The standard ResourceQuota object count limits Runs: kruntimes-apiserver
