@@ -63,6 +63,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 		ErrOut:                   errOut,
 	}
 	o.Storage = NewStorageOptions(o.RecommendedOptions.Etcd)
+	addTenancyAdmission(o.RecommendedOptions)
 	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	// Store objects as protobuf, as kube-apiserver does; --storage-media-type
@@ -202,6 +203,9 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 		}
 		serverConfig.RESTOptionsGetter = backend.RESTOptionsGetter(etcd.StorageConfig)
 		serverConfig.AddHealthChecks(backend.HealthChecker())
+		// Not ready while the data file cannot be written (a full disk):
+		// readyz only, since a restart frees no space.
+		serverConfig.AddReadyzChecks(backend.WritableChecker())
 	}
 	if o.Standalone.Enabled {
 		if err := o.Standalone.ApplyTo(serverConfig); err != nil {

@@ -106,3 +106,19 @@ func TestTemplateHashFollowsTheRuntime(t *testing.T) {
 	rt.Spec.Replicas = ptr.To[int32](7)
 	assert.Equal(t, before, newDeployment(rt, podOptions{}).Annotations[lifecycle.AnnotationTemplateHash], "replicas are compared on their own")
 }
+
+func TestRuntimedSidecarIsUnprivilegedAndBounded(t *testing.T) {
+	runtimed := newDeployment(bashRuntime(), podOptions{}).Spec.Template.Spec.Containers[1]
+	require.Equal(t, runtimepod.ContainerRuntimed, runtimed.Name)
+	sc := runtimed.SecurityContext
+	require.NotNil(t, sc)
+	assert.Equal(t, ptr.To(false), sc.AllowPrivilegeEscalation)
+	assert.Equal(t, ptr.To(true), sc.ReadOnlyRootFilesystem)
+	assert.Equal(t, &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}, sc.Capabilities)
+	assert.Equal(t, &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}, sc.SeccompProfile)
+	assert.Nil(t, sc.RunAsUser, "runtimed runs as the Pod's user, to clean up what the Runtime Server leaves in the workspace")
+	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		assert.Contains(t, runtimed.Resources.Requests, r)
+	}
+	assert.Contains(t, runtimed.Resources.Limits, corev1.ResourceMemory)
+}

@@ -10,8 +10,10 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -188,6 +190,19 @@ func runtimedContainer(rt *v1alpha1.Runtime) corev1.Container {
 			Name: runtimedHealthPortName, ContainerPort: runtimepod.RuntimedHealthPort, Protocol: corev1.ProtocolTCP,
 		}},
 		VolumeMounts: withSharedMounts(nil),
+		// runtimed needs no privilege and writes only its volumes. Its user
+		// stays the Pod's: it removes what the Runtime Server's code leaves
+		// in the shared workspace, which a different user could not.
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: ptr.To(false),
+			ReadOnlyRootFilesystem:   ptr.To(true),
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("256Mi")},
+		},
 		// Readiness gates scheduling, so probe it often; liveness restarts
 		// a wedged runtimed, so give it the usual slack.
 		ReadinessProbe: probe("/readyz", 2),

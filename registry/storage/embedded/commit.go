@@ -145,8 +145,10 @@ func (b *Backend) commit(batch []*writeOp) {
 	if errors.Is(err, errNothingWritten) {
 		err = nil
 	}
+	b.recordFileSize()
 	if err != nil {
 		commitFailures.Inc()
+		b.writeHealth.set(err)
 		klog.Background().Error(err, "Embedded storage commit failed", "path", b.path, "writes", len(batch))
 		for _, op := range batch {
 			op.succeeded, op.current = false, nil
@@ -161,6 +163,7 @@ func (b *Backend) commit(batch []*writeOp) {
 		}
 	}
 	if next != base {
+		b.writeHealth.set(nil)
 		commitDuration.Observe(time.Since(start).Seconds())
 		commitWrites.Observe(float64(next - base))
 		b.rev.Store(next)

@@ -118,6 +118,8 @@ type Backend struct {
 
 	notify *notifier
 	ttl    *expiryQueue
+
+	writeHealth writeHealth
 }
 
 // Open opens (creating if needed) the data file DataFileName in dir. It fails
@@ -150,6 +152,14 @@ func Open(dir string, opts Options) (*Backend, error) {
 		_ = db.Close()
 		return nil, err
 	}
+	if !existed && !opts.NoSync {
+		// The file's own fsyncs do not persist its directory entry.
+		if err := syncDir(dir); err != nil {
+			_ = db.Close()
+			return nil, err
+		}
+	}
+	b.recordFileSize()
 	b.loops.Add(3)
 	go b.commitLoop()
 	go b.expiryLoop()

@@ -32,13 +32,18 @@ var (
 		Help:           "Revisions between the compacted and the current revision of the embedded storage: how far back watches can resume.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	})
+	dataFileSize = compbasemetrics.NewGauge(&compbasemetrics.GaugeOpts{
+		Name:           "kruntimes_storage_data_file_size_bytes",
+		Help:           "Size of the embedded storage's data file; it grows and is not shrunk by compaction, which frees pages inside it for reuse.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	})
 
 	registerMetrics sync.Once
 )
 
 func registerStorageMetrics() {
 	registerMetrics.Do(func() {
-		legacyregistry.MustRegister(commitDuration, commitWrites, commitFailures, historyRevisions)
+		legacyregistry.MustRegister(commitDuration, commitWrites, commitFailures, historyRevisions, dataFileSize)
 	})
 }
 
