@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/cache"
@@ -215,6 +216,23 @@ func StderrTail(msg string, stderr []byte) string {
 		tail = marker + tail[start:]
 	}
 	return msg + header + tail
+}
+
+// MaxReasonBytes bounds a reason runtimed accepts from a Runtime Server,
+// tighter than a condition's 1024 bytes: a reason is a word, not a message.
+const MaxReasonBytes = 64
+
+// InvalidReason says why a reason reported by a Runtime Server cannot be a
+// Run's reason, or "" when it can: CamelCase as condition reasons are, and at
+// most MaxReasonBytes.
+func InvalidReason(reason string) string {
+	if len(reason) > MaxReasonBytes {
+		return fmt.Sprintf("is longer than %d bytes", MaxReasonBytes)
+	}
+	if msgs := metav1validation.IsValidConditionReason(reason); len(msgs) > 0 {
+		return strings.Join(msgs, "; ")
+	}
+	return ""
 }
 
 // IsTask reports whether obj, an informer's Run or the tombstone of one, is

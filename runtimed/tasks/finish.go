@@ -41,7 +41,7 @@ func (c *Controller) finish(ctx context.Context, key string, run *v1alpha1.Run, 
 		return fmt.Errorf("record the outcome of Run %s: %w", key, err)
 	}
 	phase := string(updated.Status.Phase)
-	metrics.Executions.WithLabelValues(phase, o.Reason).Inc()
+	metrics.Executions.WithLabelValues(phase, metrics.ReasonLabel(o.Reason)).Inc()
 	if retried {
 		logger.Info("Attempt failed; Run goes back to Pending for a retry", "reason", o.Reason, "nextAttempt", updated.Status.Attempt, "message", updated.Status.Message)
 		c.recorder.Eventf(run, corev1.EventTypeWarning, lifecycle.ReasonRetrying, "Attempt %d failed (%s); attempt %d will be scheduled", run.Status.Attempt, o.Reason, updated.Status.Attempt)
