@@ -63,7 +63,10 @@ func (c *Controller) finish(ctx context.Context, key string, run *v1alpha1.Run, 
 	c.mu.Unlock()
 	if exec == nil {
 		// Nothing ran here, but an earlier attempt may have left files.
-		return c.workspace.Remove(run.UID)
+		if err := c.workspace.Remove(run.UID); err != nil {
+			runstatus.ReportWorkspaceNotRemoved(logger, c.recorder, key, run.UID, err)
+		}
+		return nil
 	}
 	metrics.ExecutionDuration.WithLabelValues(phase).Observe(c.clock.Since(exec.claimedAt).Seconds())
 	return c.release(ctx, exec)
@@ -101,7 +104,7 @@ func (c *Controller) release(ctx context.Context, exec *execution) error {
 		return fmt.Errorf("forget execution %s: %w", exec.id, err)
 	}
 	if err := c.workspace.Remove(exec.uid); err != nil {
-		return err
+		runstatus.ReportWorkspaceNotRemoved(exec.logger, c.recorder, exec.key, exec.uid, err)
 	}
 	c.mu.Lock()
 	if exec.cancelWait != nil {
