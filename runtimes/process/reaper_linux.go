@@ -76,9 +76,10 @@ func runReaper(args []string) int {
 
 	var childStatus syscall.WaitStatus
 	childExited := false
+	options := 0 // block until the program exits
 	for {
 		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, 0, nil)
+		pid, err := syscall.Wait4(-1, &ws, options, nil)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
@@ -87,12 +88,18 @@ func runReaper(args []string) int {
 		}
 		if pid == child {
 			childStatus, childExited = ws, true
+			// From now on only ask whether children are left, so that a
+			// program that left none costs no scan of /proc.
+			options = syscall.WNOHANG
 		}
-		if childExited {
+		if pid == 0 {
 			// Whatever the program left behind, in its group or not, dies
 			// with it; repeated until no child is left, since a process may
 			// fork between the scan and the kill.
 			killDescendants()
+			options = 0
+		} else if childExited {
+			options = syscall.WNOHANG
 		}
 	}
 	if !childExited || childStatus.Signaled() {
