@@ -18,7 +18,6 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
-	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 )
@@ -39,18 +38,7 @@ func TestTasksCannotHoldTheirSlot(t *testing.T) {
 	runs, err := versioned.NewForConfig(f.AdminConfig)
 	require.NoError(t, err)
 
-	_, err = f.KubectlWithInput(ctx, runtimeManifest, "create", "-n", ns, "-f", "-")
-	require.NoError(t, err)
-	createRuntimedRBAC(ctx, t, f, ns)
-	_, err = f.Client.CoreV1().Pods(ns).Create(ctx, runtimePod("runtime-pod", 1), metav1.CreateOptions{})
-	require.NoError(t, err)
-	pod := waitForReadyPod(ctx, t, f, ns, "app=runtime-pod", "")
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, err := f.Kubectl(context.Background(), "logs", "-n", ns, pod.Name, "-c", runtimepod.ContainerRuntimed, "--tail=200")
-			t.Logf("runtimed logs (err %v):\n%s", err, out)
-		}
-	})
+	pod := startRuntimePod(ctx, t, f, ns, 1)
 
 	const timeout = 5 * time.Second
 	// The escapee leaves the process group and the session through a
