@@ -26,6 +26,7 @@ func TestGroup(t *testing.T) {
 		{name: "stdin is delivered and closed", script: "cat", stdin: `{"a":1}`, wantStdout: `{"a":1}`},
 		{name: "program that ignores stdin is fine", script: "exit 0", stdin: strings.Repeat("x", 1<<20)},
 		{name: "background child holding stdout does not block Wait", script: "sleep 30 & echo done"},
+		{name: "the program starts with no signal ignored", script: "grep SigIgn /proc/self/status", wantStdout: "SigIgn:\t0000000000000000\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -43,8 +43,11 @@ func runReaper(args []string) int {
 	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, reaperStopSignal)
-	// Nothing else the program's group receives is the reaper's business.
-	signal.Ignore(syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
+	// Signals meant for a terminal's process group are not the reaper's
+	// business. They are caught and dropped rather than ignored: an ignored
+	// signal stays ignored across exec, and the program must start with
+	// default dispositions (a pipeline relies on SIGPIPE).
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGPIPE)
 
 	extra := make([]*os.File, nExtra)
 	for i := range extra {
