@@ -97,7 +97,7 @@ run-standalone: build
 ## clean: remove local state and kruntimes binaries (keeps the Kubernetes binaries).
 clean:
 	rm -rf .local
-	cd $(BIN) 2>/dev/null && rm -f kruntimes-apiserver kruntimes-controllers kruntimes-runtime runtimed localcluster e2e-testserver testreport || true
+	cd $(BIN) 2>/dev/null && rm -f kruntimes-apiserver kruntimes-controllers kruntimes-runtime kruntimes-reaper runtimed localcluster e2e-testserver testreport || true
 
 ## clean-kube: also remove the cached Kubernetes binaries.
 clean-kube: clean

@@ -45,7 +45,7 @@ type RunSpec struct {
 	// +listMapKey=name
 	Env []EnvVar `json:"env,omitempty"`
 	// Timeout is the maximum lifetime of the reservation, counted from
-	// status.startTime. A Run past it ends as Timeout.
+	// status.startTime. A Run past it ends as Timeout. At most 168h.
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// RetryPolicy says how often and when a failed attempt is retried.
@@ -56,7 +56,8 @@ type RunSpec struct {
 	// +optional
 	CancelRequested bool `json:"cancelRequested,omitempty"`
 	// TTLSecondsAfterFinished deletes the Run this many seconds after it
-	// reached a terminal phase. Unset keeps it forever. Mutable.
+	// reached a terminal phase, at most 31536000 (365 days). Unset keeps it
+	// forever. Mutable.
 	// +optional
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
@@ -87,10 +88,12 @@ type RunMode struct {
 // TaskMode runs a program once.
 type TaskMode struct {
 	// Entrypoint is the program to execute, relative to the workspace or
-	// absolute. Defaults to running the inline source as a script.
+	// absolute, at most 4096 bytes. Defaults to running the inline source
+	// as a script.
 	// +optional
 	Entrypoint string `json:"entrypoint,omitempty"`
-	// Args are passed to the entrypoint.
+	// Args are passed to the entrypoint: at most 256, each at most 32 KiB,
+	// 256 KiB in all.
 	// +optional
 	// +listType=atomic
 	Args []string `json:"args,omitempty"`
@@ -102,7 +105,8 @@ type FunctionMode struct {
 	// path under the workspace for bash.
 	Handler string `json:"handler"`
 	// IdleTimeoutSeconds ends the Run as Timeout (reason IdleTimeout) after
-	// this long without an invocation. Unset never idles out.
+	// this long without an invocation, at most 604800 (7 days). Unset never
+	// idles out.
 	// +optional
 	IdleTimeoutSeconds *int32 `json:"idleTimeoutSeconds,omitempty"`
 }
@@ -134,10 +138,10 @@ type RetryPolicy struct {
 
 // RetryBackoff is an exponential backoff with a cap.
 type RetryBackoff struct {
-	// Initial is the delay before the second attempt.
+	// Initial is the delay before the second attempt, at most 1h.
 	// +optional
 	Initial *metav1.Duration `json:"initial,omitempty"`
-	// Max caps the delay between attempts.
+	// Max caps the delay between attempts, at most 1h.
 	// +optional
 	Max *metav1.Duration `json:"max,omitempty"`
 	// Factor multiplies the delay after each attempt, as a decimal string

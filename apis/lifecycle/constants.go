@@ -40,6 +40,10 @@ const (
 	// ReasonLifetimeExceeded: a function reached spec.timeout from its
 	// startTime.
 	ReasonLifetimeExceeded = "LifetimeExceeded"
+	// ReasonWorkspaceNotRemoved (an Event): what the program left in its
+	// workspace could not be removed; the slot is free regardless and
+	// runtimed's startup sweep tries again.
+	ReasonWorkspaceNotRemoved = "WorkspaceNotRemoved"
 )
 
 // Reasons of a Runtime's Ready condition.

@@ -17424,7 +17424,7 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_FunctionMode(ref common.ReferenceC
 					},
 					"idleTimeoutSeconds": {
 						SchemaProps: spec.SchemaProps{
-							Description: "IdleTimeoutSeconds ends the Run as Timeout (reason IdleTimeout) after this long without an invocation. Unset never idles out.",
+							Description: "IdleTimeoutSeconds ends the Run as Timeout (reason IdleTimeout) after this long without an invocation, at most 604800 (7 days). Unset never idles out.",
 							Type:        []string{"integer"},
 							Format:      "int32",
 						},
@@ -17595,13 +17595,13 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RetryBackoff(ref common.ReferenceC
 				Properties: map[string]spec.Schema{
 					"initial": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Initial is the delay before the second attempt.",
+							Description: "Initial is the delay before the second attempt, at most 1h.",
 							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
 						},
 					},
 					"max": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Max caps the delay between attempts.",
+							Description: "Max caps the delay between attempts, at most 1h.",
 							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
 						},
 					},
@@ -17950,7 +17950,7 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunSpec(ref common.ReferenceCallba
 					},
 					"timeout": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Timeout is the maximum lifetime of the reservation, counted from status.startTime. A Run past it ends as Timeout.",
+							Description: "Timeout is the maximum lifetime of the reservation, counted from status.startTime. A Run past it ends as Timeout. At most 168h.",
 							Ref:         ref(metav1.Duration{}.OpenAPIModelName()),
 						},
 					},
@@ -17969,7 +17969,7 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunSpec(ref common.ReferenceCallba
 					},
 					"ttlSecondsAfterFinished": {
 						SchemaProps: spec.SchemaProps{
-							Description: "TTLSecondsAfterFinished deletes the Run this many seconds after it reached a terminal phase. Unset keeps it forever. Mutable.",
+							Description: "TTLSecondsAfterFinished deletes the Run this many seconds after it reached a terminal phase, at most 31536000 (365 days). Unset keeps it forever. Mutable.",
 							Type:        []string{"integer"},
 							Format:      "int32",
 						},
@@ -18335,7 +18335,7 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_TaskMode(ref common.ReferenceCallb
 				Properties: map[string]spec.Schema{
 					"entrypoint": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Entrypoint is the program to execute, relative to the workspace or absolute. Defaults to running the inline source as a script.",
+							Description: "Entrypoint is the program to execute, relative to the workspace or absolute, at most 4096 bytes. Defaults to running the inline source as a script.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -18347,7 +18347,7 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_TaskMode(ref common.ReferenceCallb
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "Args are passed to the entrypoint.",
+							Description: "Args are passed to the entrypoint: at most 256, each at most 32 KiB, 256 KiB in all.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

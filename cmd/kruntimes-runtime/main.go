@@ -19,6 +19,7 @@ import (
 
 	"kruntimes.io/kruntimes/runtimes/bash"
 	"kruntimes.io/kruntimes/runtimes/language"
+	"kruntimes.io/kruntimes/runtimes/process"
 	"kruntimes.io/kruntimes/runtimes/python"
 	"kruntimes.io/kruntimes/runtimes/server"
 )
@@ -145,6 +146,8 @@ func (o *options) Run(ctx context.Context) error {
 }
 
 func main() {
+	// First: in a reaper this runs the user program and never returns.
+	process.Init()
 	o := newOptions()
 	fs := pflag.NewFlagSet("kruntimes-runtime", pflag.ExitOnError)
 	o.AddFlags(fs)

@@ -367,6 +367,9 @@ func encodeBase64(b []byte) string { return base64.StdEncoding.EncodeToString(b)
 var ImageCommands = []repobin.Command{
 	{Name: "runtimed", Package: "./cmd/runtimed"},
 	{Name: "kruntimes-runtime", Package: "./cmd/kruntimes-runtime"},
+	// Not an image of its own: it ships in the kruntimes-runtime image, and
+	// the Runtime Server finds it beside its binary.
+	{Name: "kruntimes-reaper", Package: "./cmd/kruntimes-reaper"},
 	{Name: "krt", Package: "./cmd/krt"},
 	{Name: "e2e-testserver", Package: "./test/e2e/testserver"},
 }

@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -210,7 +211,7 @@ func (c *Controller) finalize(ctx context.Context, run *v1alpha1.Run, reg *regis
 			return err
 		}
 		if err := c.workspace.Remove(run.UID); err != nil {
-			return err
+			runstatus.ReportWorkspaceNotRemoved(runstatus.Logger(ctx, run), c.recorder, cache.MetaObjectToName(run).String(), run.UID, err)
 		}
 	}
 	_, err := c.removeFinalizer(ctx, run)
@@ -229,7 +230,7 @@ func (c *Controller) release(ctx context.Context, reg *registration, mode unregi
 		return err
 	}
 	if err := c.workspace.Remove(reg.uid); err != nil {
-		return err
+		runstatus.ReportWorkspaceNotRemoved(reg.logger, c.recorder, reg.key, reg.uid, err)
 	}
 	c.untrack(reg)
 	reg.logger.Info("Registration released")

@@ -3,8 +3,12 @@ package metrics
 import (
 	"sync"
 
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	"k8s.io/component-base/metrics"
 	"k8s.io/component-base/metrics/legacyregistry"
+
+	"kruntimes.io/kruntimes/apis/lifecycle"
 )
 
 const (
@@ -14,7 +18,8 @@ const (
 
 var (
 	// Executions counts finished executions by the phase they led to
-	// (a terminal phase, or Pending for a retry) and a kruntimes reason.
+	// (a terminal phase, or Pending for a retry) and a kruntimes reason;
+	// label it with ReasonLabel.
 	Executions = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem,
 		Name:           "executions_total",
@@ -102,6 +107,25 @@ var (
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"rpc", "code"})
 )
+
+// reasonLabels are the reasons that may label a metric: kruntimes' own. A
+// custom Runtime Server may report any reason, and a label per value would
+// grow the series without bound.
+var reasonLabels = sets.New(
+	lifecycle.ReasonSucceeded, lifecycle.ReasonNonZeroExit, lifecycle.ReasonStartFailed, lifecycle.ReasonTimeout,
+	lifecycle.ReasonCancelled, lifecycle.ReasonExecutionLost, lifecycle.ReasonOutputsInvalid, lifecycle.ReasonOutputsTooLarge,
+)
+
+// ReasonOther labels every reason that is not one of kruntimes' own.
+const ReasonOther = "Other"
+
+// ReasonLabel returns reason when kruntimes defines it, else ReasonOther.
+func ReasonLabel(reason string) string {
+	if reasonLabels.Has(reason) {
+		return reason
+	}
+	return ReasonOther
+}
 
 var registerOnce sync.Once
 

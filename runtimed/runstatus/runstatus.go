@@ -7,12 +7,15 @@ import (
 	"time"
 	"unicode/utf8"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
@@ -215,6 +218,39 @@ func StderrTail(msg string, stderr []byte) string {
 		tail = marker + tail[start:]
 	}
 	return msg + header + tail
+}
+
+// ReportWorkspaceNotRemoved logs and records as an Event on the Run that its
+// workspace could not be removed. Callers release the slot regardless: what
+// a program left behind (a directory it made read-only past repair, a busy
+// mount) must not keep the Pod's capacity; the workspace keeps its marker,
+// so runtimed's startup sweep tries again.
+func ReportWorkspaceNotRemoved(logger klog.Logger, recorder record.EventRecorder, key string, uid types.UID, err error) {
+	logger.Error(err, "Could not remove the Run's workspace; its slot is released anyway and the startup sweep retries")
+	namespace, name, splitErr := cache.SplitMetaNamespaceKey(key)
+	if splitErr != nil || recorder == nil {
+		return
+	}
+	ref := &corev1.ObjectReference{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Run", Namespace: namespace, Name: name, UID: uid}
+	recorder.Eventf(ref, corev1.EventTypeWarning, lifecycle.ReasonWorkspaceNotRemoved,
+		"The workspace could not be removed (%v); the slot was released and runtimed will retry at its next start", err)
+}
+
+// MaxReasonBytes bounds a reason runtimed accepts from a Runtime Server,
+// tighter than a condition's 1024 bytes: a reason is a word, not a message.
+const MaxReasonBytes = 64
+
+// InvalidReason says why a reason reported by a Runtime Server cannot be a
+// Run's reason, or "" when it can: CamelCase as condition reasons are, and at
+// most MaxReasonBytes.
+func InvalidReason(reason string) string {
+	if len(reason) > MaxReasonBytes {
+		return fmt.Sprintf("is longer than %d bytes", MaxReasonBytes)
+	}
+	if msgs := metav1validation.IsValidConditionReason(reason); len(msgs) > 0 {
+		return strings.Join(msgs, "; ")
+	}
+	return ""
 }
 
 // IsTask reports whether obj, an informer's Run or the tombstone of one, is

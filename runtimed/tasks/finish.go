@@ -41,7 +41,7 @@ func (c *Controller) finish(ctx context.Context, key string, run *v1alpha1.Run, 
 		return fmt.Errorf("record the outcome of Run %s: %w", key, err)
 	}
 	phase := string(updated.Status.Phase)
-	metrics.Executions.WithLabelValues(phase, o.Reason).Inc()
+	metrics.Executions.WithLabelValues(phase, metrics.ReasonLabel(o.Reason)).Inc()
 	if retried {
 		logger.Info("Attempt failed; Run goes back to Pending for a retry", "reason", o.Reason, "nextAttempt", updated.Status.Attempt, "message", updated.Status.Message)
 		c.recorder.Eventf(run, corev1.EventTypeWarning, lifecycle.ReasonRetrying, "Attempt %d failed (%s); attempt %d will be scheduled", run.Status.Attempt, o.Reason, updated.Status.Attempt)
@@ -63,7 +63,10 @@ func (c *Controller) finish(ctx context.Context, key string, run *v1alpha1.Run, 
 	c.mu.Unlock()
 	if exec == nil {
 		// Nothing ran here, but an earlier attempt may have left files.
-		return c.workspace.Remove(run.UID)
+		if err := c.workspace.Remove(run.UID); err != nil {
+			runstatus.ReportWorkspaceNotRemoved(logger, c.recorder, key, run.UID, err)
+		}
+		return nil
 	}
 	metrics.ExecutionDuration.WithLabelValues(phase).Observe(c.clock.Since(exec.claimedAt).Seconds())
 	return c.release(ctx, exec)
@@ -101,7 +104,7 @@ func (c *Controller) release(ctx context.Context, exec *execution) error {
 		return fmt.Errorf("forget execution %s: %w", exec.id, err)
 	}
 	if err := c.workspace.Remove(exec.uid); err != nil {
-		return err
+		runstatus.ReportWorkspaceNotRemoved(exec.logger, c.recorder, exec.key, exec.uid, err)
 	}
 	c.mu.Lock()
 	if exec.cancelWait != nil {

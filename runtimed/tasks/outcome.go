@@ -48,12 +48,18 @@ func outcomeOf(run *v1alpha1.Run, ts *runtimev1.TaskStatus, stop stopReason, dea
 		return runstatus.CheckOutputs(runstatus.Outcome{Phase: lifecycle.Succeeded, Reason: lifecycle.ReasonSucceeded,
 			ExitCode: &exitCode, Outputs: ts.GetOutputs()})
 	case runtimev1.TaskState_TASK_STATE_FAILED:
-		reason := ts.GetReason()
+		reason, message := ts.GetReason(), ts.GetMessage()
 		if reason == "" {
+			reason = lifecycle.ReasonNonZeroExit
+		} else if why := runstatus.InvalidReason(reason); why != "" {
+			// A custom Runtime Server's reason lands in a condition, an
+			// Event and retryableReasons matching; one the API would
+			// refuse would fail every status write of the Run.
+			message = fmt.Sprintf("%s (the Runtime Server reported the reason %.64q, which %s)", message, reason, why)
 			reason = lifecycle.ReasonNonZeroExit
 		}
 		o := runstatus.Outcome{Phase: lifecycle.Failed, Reason: reason,
-			Message: runstatus.StderrTail(ts.GetMessage(), ts.GetStderr())}
+			Message: runstatus.StderrTail(message, ts.GetStderr())}
 		if reason != lifecycle.ReasonStartFailed {
 			o.ExitCode = &exitCode
 		}

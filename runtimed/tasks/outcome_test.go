@@ -1,6 +1,7 @@
 package tasks
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -29,6 +30,9 @@ func TestOutcomeOf(t *testing.T) {
 		{name: "success", status: ended(runtimev1.TaskState_TASK_STATE_SUCCEEDED, 0, ""), wantPhase: lifecycle.Succeeded, wantReason: lifecycle.ReasonSucceeded, wantExit: new(int32(0))},
 		{name: "non-zero exit keeps the code", status: ended(runtimev1.TaskState_TASK_STATE_FAILED, 2, "NonZeroExit"), wantPhase: lifecycle.Failed, wantReason: lifecycle.ReasonNonZeroExit, wantExit: new(int32(2))},
 		{name: "invalid outputs keep the server's reason", status: ended(runtimev1.TaskState_TASK_STATE_FAILED, 0, lifecycle.ReasonOutputsInvalid), wantPhase: lifecycle.Failed, wantReason: lifecycle.ReasonOutputsInvalid, wantExit: new(int32(0))},
+		{name: "a custom server's CamelCase reason is kept", status: ended(runtimev1.TaskState_TASK_STATE_FAILED, 1, "QuotaExceeded"), wantPhase: lifecycle.Failed, wantReason: "QuotaExceeded", wantExit: new(int32(1))},
+		{name: "a reason that is not CamelCase becomes NonZeroExit", status: ended(runtimev1.TaskState_TASK_STATE_FAILED, 1, "no such thing!"), wantPhase: lifecycle.Failed, wantReason: lifecycle.ReasonNonZeroExit, wantExit: new(int32(1))},
+		{name: "a reason longer than 64 bytes becomes NonZeroExit", status: ended(runtimev1.TaskState_TASK_STATE_FAILED, 1, strings.Repeat("A", 65)), wantPhase: lifecycle.Failed, wantReason: lifecycle.ReasonNonZeroExit, wantExit: new(int32(1))},
 		{name: "a program that never started has no exit code", status: ended(runtimev1.TaskState_TASK_STATE_FAILED, -1, lifecycle.ReasonStartFailed), wantPhase: lifecycle.Failed, wantReason: lifecycle.ReasonStartFailed},
 		{name: "a lost execution", status: nil, wantPhase: lifecycle.Failed, wantReason: lifecycle.ReasonExecutionLost},
 		{name: "runtimed's timeout wins over the exit it caused", status: ended(runtimev1.TaskState_TASK_STATE_CANCELLED, -1, "Cancelled"), stop: stopTimeout, wantPhase: lifecycle.Timeout, wantReason: lifecycle.ReasonTimeout},

@@ -3,6 +3,7 @@ package workspace
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 
@@ -12,6 +13,11 @@ import (
 // DefaultSourceFile is the file inline source is written to when the Run
 // does not name one in source.inlinePath.
 const DefaultSourceFile = "script"
+
+// markerDir holds one empty file per workspace runtimed created, named by
+// the Run UID. The sweep removes only directories with a marker: the
+// workspace volume may be the user's, with data runtimed must never touch.
+const markerDir = ".kruntimes-workspaces"
 
 // Root is the workspace directory shared with the Runtime Server; both
 // containers mount it at the same path, so a path runtimed builds is valid
@@ -32,6 +38,15 @@ func (r Root) Materialize(uid types.UID, inline, inlinePath string) (dir, source
 		return "", "", fmt.Errorf("run UID %q cannot name a workspace directory", uid)
 	}
 	dir = r.RunDir(uid)
+	// The marker comes first, so a crash between the two leaves a marker
+	// without a directory (which the sweep tidies), never a directory
+	// nobody claims.
+	if err := os.MkdirAll(filepath.Join(string(r), markerDir), 0o755); err != nil {
+		return "", "", fmt.Errorf("create %s in the workspace: %w; check that the workspace volume is writable", markerDir, err)
+	}
+	if err := os.WriteFile(r.marker(uid), nil, 0o644); err != nil {
+		return "", "", fmt.Errorf("mark the Run's workspace: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", fmt.Errorf("create the Run's workspace %s: %w; check that the workspace volume is writable", dir, err)
 	}
@@ -59,30 +74,68 @@ func (r Root) Materialize(uid types.UID, inline, inlinePath string) (dir, source
 	return dir, source, nil
 }
 
-// Remove deletes the Run's directory; removing an absent one succeeds.
+func (r Root) marker(uid types.UID) string {
+	return filepath.Join(string(r), markerDir, string(uid))
+}
+
+// Remove deletes the Run's directory and its marker; removing an absent one
+// succeeds. What the program made unwritable (chmod a-w on a directory) is
+// made writable and removed; what cannot be removed at all (a busy mount
+// point) is an error, and the marker stays so that a later sweep tries again.
 func (r Root) Remove(uid types.UID) error {
 	if uid == "" || !filepath.IsLocal(string(uid)) {
 		return fmt.Errorf("run UID %q cannot name a workspace directory", uid)
 	}
-	if err := os.RemoveAll(r.RunDir(uid)); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("remove the workspace of Run %s: %w", uid, err)
+	dir := r.RunDir(uid)
+	if err := os.RemoveAll(dir); err != nil {
+		makeWritable(dir)
+		if err := os.RemoveAll(dir); err != nil {
+			return fmt.Errorf("remove the workspace of Run %s: %w", uid, err)
+		}
+	}
+	if err := os.Remove(r.marker(uid)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove the workspace marker of Run %s: %w", uid, err)
 	}
 	return nil
 }
 
-// Sweep removes the directory of every Run that keep does not name, e.g. one
-// left by a runtimed that stopped before it cleaned up; it returns the UIDs
-// it removed. It reads the directories before calling keep, so a Run whose
-// directory is created meanwhile is never swept.
+// makeWritable gives the owner write and search permission on every
+// directory under dir, so that RemoveAll can unlink their entries. It does
+// not follow symlinks.
+func makeWritable(dir string) {
+	// WalkDir visits a directory before reading it, so a directory made
+	// unreadable is fixed before its entries are needed.
+	_ = filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return fs.SkipDir // still unreadable: RemoveAll reports it
+		}
+		if d.IsDir() {
+			if info, err := d.Info(); err == nil {
+				_ = os.Chmod(path, info.Mode().Perm()|0o700)
+			}
+		}
+		return nil
+	})
+}
+
+// Sweep removes the workspace of every Run that keep does not name and that
+// runtimed created (it has a marker), e.g. one left by a runtimed that
+// stopped before it cleaned up, or one that could not be removed then; it
+// returns the UIDs it removed. Anything else under the root is left alone.
+// It reads the markers before calling keep, so a Run whose workspace is
+// created meanwhile is never swept.
 func (r Root) Sweep(keep func(types.UID) bool) (removed []types.UID, err error) {
-	entries, err := os.ReadDir(string(r))
+	entries, err := os.ReadDir(filepath.Join(string(r), markerDir))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
 	if err != nil {
-		return nil, fmt.Errorf("read the workspace %s: %w", r, err)
+		return nil, fmt.Errorf("read the workspace markers in %s: %w", r, err)
 	}
 	var errs []error
 	for _, e := range entries {
 		uid := types.UID(e.Name())
-		if !e.IsDir() || keep(uid) {
+		if !e.Type().IsRegular() || keep(uid) {
 			continue
 		}
 		if err := r.Remove(uid); err != nil {

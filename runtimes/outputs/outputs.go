@@ -6,9 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"regexp"
 	"strings"
+	"syscall"
+	"unicode/utf8"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/validation"
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -71,6 +74,10 @@ func Validate(out map[string]string) error {
 		if len(v) > MaxValueBytes {
 			return tooLarge("value of %q has %d bytes, at most %d are allowed", k, len(v), MaxValueBytes)
 		}
+		// Outputs travel as protobuf and JSON strings, which must be UTF-8.
+		if !utf8.ValidString(v) {
+			return invalid("value of %q is not valid UTF-8", k)
+		}
 		total += len(k) + len(v)
 	}
 	if total > MaxTotalBytes {
@@ -90,17 +97,31 @@ func validateKey(k string) error {
 }
 
 // ReadFile parses the KEY=VALUE file a program wrote to $KRUNTIMES_OUTPUTS.
-// A missing file means no outputs. Reading stops past the total bound so a
-// runaway writer cannot exhaust memory.
+// A missing file means no outputs. Only a regular file is read: the program
+// chooses what is at path, and a FIFO would block the open and the read, a
+// symlink could point anywhere (/dev/zero). Reading stops past the total
+// bound so a runaway writer cannot exhaust memory.
 func ReadFile(path string) (map[string]string, error) {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
+	// O_NONBLOCK makes opening a FIFO return at once instead of waiting for
+	// a writer; O_NOFOLLOW refuses a symlink.
+	fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	switch {
+	case errors.Is(err, syscall.ENOENT):
 		return map[string]string{}, nil
-	}
-	if err != nil {
+	case errors.Is(err, syscall.ELOOP):
+		return nil, invalid("the outputs file is a symbolic link; write a regular file")
+	case err != nil:
 		return nil, fmt.Errorf("open outputs file: %w", err)
 	}
+	f := os.NewFile(uintptr(fd), path)
 	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat outputs file: %w", err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, invalid("the outputs file is a %s, not a regular file; write a regular file", fileKind(info.Mode()))
+	}
 	// One byte past the limit per line of separators is plenty to detect excess.
 	data, err := io.ReadAll(io.LimitReader(f, MaxTotalBytes+MaxKeys*2+1))
 	if err != nil {
@@ -110,6 +131,21 @@ func ReadFile(path string) (map[string]string, error) {
 		return nil, tooLarge("outputs file exceeds %d bytes", MaxTotalBytes)
 	}
 	return Parse(data)
+}
+
+func fileKind(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "directory"
+	case m&fs.ModeNamedPipe != 0:
+		return "named pipe"
+	case m&fs.ModeSocket != 0:
+		return "socket"
+	case m&fs.ModeDevice != 0:
+		return "device"
+	default:
+		return "special file"
+	}
 }
 
 // Parse parses KEY=VALUE lines. Blank lines are ignored; a later duplicate

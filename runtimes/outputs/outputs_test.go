@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -44,6 +45,8 @@ func TestParse(t *testing.T) {
 		{name: "key of 129 bytes is too large", data: strings.Repeat("k", 129) + "=1\n", wantReason: ReasonTooLarge},
 		{name: "value of 8 KiB is allowed", data: "A=" + strings.Repeat("x", 8<<10) + "\n"},
 		{name: "value over 8 KiB is too large", data: "A=" + strings.Repeat("x", 8<<10+1) + "\n", wantReason: ReasonTooLarge},
+		{name: "value that is not UTF-8 is invalid", data: "A=\xff\xfe\n", wantReason: ReasonInvalid},
+		{name: "UTF-8 value is allowed", data: "A=grüße ✓\n", want: map[string]string{"A": "grüße ✓"}},
 		{name: "total over 64 KiB is too large", data: bigValues(9, 8<<10), wantReason: ReasonTooLarge},
 	}
 	for _, tc := range tests {
@@ -72,6 +75,35 @@ func TestReadFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(huge, []byte(strings.Repeat("A=1\n", 1<<16)), 0o600))
 	_, err = ReadFile(huge)
 	assert.Equal(t, ReasonTooLarge, Reason(err))
+}
+
+// A program chooses what is at the outputs path; anything but a regular file
+// is refused at once, without blocking and without reading it.
+func TestReadFileRefusesWhatIsNotARegularFile(t *testing.T) {
+	tests := []struct {
+		name string
+		make func(path string) error
+	}{
+		{name: "a FIFO without a writer does not block", make: func(p string) error { return syscall.Mkfifo(p, 0o600) }},
+		{name: "a directory", make: func(p string) error { return os.Mkdir(p, 0o700) }},
+		{name: "a symlink to /dev/zero is not followed", make: func(p string) error { return os.Symlink("/dev/zero", p) }},
+		{name: "a symlink to a regular file is not followed", make: func(p string) error {
+			target := p + ".target"
+			if err := os.WriteFile(target, []byte("A=1\n"), 0o600); err != nil {
+				return err
+			}
+			return os.Symlink(target, p)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "outputs")
+			require.NoError(t, tc.make(path))
+			_, err := ReadFile(path)
+			require.Error(t, err)
+			assert.Equal(t, ReasonInvalid, Reason(err), "error: %v", err)
+		})
+	}
 }
 
 func FuzzParse(f *testing.F) {

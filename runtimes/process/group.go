@@ -6,9 +6,17 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"sync"
 	"syscall"
+	"time"
 )
+
+// OutputGrace bounds how long Wait keeps reading output after the program and
+// its reaper exited. With the reaper every writer is dead by then and the
+// pipes drain at once; without it (Init not called, or not Linux) a
+// descendant that escaped the process group may hold them open forever.
+const OutputGrace = 2 * time.Second
 
 // Spec describes a program to start.
 type Spec struct {
@@ -28,29 +36,46 @@ type Spec struct {
 
 // Group is a started program and every process it spawned.
 type Group struct {
-	cmd     *exec.Cmd
-	copiers sync.WaitGroup
-	// reaped guards against signalling a recycled process group ID after
-	// Wait reaped the leader.
+	cmd *exec.Cmd
+	// viaReaper says cmd is the reaper, which kills the subtree on
+	// reaperStopSignal; otherwise cmd is the program itself.
+	viaReaper bool
+	copiers   sync.WaitGroup
+	// parentEnds are this process's ends of stdin, stdout and stderr,
+	// closed after OutputGrace to stop waiting on a writer that never exits.
+	parentEnds []*os.File
+	// reaped guards against signalling a recycled process ID after Wait
+	// reaped the leader.
 	mu     sync.Mutex
 	reaped bool
 }
 
-// Start starts the program as the leader of a new process group.
+// Start starts the program as the leader of a new process group, under a
+// reaper when Init enabled it.
 func Start(spec Spec) (*Group, error) {
 	if len(spec.Argv) == 0 {
 		return nil, errors.New("empty argv")
 	}
+	// Resolving here keeps "not found" a Start error and looks the program
+	// up in this process's PATH, as without the reaper.
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	if cmd.Err != nil {
+		return nil, cmd.Err
+	}
+	g := &Group{}
+	if exe := reaperExe.Load(); exe != nil {
+		args := append([]string{reaperArg0, strconv.Itoa(len(spec.ExtraFiles)), cmd.Path}, cmd.Args...)
+		cmd = &exec.Cmd{Path: *exe, Args: args}
+		g.viaReaper = true
+	}
+	g.cmd = cmd
 	cmd.Dir = spec.Dir
 	cmd.Env = spec.Env
 	cmd.ExtraFiles = spec.ExtraFiles
 	cmd.SysProcAttr = sysProcAttr()
-	g := &Group{cmd: cmd}
 
 	// Pipes are made by hand rather than by exec so that Wait returns when the
-	// leader exits even if a background child still holds the pipes; the
-	// group is killed at that point and the copiers then drain to EOF.
+	// leader exits even if something still holds the pipes; see OutputGrace.
 	var parentEnds, childEnds []*os.File
 	closeAll := func(fs []*os.File) {
 		for _, f := range fs {
@@ -64,14 +89,12 @@ func Start(spec Spec) (*Group, error) {
 		}
 		return r, w, nil
 	}
-
 	stdinR, stdinW, err := pipe()
 	if err != nil {
 		return nil, err
 	}
 	childEnds, parentEnds = append(childEnds, stdinR), append(parentEnds, stdinW)
 	cmd.Stdin = stdinR
-
 	for range 2 { // stdout, stderr
 		r, w, err := pipe()
 		if err != nil {
@@ -83,13 +106,13 @@ func Start(spec Spec) (*Group, error) {
 	}
 	cmd.Stdout = childEnds[1]
 	cmd.Stderr = childEnds[2]
-
 	if err := cmd.Start(); err != nil {
 		closeAll(childEnds)
 		closeAll(parentEnds)
 		return nil, err
 	}
 	closeAll(childEnds)
+	g.parentEnds = parentEnds
 
 	g.copiers.Add(3)
 	go func() {
@@ -114,25 +137,30 @@ func Start(spec Spec) (*Group, error) {
 	return g, nil
 }
 
-// Pid returns the leader's process ID, which is also the process group ID.
+// Pid returns the leader's process ID: the reaper's, or the program's when it
+// runs without one.
 func (g *Group) Pid() int { return g.cmd.Process.Pid }
 
-// Kill sends SIGKILL to the whole process group. It is safe to call at any
+// Kill kills the program and everything it spawned. It is safe to call at any
 // time, including concurrently with Wait and after it returned.
 func (g *Group) Kill() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.reaped {
-		// The leader is gone and the group was killed by Wait already; its
-		// ID may belong to someone else by now.
+		// The leader is gone and its subtree was killed already; its ID may
+		// belong to someone else by now.
+		return
+	}
+	if g.viaReaper {
+		_ = syscall.Kill(g.cmd.Process.Pid, reaperStopSignal)
 		return
 	}
 	_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
 }
 
 // Wait waits for the leader to exit, kills whatever else is left in its group,
-// and waits until the output has been copied. It returns the exit code, -1
-// when the leader was killed by a signal.
+// and waits until the output has been copied, at most OutputGrace longer. It
+// returns the exit code, -1 when the program was killed by a signal.
 func (g *Group) Wait() (int, error) {
 	err := g.cmd.Wait()
 	g.mu.Lock()
@@ -141,8 +169,22 @@ func (g *Group) Wait() (int, error) {
 	_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
 	g.reaped = true
 	g.mu.Unlock()
-	g.copiers.Wait()
 
+	copied := make(chan struct{})
+	go func() {
+		g.copiers.Wait()
+		close(copied)
+	}()
+	select {
+	case <-copied:
+	case <-time.After(OutputGrace):
+		// Closing our ends wakes the copiers; a writer left behind gets
+		// EPIPE, and the execution is over either way.
+		for _, f := range g.parentEnds {
+			_ = f.Close()
+		}
+		<-copied
+	}
 	code := g.cmd.ProcessState.ExitCode()
 	var exitErr *exec.ExitError
 	if err != nil && !errors.As(err, &exitErr) {

@@ -3,7 +3,9 @@ package process
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -24,6 +26,7 @@ func TestGroup(t *testing.T) {
 		{name: "stdin is delivered and closed", script: "cat", stdin: `{"a":1}`, wantStdout: `{"a":1}`},
 		{name: "program that ignores stdin is fine", script: "exit 0", stdin: strings.Repeat("x", 1<<20)},
 		{name: "background child holding stdout does not block Wait", script: "sleep 30 & echo done"},
+		{name: "the program starts with no signal ignored", script: "grep SigIgn /proc/self/status", wantStdout: "SigIgn:\t0000000000000000\n"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -86,5 +89,83 @@ func TestCapture(t *testing.T) {
 			assert.Equal(t, tc.want, string(tc.capture.Bytes()))
 			assert.Equal(t, tc.wantTruncated, tc.capture.Truncated())
 		})
+	}
+}
+
+// escapeeScript starts a descendant that leaves the process group and the
+// session (setsid, via a double fork), ignores SIGTERM, keeps stdout and
+// stderr open, and writes its PID to $1; then the leader either waits or
+// exits.
+const escapeeScript = `(trap '' TERM; setsid bash -c 'trap "" TERM; echo $$ > "$0.tmp"; mv "$0.tmp" "$0"; exec sleep 300' "$1" &) ; ` +
+	`while [ ! -s "$1" ]; do sleep 0.01; done; `
+
+func readPID(t *testing.T, pidFile string) int {
+	t.Helper()
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, 30*time.Second, 10*time.Millisecond)
+	return pid
+}
+
+// gone reports whether pid no longer runs (absent, or a zombie not yet reaped).
+func gone(pid int) bool {
+	st, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return err != nil || strings.Contains(string(st), ") Z ")
+}
+
+func TestEscapedDescendants(t *testing.T) {
+	tests := []struct {
+		name   string
+		script string
+		kill   bool
+	}{
+		{name: "Kill reaches a descendant in another session that ignores SIGTERM", script: escapeeScript + "sleep 300", kill: true},
+		{name: "a leader that exits takes an escaped descendant holding stdout with it", script: escapeeScript + "echo done"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "escapee.pid")
+			g, err := Start(Spec{Argv: []string{"bash", "-c", tc.script, "bash", pidFile}})
+			require.NoError(t, err)
+			pid := readPID(t, pidFile)
+			if tc.kill {
+				g.Kill()
+			}
+			requireWaitReturns(t, g, "Wait did not return while an escaped descendant lived")
+			assert.Eventually(t, func() bool { return gone(pid) }, 10*time.Second, 10*time.Millisecond, "escaped descendant %d still runs", pid)
+		})
+	}
+}
+
+func TestWaitStopsReadingAfterGraceWithoutReaper(t *testing.T) {
+	exe := reaperExe.Swap(nil)
+	t.Cleanup(func() { reaperExe.Store(exe) })
+	pidFile := filepath.Join(t.TempDir(), "escapee.pid")
+	g, err := Start(Spec{Argv: []string{"bash", "-c", escapeeScript + "echo done", "bash", pidFile}})
+	require.NoError(t, err)
+	pid := readPID(t, pidFile)
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	requireWaitReturns(t, g, "Wait kept reading a pipe an escaped descendant held open")
+}
+
+// requireWaitReturns fails the test if g.Wait does not return well after
+// OutputGrace; a generous bound, since the machine may be busy.
+func requireWaitReturns(t *testing.T, g *Group, msg string) {
+	t.Helper()
+	done := make(chan struct{})
+	go func() {
+		_, _ = g.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(OutputGrace + 30*time.Second):
+		t.Fatal(msg)
 	}
 }

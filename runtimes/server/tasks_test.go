@@ -323,3 +323,69 @@ func TestTaskLifecycle(t *testing.T) {
 		t.Run(tc.name, tc.run)
 	}
 }
+
+// TestTasksCannotHoldTheirSlot runs programs that try to outlive their
+// execution or stall the server's reading of their results; each must end with
+// a status the server can send, and leave nothing running.
+func TestTasksCannotHoldTheirSlot(t *testing.T) {
+	clk := testingclock.NewFakeClock(time.Now())
+	h := newHarnessWithClock(t, "bash", clk)
+	// The escapee leaves the group and session through a double fork,
+	// ignores SIGTERM and keeps stdout and stderr open.
+	const escapee = `(trap '' TERM; setsid bash -c 'trap "" TERM; echo $$ > "$PIDFILE"; exec sleep 300' &); sleep 300`
+	tests := []struct {
+		name       string
+		script     string
+		pidFile    bool
+		timeout    time.Duration
+		cancel     bool
+		wantState  runtimev1.TaskState
+		wantReason string
+	}{
+		{name: "timeout kills a descendant that escaped into its own session", script: escapee, pidFile: true, timeout: time.Second,
+			wantState: runtimev1.TaskState_TASK_STATE_TIMED_OUT, wantReason: "Timeout"},
+		{name: "cancel kills a descendant that escaped into its own session", script: escapee, pidFile: true, cancel: true,
+			wantState: runtimev1.TaskState_TASK_STATE_CANCELLED, wantReason: "Cancelled"},
+		{name: "an escaped descendant holding stdout does not outlive a program that exits",
+			script: `(setsid bash -c 'echo $$ > "$PIDFILE"; exec sleep 300' &); while [ ! -s "$PIDFILE" ]; do sleep 0.01; done`, pidFile: true,
+			wantState: runtimev1.TaskState_TASK_STATE_SUCCEEDED},
+		{name: "outputs file that is a FIFO fails with OutputsInvalid", script: `rm -f "$KRUNTIMES_OUTPUTS"; mkfifo "$KRUNTIMES_OUTPUTS"`,
+			wantState: runtimev1.TaskState_TASK_STATE_FAILED, wantReason: "OutputsInvalid"},
+		{name: "outputs file that links to /dev/zero fails with OutputsInvalid", script: `ln -s /dev/zero "$KRUNTIMES_OUTPUTS"`,
+			wantState: runtimev1.TaskState_TASK_STATE_FAILED, wantReason: "OutputsInvalid"},
+		{name: "outputs that are not UTF-8 fail with OutputsInvalid", script: `printf 'A=\xff\xfe\n' > "$KRUNTIMES_OUTPUTS"`,
+			wantState: runtimev1.TaskState_TASK_STATE_FAILED, wantReason: "OutputsInvalid"},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			pidFile := filepath.Join(t.TempDir(), "escapee.pid")
+			req := &runtimev1.ExecuteRequest{
+				TaskId:        "hold-" + strconv.Itoa(i),
+				WorkingDir:    h.workDir,
+				Program:       &runtimev1.ExecuteRequest_Script{Script: tc.script},
+				Env:           []*runtimev1.EnvVar{{Name: "PIDFILE", Value: pidFile}},
+				TimeoutMillis: tc.timeout.Milliseconds(),
+			}
+			_, err := h.runtime.Execute(ctx, req)
+			require.NoError(t, err)
+			if tc.pidFile {
+				waitForPIDFile(t, pidFile)
+			}
+			if tc.cancel {
+				_, err := h.runtime.Cancel(ctx, &runtimev1.CancelRequest{TaskId: req.GetTaskId()})
+				require.NoError(t, err)
+			}
+			if tc.timeout > 0 {
+				clk.Step(tc.timeout)
+			}
+			st, err := h.runtime.Wait(ctx, &runtimev1.WaitRequest{TaskId: req.GetTaskId(), IncludeLogs: true})
+			require.NoError(t, err, "the status must reach the caller")
+			assert.Equal(t, tc.wantState.String(), st.GetState().String(), "message: %s; stderr: %s", st.GetMessage(), st.GetStderr())
+			assert.Equal(t, tc.wantReason, st.GetReason())
+			if tc.pidFile {
+				requireProcessGone(t, pidFile)
+			}
+		})
+	}
+}

@@ -64,6 +64,29 @@ func createRuntimedRBAC(ctx context.Context, t *testing.T, f *framework.Framewor
 	require.NoError(t, err)
 }
 
+// startRuntimePod creates, in ns, a Runtime "bash" with no replicas (so Runs
+// name one that exists, and its Pods, if a runtime controller runs, never
+// carry the test's Runs) and a Runtime Pod of capacity slots with runtimed's
+// RBAC; it waits for the Pod to be Ready and logs runtimed's tail if the test
+// fails.
+func startRuntimePod(ctx context.Context, t *testing.T, f *framework.Framework, ns string, capacity int) *corev1.Pod {
+	t.Helper()
+	_, err := f.KubectlWithInput(ctx, runtimeManifest, "create", "-n", ns, "-f", "-")
+	require.NoError(t, err)
+	createRuntimedRBAC(ctx, t, f, ns)
+	_, err = f.Client.CoreV1().Pods(ns).Create(ctx, runtimePod("runtime-pod", capacity), metav1.CreateOptions{})
+	require.NoError(t, err)
+	pod := waitForReadyPod(ctx, t, f, ns, "app=runtime-pod", "")
+	t.Logf("Runtime Pod %s (UID %s) Ready at %s", pod.Name, pod.UID, pod.Status.PodIP)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, err := f.Kubectl(context.Background(), "logs", "-n", ns, pod.Name, "-c", runtimepod.ContainerRuntimed, "--tail=200")
+			t.Logf("runtimed logs (err %v):\n%s", err, out)
+		}
+	})
+	return pod
+}
+
 // runtimePod is a Runtime Pod as the runtime controller builds it: the bash
 // Runtime Server and runtimed sharing /workspace and /run/kruntimes, runtimed
 // with exactly the controller's flags and downward-API environment.

@@ -38,21 +38,7 @@ func TestRuntimedTasks(t *testing.T) {
 	runs, err := versioned.NewForConfig(f.AdminConfig)
 	require.NoError(t, err)
 
-	// A Runtime with no replicas, so Runs name one that exists; its Pods (if
-	// a runtime controller runs) never carry the test's Runs.
-	_, err = f.KubectlWithInput(ctx, runtimeManifest, "create", "-n", ns, "-f", "-")
-	require.NoError(t, err)
-	createRuntimedRBAC(ctx, t, f, ns)
-	_, err = f.Client.CoreV1().Pods(ns).Create(ctx, runtimePod("runtime-pod", 2), metav1.CreateOptions{})
-	require.NoError(t, err)
-	pod := waitForReadyPod(ctx, t, f, ns, "app=runtime-pod", "")
-	t.Logf("Runtime Pod %s (UID %s) Ready at %s", pod.Name, pod.UID, pod.Status.PodIP)
-	t.Cleanup(func() {
-		if t.Failed() {
-			out, err := f.Kubectl(context.Background(), "logs", "-n", ns, pod.Name, "-c", runtimepod.ContainerRuntimed, "--tail=200")
-			t.Logf("runtimed logs (err %v):\n%s", err, out)
-		}
-	})
+	pod := startRuntimePod(ctx, t, f, ns, 2)
 
 	t.Run("a task succeeds with exit code 0 and its outputs", func(t *testing.T) {
 		run := createAndBind(ctx, t, runs, ns, taskRun("hello", "echo hi; echo answer=42 >> $KRUNTIMES_OUTPUTS"), pod)

@@ -28,8 +28,9 @@ var (
 		now := metav1.NowMicro()
 		s.StartTime = &now
 	}
-	ready     = func(s *v1alpha1.RunStatus) { s.Phase = lifecycle.Ready }
-	succeeded = func(s *v1alpha1.RunStatus) {
+	ready       = func(s *v1alpha1.RunStatus) { s.Phase = lifecycle.Ready }
+	withOutputs = func(s *v1alpha1.RunStatus) { s.Outputs = map[string]string{"RESULT": "42"} }
+	succeeded   = func(s *v1alpha1.RunStatus) {
 		s.Phase, s.ExitCode = lifecycle.Succeeded, new(int32)
 		now := metav1.NowMicro()
 		s.CompletionTime = &now
@@ -156,6 +157,20 @@ func invalidRunCases() []invalidRunCase {
 		}, field: "status.conditions"},
 		{name: "exit code on a function Run", run: functionRun, steps: steps(scheduled, running), op: "status",
 			change: func(r *v1alpha1.Run) { r.Status.ExitCode = new(int32) }, field: "status.exitCode"},
+		{name: "a Succeeded Run's outputs rewritten", run: taskRun, steps: steps(scheduled, running, withOutputs, succeeded), op: "status",
+			change: func(r *v1alpha1.Run) { r.Status.Outputs = map[string]string{"RESULT": "forged"} }, field: "status.outputs"},
+		{name: "a Succeeded Run's exit code changed", run: taskRun, steps: steps(scheduled, running, succeeded), op: "status",
+			change: func(r *v1alpha1.Run) { r.Status.ExitCode = ptr(int32(7)) }, field: "status.exitCode"},
+		{name: "a Succeeded Run's message changed", run: taskRun, steps: steps(scheduled, running, succeeded), op: "status",
+			change: func(r *v1alpha1.Run) { r.Status.Message = "rewritten" }, field: "status.message"},
+		{name: "a Succeeded Run's completionTime moved", run: taskRun, steps: steps(scheduled, running, succeeded), op: "status",
+			change: func(r *v1alpha1.Run) { r.Status.CompletionTime = ptr(metav1.NewMicroTime(time.Now().Add(time.Hour))) }, field: "status.completionTime"},
+		{name: "a Succeeded Run's assignment cleared", run: taskRun, steps: steps(scheduled, running, succeeded), op: "status",
+			change: func(r *v1alpha1.Run) { r.Status.AssignedPod, r.Status.AssignedPodUID = "", "" }, field: "status.assignedPod"},
+		{name: "a Succeeded Run's conditions rewritten", run: taskRun, steps: steps(scheduled, running, succeeded), op: "status",
+			change: func(r *v1alpha1.Run) {
+				r.Status.Conditions = []metav1.Condition{{Type: "Completed", Status: metav1.ConditionFalse, Reason: "Forged", LastTransitionTime: metav1.Now()}}
+			}, field: "status.conditions"},
 	}
 }
 

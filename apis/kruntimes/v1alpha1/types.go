@@ -43,7 +43,7 @@ type RunSpec struct {
 	// +listMapKey=name
 	Env []EnvVar `json:"env,omitempty" protobuf:"bytes,4,rep,name=env"`
 	// Timeout is the maximum lifetime of the reservation, counted from
-	// status.startTime. A Run past it ends as Timeout.
+	// status.startTime. A Run past it ends as Timeout. At most 168h.
 	// +optional
 	Timeout *metav1.Duration `json:"timeout,omitempty" protobuf:"bytes,5,opt,name=timeout"`
 	// RetryPolicy says how often and when a failed attempt is retried.
@@ -54,7 +54,8 @@ type RunSpec struct {
 	// +optional
 	CancelRequested bool `json:"cancelRequested,omitempty" protobuf:"varint,7,opt,name=cancelRequested"`
 	// TTLSecondsAfterFinished deletes the Run this many seconds after it
-	// reached a terminal phase. Unset keeps it forever. Mutable.
+	// reached a terminal phase, at most 31536000 (365 days). Unset keeps it
+	// forever. Mutable.
 	// +optional
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty" protobuf:"varint,8,opt,name=ttlSecondsAfterFinished"`
 }
@@ -85,10 +86,12 @@ type RunMode struct {
 // TaskMode runs a program once.
 type TaskMode struct {
 	// Entrypoint is the program to execute, relative to the workspace or
-	// absolute. Defaults to running the inline source as a script.
+	// absolute, at most 4096 bytes. Defaults to running the inline source
+	// as a script.
 	// +optional
 	Entrypoint string `json:"entrypoint,omitempty" protobuf:"bytes,1,opt,name=entrypoint"`
-	// Args are passed to the entrypoint.
+	// Args are passed to the entrypoint: at most 256, each at most 32 KiB,
+	// 256 KiB in all.
 	// +optional
 	// +listType=atomic
 	Args []string `json:"args,omitempty" protobuf:"bytes,2,rep,name=args"`
@@ -100,7 +103,8 @@ type FunctionMode struct {
 	// path under the workspace for bash.
 	Handler string `json:"handler" protobuf:"bytes,1,opt,name=handler"`
 	// IdleTimeoutSeconds ends the Run as Timeout (reason IdleTimeout) after
-	// this long without an invocation. Unset never idles out.
+	// this long without an invocation, at most 604800 (7 days). Unset never
+	// idles out.
 	// +optional
 	IdleTimeoutSeconds *int32 `json:"idleTimeoutSeconds,omitempty" protobuf:"varint,2,opt,name=idleTimeoutSeconds"`
 }
@@ -132,10 +136,10 @@ type RetryPolicy struct {
 
 // RetryBackoff is an exponential backoff with a cap.
 type RetryBackoff struct {
-	// Initial is the delay before the second attempt.
+	// Initial is the delay before the second attempt, at most 1h.
 	// +optional
 	Initial *metav1.Duration `json:"initial,omitempty" protobuf:"bytes,1,opt,name=initial"`
-	// Max caps the delay between attempts.
+	// Max caps the delay between attempts, at most 1h.
 	// +optional
 	Max *metav1.Duration `json:"max,omitempty" protobuf:"bytes,2,opt,name=max"`
 	// Factor multiplies the delay after each attempt, as a decimal string

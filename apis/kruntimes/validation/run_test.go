@@ -66,6 +66,19 @@ func envVars(n int) []kruntimes.EnvVar {
 	return env
 }
 
+func ptrTo[T any](v T) *T { return &v }
+
+// argsTotaling is task args of n bytes in all, each within the per-arg bound.
+func argsTotaling(n int) []string {
+	var args []string
+	for n > 0 {
+		size := min(n, 16<<10)
+		args = append(args, bytesOf(size))
+		n -= size
+	}
+	return args
+}
+
 func durationOf(d time.Duration) *metav1.Duration { return &metav1.Duration{Duration: d} }
 
 func withBackoff(run *kruntimes.Run, b kruntimes.RetryBackoff) {
@@ -109,6 +122,54 @@ func TestRunSpecBounds(t *testing.T) {
 		rejected("257 task args are rejected at spec.mode.task.args",
 			func(r *kruntimes.Run) { r.Spec.Mode.Task.Args = make([]string, 257) },
 			field.ErrorTypeTooMany, "spec.mode.task.args"),
+
+		accepted("entrypoint of exactly 4096 bytes is accepted",
+			func(r *kruntimes.Run) { r.Spec.Mode.Task.Entrypoint = bytesOf(4096) }),
+		rejected("entrypoint of 4097 bytes is rejected at spec.mode.task.entrypoint",
+			func(r *kruntimes.Run) { r.Spec.Mode.Task.Entrypoint = bytesOf(4097) },
+			field.ErrorTypeTooLong, "spec.mode.task.entrypoint"),
+		rejected("entrypoint with NUL is rejected at spec.mode.task.entrypoint",
+			func(r *kruntimes.Run) { r.Spec.Mode.Task.Entrypoint = "run\x00.sh" },
+			field.ErrorTypeInvalid, "spec.mode.task.entrypoint"),
+		accepted("task arg of exactly 32 KiB is accepted",
+			func(r *kruntimes.Run) { r.Spec.Mode.Task.Args = []string{"a", bytesOf(32 << 10)} }),
+		rejected("task arg of 32 KiB + 1 byte is rejected at spec.mode.task.args[1]",
+			func(r *kruntimes.Run) { r.Spec.Mode.Task.Args = []string{"a", bytesOf(32<<10 + 1)} },
+			field.ErrorTypeTooLong, "spec.mode.task.args[1]"),
+		rejected("task arg with NUL is rejected at spec.mode.task.args[0]",
+			func(r *kruntimes.Run) { r.Spec.Mode.Task.Args = []string{"a\x00b"} },
+			field.ErrorTypeInvalid, "spec.mode.task.args[0]"),
+		accepted("task args of exactly 256 KiB in all are accepted",
+			func(r *kruntimes.Run) { r.Spec.Mode.Task.Args = argsTotaling(256 << 10) }),
+		rejected("task args of 256 KiB + 1 byte in all are rejected at spec.mode.task.args",
+			func(r *kruntimes.Run) { r.Spec.Mode.Task.Args = argsTotaling(256<<10 + 1) },
+			field.ErrorTypeTooLong, "spec.mode.task.args"),
+
+		accepted("timeout of exactly 168h is accepted",
+			func(r *kruntimes.Run) { r.Spec.Timeout = durationOf(168 * time.Hour) }),
+		rejected("timeout of 168h + 1ns is rejected at spec.timeout",
+			func(r *kruntimes.Run) { r.Spec.Timeout = durationOf(168*time.Hour + 1) },
+			field.ErrorTypeInvalid, "spec.timeout"),
+		accepted("backoff initial and max of exactly 1h are accepted",
+			func(r *kruntimes.Run) {
+				withBackoff(r, kruntimes.RetryBackoff{Initial: durationOf(time.Hour), Max: durationOf(time.Hour)})
+			}),
+		rejected("backoff initial of 1h + 1ns is rejected at spec.retryPolicy.backoff.initial",
+			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Initial: durationOf(time.Hour + 1)}) },
+			field.ErrorTypeInvalid, "spec.retryPolicy.backoff.initial"),
+		rejected("backoff max of 1h + 1ns is rejected at spec.retryPolicy.backoff.max",
+			func(r *kruntimes.Run) { withBackoff(r, kruntimes.RetryBackoff{Max: durationOf(time.Hour + 1)}) },
+			field.ErrorTypeInvalid, "spec.retryPolicy.backoff.max"),
+		accepted("ttlSecondsAfterFinished of exactly 365 days is accepted",
+			func(r *kruntimes.Run) { r.Spec.TTLSecondsAfterFinished = ptrTo(int32(31536000)) }),
+		rejected("ttlSecondsAfterFinished of 365 days + 1s is rejected at spec.ttlSecondsAfterFinished",
+			func(r *kruntimes.Run) { r.Spec.TTLSecondsAfterFinished = ptrTo(int32(31536001)) },
+			field.ErrorTypeInvalid, "spec.ttlSecondsAfterFinished"),
+		accepted("idleTimeoutSeconds of exactly 7 days is accepted",
+			func(r *kruntimes.Run) { asFunction(r); r.Spec.Mode.Function.IdleTimeoutSeconds = ptrTo(int32(604800)) }),
+		rejected("idleTimeoutSeconds of 7 days + 1s is rejected at spec.mode.function.idleTimeoutSeconds",
+			func(r *kruntimes.Run) { asFunction(r); r.Spec.Mode.Function.IdleTimeoutSeconds = ptrTo(int32(604801)) },
+			field.ErrorTypeInvalid, "spec.mode.function.idleTimeoutSeconds"),
 
 		accepted("handler of exactly 1024 bytes is accepted",
 			func(r *kruntimes.Run) { asFunction(r); r.Spec.Mode.Function.Handler = bytesOf(1024) }),
@@ -352,4 +413,86 @@ func TestBoundHelpers(t *testing.T) {
 		assert.True(t, isPEMCertificates(b), "a bundle of %d bytes is PEM", n)
 	}
 	assert.Len(t, urlOf("https://example.com/?uid=1", 2048), 2048)
+}
+
+// succeededTask is a task Run that ended: the record nothing may rewrite.
+func succeededTask() (run, old *kruntimes.Run) {
+	_, old = runningTask()
+	end := metav1.NewMicroTime(time.Date(2026, 1, 2, 3, 5, 5, 0, time.UTC))
+	exit := int32(0)
+	old.Status.Phase = lifecycle.Succeeded
+	old.Status.CompletionTime = &end
+	old.Status.ExitCode = &exit
+	old.Status.Outputs = map[string]string{"RESULT": "42"}
+	old.Status.Conditions = conditions(1)
+	return old.DeepCopy(), old
+}
+
+func TestTerminalRunStatusIsFrozen(t *testing.T) {
+	type c = boundCase[*kruntimes.Run]
+	exit := int32(1)
+	later := metav1.NewMicroTime(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
+	cases := []c{
+		accepted("an update that changes nothing is accepted", func(*kruntimes.Run) {}),
+		rejected("rewriting outputs is rejected at status.outputs",
+			func(r *kruntimes.Run) { r.Status.Outputs = map[string]string{"RESULT": "43"} },
+			field.ErrorTypeForbidden, "status.outputs"),
+		rejected("clearing outputs is rejected at status.outputs",
+			func(r *kruntimes.Run) { r.Status.Outputs = nil },
+			field.ErrorTypeForbidden, "status.outputs"),
+		rejected("changing exitCode is rejected at status.exitCode",
+			func(r *kruntimes.Run) { r.Status.ExitCode = &exit },
+			field.ErrorTypeForbidden, "status.exitCode"),
+		rejected("changing message is rejected at status.message",
+			func(r *kruntimes.Run) { r.Status.Message = "all good, honestly" },
+			field.ErrorTypeForbidden, "status.message"),
+		rejected("changing completionTime is rejected at status.completionTime",
+			func(r *kruntimes.Run) { r.Status.CompletionTime = &later },
+			field.ErrorTypeForbidden, "status.completionTime"),
+		rejected("changing attempt is rejected at status.attempt",
+			func(r *kruntimes.Run) { r.Status.Attempt = 2 },
+			field.ErrorTypeForbidden, "status.attempt"),
+		rejected("changing assignedPod is rejected at status.assignedPod",
+			func(r *kruntimes.Run) { r.Status.AssignedPod = "another-pod" },
+			field.ErrorTypeForbidden, "status.assignedPod"),
+		rejected("changing assignedPodUID is rejected at status.assignedPodUID",
+			func(r *kruntimes.Run) { r.Status.AssignedPodUID = "another-uid" },
+			field.ErrorTypeForbidden, "status.assignedPodUID"),
+		rejected("changing a condition is rejected at status.conditions",
+			func(r *kruntimes.Run) { r.Status.Conditions[0].Message = "rewritten" },
+			field.ErrorTypeForbidden, "status.conditions"),
+		rejected("adding a condition is rejected at status.conditions",
+			func(r *kruntimes.Run) { r.Status.Conditions = conditions(2) },
+			field.ErrorTypeForbidden, "status.conditions"),
+		rejected("changing startTime is rejected at status.startTime",
+			func(r *kruntimes.Run) { r.Status.StartTime = &later },
+			field.ErrorTypeForbidden, "status.startTime"),
+	}
+	for _, phase := range []lifecycle.Phase{lifecycle.Succeeded, lifecycle.Failed, lifecycle.Cancelled, lifecycle.Timeout} {
+		for _, tc := range cases {
+			t.Run(string(phase)+": "+tc.name, func(t *testing.T) {
+				run, old := succeededTask()
+				old.Status.Phase, run.Status.Phase = phase, phase
+				tc.mutate(run)
+				tc.assertErrors(t, ValidateRunStatusUpdate(run, old))
+			})
+		}
+	}
+}
+
+// A bound added after a Run was stored must not make the Run unchangeable:
+// it applies only to a field an update changes.
+func TestUpperBoundsRatchetOnUpdate(t *testing.T) {
+	old := taskRun()
+	old.ResourceVersion = "7"
+	old.Spec.Timeout = durationOf(30 * 24 * time.Hour)
+	old.Spec.TTLSecondsAfterFinished = ptrTo(int32(400 * 24 * 3600))
+
+	run := old.DeepCopy()
+	run.Spec.CancelRequested = true
+	assert.Empty(t, summarize(ValidateRunUpdate(run, old)), "cancelling a Run stored with a timeout over today's bound")
+
+	run = old.DeepCopy()
+	run.Spec.TTLSecondsAfterFinished = ptrTo(int32(500 * 24 * 3600))
+	assert.Equal(t, []string{"FieldValueInvalid at spec.ttlSecondsAfterFinished"}, summarize(ValidateRunUpdate(run, old)), "a changed TTL must be within the bound")
 }

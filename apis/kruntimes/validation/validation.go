@@ -6,10 +6,12 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -20,11 +22,25 @@ import (
 
 // Bounds of a Run, shared with the components that produce the values.
 const (
-	MaxInlineSourceBytes  = 256 << 10
-	MaxInlinePathBytes    = 1024
-	MaxEnvVars            = 256
-	MaxEnvValueBytes      = 32 << 10
-	MaxArgs               = 256
+	MaxInlineSourceBytes = 256 << 10
+	MaxInlinePathBytes   = 1024
+	MaxEnvVars           = 256
+	MaxEnvValueBytes     = 32 << 10
+	MaxArgs              = 256
+	MaxEntrypointBytes   = 4096 // PATH_MAX
+	MaxArgBytes          = 32 << 10
+	MaxArgsTotalBytes    = 256 << 10
+	// MaxTimeout is the longest spec.timeout, a week: as Cloud Run jobs
+	// allow, and far above what a task or a function's lease should need.
+	// Unset means no timeout.
+	MaxTimeout = 7 * 24 * time.Hour
+	// MaxBackoff bounds retryPolicy.backoff.initial and .max: a retry an
+	// hour away is already a scheduled job's business.
+	MaxBackoff = time.Hour
+	// MaxTTLSecondsAfterFinished is a year; unset keeps a Run forever.
+	MaxTTLSecondsAfterFinished = 365 * 24 * 60 * 60
+	// MaxIdleTimeoutSeconds is a week, as MaxTimeout; unset never idles out.
+	MaxIdleTimeoutSeconds = 7 * 24 * 60 * 60
 	MaxHandlerBytes       = 1024
 	MinAttempts           = 1
 	MaxAttempts           = 100
@@ -45,11 +61,15 @@ const (
 // ValidateRun validates a Run on create.
 func ValidateRun(run *kruntimes.Run) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMeta(&run.ObjectMeta, true, apimachineryvalidation.NameIsDNSLabel, field.NewPath("metadata"))
-	allErrs = append(allErrs, validateRunSpec(&run.Spec, field.NewPath("spec"))...)
+	allErrs = append(allErrs, validateRunSpec(&run.Spec, nil, field.NewPath("spec"))...)
 	return allErrs
 }
 
-func validateRunSpec(spec *kruntimes.RunSpec, fldPath *field.Path) field.ErrorList {
+// validateRunSpec validates spec; on an update old is the stored spec, and
+// upper bounds added after a Run was stored apply only to fields the update
+// changes (ratcheting, as Kubernetes does), so that such a Run can still be
+// cancelled or have its TTL set.
+func validateRunSpec(spec, old *kruntimes.RunSpec, fldPath *field.Path) field.ErrorList {
 	var allErrs field.ErrorList
 	if spec.Runtime == "" {
 		allErrs = append(allErrs, field.Required(fldPath.Child("runtime"), "name the Runtime in this namespace that runs it"))
@@ -69,6 +89,62 @@ func validateRunSpec(spec *kruntimes.RunSpec, fldPath *field.Path) field.ErrorLi
 	}
 	if spec.TTLSecondsAfterFinished != nil {
 		allErrs = append(allErrs, apimachineryvalidation.ValidateNonnegativeField(int64(*spec.TTLSecondsAfterFinished), fldPath.Child("ttlSecondsAfterFinished"))...)
+	}
+	return append(allErrs, validateUpperBounds(spec, old, fldPath)...)
+}
+
+// validateUpperBounds checks the size and duration limits of a Run's spec,
+// skipping a field that old (the stored spec on an update) has unchanged.
+func validateUpperBounds(spec, old *kruntimes.RunSpec, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	unchanged := func(get func(*kruntimes.RunSpec) any) bool {
+		return old != nil && apiequality.Semantic.DeepEqual(get(spec), get(old))
+	}
+	if t := spec.Mode.Task; t != nil && !unchanged(func(s *kruntimes.RunSpec) any { return s.Mode.Task }) {
+		taskPath := fldPath.Child("mode", "task")
+		switch {
+		case len(t.Entrypoint) > MaxEntrypointBytes:
+			allErrs = append(allErrs, field.TooLong(taskPath.Child("entrypoint"), "", MaxEntrypointBytes))
+		case strings.ContainsRune(t.Entrypoint, 0):
+			allErrs = append(allErrs, field.Invalid(taskPath.Child("entrypoint"), t.Entrypoint, "must not contain NUL"))
+		}
+		total := 0
+		for i, a := range t.Args {
+			total += len(a)
+			switch {
+			case len(a) > MaxArgBytes:
+				allErrs = append(allErrs, field.TooLong(taskPath.Child("args").Index(i), "", MaxArgBytes))
+			case strings.ContainsRune(a, 0):
+				allErrs = append(allErrs, field.Invalid(taskPath.Child("args").Index(i), a, "must not contain NUL"))
+			}
+		}
+		if total > MaxArgsTotalBytes {
+			allErrs = append(allErrs, field.TooLong(taskPath.Child("args"), "", MaxArgsTotalBytes))
+		}
+	}
+	if t := spec.Timeout; t != nil && t.Duration > MaxTimeout && !unchanged(func(s *kruntimes.RunSpec) any { return s.Timeout }) {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("timeout"), t.Duration.String(),
+			fmt.Sprintf("must be at most %s (7 days); leave it unset for no timeout", MaxTimeout)))
+	}
+	if p := spec.RetryPolicy; p != nil && p.Backoff != nil && !unchanged(func(s *kruntimes.RunSpec) any { return s.RetryPolicy }) {
+		bPath := fldPath.Child("retryPolicy", "backoff")
+		for _, b := range []struct {
+			name string
+			d    *metav1.Duration
+		}{{"initial", p.Backoff.Initial}, {"max", p.Backoff.Max}} {
+			if b.d != nil && b.d.Duration > MaxBackoff {
+				allErrs = append(allErrs, field.Invalid(bPath.Child(b.name), b.d.Duration.String(), fmt.Sprintf("must be at most %s", MaxBackoff)))
+			}
+		}
+	}
+	if ttl := spec.TTLSecondsAfterFinished; ttl != nil && *ttl > MaxTTLSecondsAfterFinished && !unchanged(func(s *kruntimes.RunSpec) any { return s.TTLSecondsAfterFinished }) {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("ttlSecondsAfterFinished"), *ttl,
+			fmt.Sprintf("must be at most %d (365 days); leave it unset to keep the Run", MaxTTLSecondsAfterFinished)))
+	}
+	if f := spec.Mode.Function; f != nil && f.IdleTimeoutSeconds != nil && *f.IdleTimeoutSeconds > MaxIdleTimeoutSeconds &&
+		!unchanged(func(s *kruntimes.RunSpec) any { return s.Mode.Function }) {
+		allErrs = append(allErrs, field.Invalid(fldPath.Child("mode", "function", "idleTimeoutSeconds"), *f.IdleTimeoutSeconds,
+			fmt.Sprintf("must be at most %d (7 days); leave it unset to never idle out", MaxIdleTimeoutSeconds)))
 	}
 	return allErrs
 }
@@ -196,7 +272,7 @@ func validateRetryPolicy(p *kruntimes.RetryPolicy, fldPath *field.Path) field.Er
 // immutable, cancelRequested only goes false → true.
 func ValidateRunUpdate(run, old *kruntimes.Run) field.ErrorList {
 	allErrs := apimachineryvalidation.ValidateObjectMetaUpdate(&run.ObjectMeta, &old.ObjectMeta, field.NewPath("metadata"))
-	allErrs = append(allErrs, validateRunSpec(&run.Spec, field.NewPath("spec"))...)
+	allErrs = append(allErrs, validateRunSpec(&run.Spec, &old.Spec, field.NewPath("spec"))...)
 	specPath := field.NewPath("spec")
 	immutable := []struct {
 		name     string
@@ -231,6 +307,11 @@ func ValidateRunStatusUpdate(run, old *kruntimes.Run) field.ErrorList {
 	if err := lifecycle.CheckTransition(mode, oldStatus.Phase, status.Phase); err != nil {
 		allErrs = append(allErrs, field.Invalid(statusPath.Child("phase"), status.Phase, err.Error()))
 	}
+	if lifecycle.IsTerminal(oldStatus.Phase) {
+		// The record of how a Run ended is what its user, a workflow and
+		// an audit read; nothing may rewrite it, whoever may write status.
+		return append(allErrs, validateFrozenStatus(status, oldStatus, statusPath)...)
+	}
 	attemptPath := statusPath.Child("attempt")
 	switch {
 	case status.Attempt < oldStatus.Attempt:
@@ -244,6 +325,40 @@ func ValidateRunStatusUpdate(run, old *kruntimes.Run) field.ErrorList {
 	}
 	allErrs = append(allErrs, validateAssignment(status, oldStatus, statusPath)...)
 	allErrs = append(allErrs, validateStatusBounds(status, mode, statusPath)...)
+	return allErrs
+}
+
+// validateFrozenStatus forbids any change to the status of a Run that
+// reached a terminal phase, naming each changed field.
+func validateFrozenStatus(status, oldStatus *kruntimes.RunStatus, statusPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	fields := []struct {
+		name     string
+		new, old any
+	}{
+		{"conditions", status.Conditions, oldStatus.Conditions},
+		{"message", status.Message, oldStatus.Message},
+		{"attempt", status.Attempt, oldStatus.Attempt},
+		{"assignedPod", status.AssignedPod, oldStatus.AssignedPod},
+		{"assignedPodUID", status.AssignedPodUID, oldStatus.AssignedPodUID},
+		{"scheduledTime", status.ScheduledTime, oldStatus.ScheduledTime},
+		{"startTime", status.StartTime, oldStatus.StartTime},
+		{"readyTime", status.ReadyTime, oldStatus.ReadyTime},
+		{"completionTime", status.CompletionTime, oldStatus.CompletionTime},
+		{"outputs", status.Outputs, oldStatus.Outputs},
+		{"endpoint", status.Endpoint, oldStatus.Endpoint},
+		{"exitCode", status.ExitCode, oldStatus.ExitCode},
+	}
+	for _, f := range fields {
+		if !apiequality.Semantic.DeepEqual(f.new, f.old) {
+			allErrs = append(allErrs, field.Forbidden(statusPath.Child(f.name),
+				fmt.Sprintf("the Run is %s and its status is final; create a new Run to run again", oldStatus.Phase)))
+		}
+	}
+	if len(allErrs) == 0 && status.Phase == oldStatus.Phase && !apiequality.Semantic.DeepEqual(status, oldStatus) {
+		// A status field added without a line above is frozen as well.
+		allErrs = append(allErrs, field.Forbidden(statusPath, fmt.Sprintf("the Run is %s and its status is final", oldStatus.Phase)))
+	}
 	return allErrs
 }
 

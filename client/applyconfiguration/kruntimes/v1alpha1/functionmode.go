@@ -27,7 +27,8 @@ type FunctionModeApplyConfiguration struct {
 	// path under the workspace for bash.
 	Handler *string `json:"handler,omitempty"`
 	// IdleTimeoutSeconds ends the Run as Timeout (reason IdleTimeout) after
-	// this long without an invocation. Unset never idles out.
+	// this long without an invocation, at most 604800 (7 days). Unset never
+	// idles out.
 	IdleTimeoutSeconds *int32 `json:"idleTimeoutSeconds,omitempty"`
 }
 

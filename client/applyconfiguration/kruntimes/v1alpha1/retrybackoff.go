@@ -27,9 +27,9 @@ import (
 //
 // RetryBackoff is an exponential backoff with a cap.
 type RetryBackoffApplyConfiguration struct {
-	// Initial is the delay before the second attempt.
+	// Initial is the delay before the second attempt, at most 1h.
 	Initial *v1.Duration `json:"initial,omitempty"`
-	// Max caps the delay between attempts.
+	// Max caps the delay between attempts, at most 1h.
 	Max *v1.Duration `json:"max,omitempty"`
 	// Factor multiplies the delay after each attempt, as a decimal string
 	// such as "2"; defaults to 2.

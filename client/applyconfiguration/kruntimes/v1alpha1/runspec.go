@@ -37,7 +37,7 @@ type RunSpecApplyConfiguration struct {
 	// Env is passed to the task or function, at most 256 entries.
 	Env []EnvVarApplyConfiguration `json:"env,omitempty"`
 	// Timeout is the maximum lifetime of the reservation, counted from
-	// status.startTime. A Run past it ends as Timeout.
+	// status.startTime. A Run past it ends as Timeout. At most 168h.
 	Timeout *v1.Duration `json:"timeout,omitempty"`
 	// RetryPolicy says how often and when a failed attempt is retried.
 	RetryPolicy *RetryPolicyApplyConfiguration `json:"retryPolicy,omitempty"`
@@ -45,7 +45,8 @@ type RunSpecApplyConfiguration struct {
 	// false to true.
 	CancelRequested *bool `json:"cancelRequested,omitempty"`
 	// TTLSecondsAfterFinished deletes the Run this many seconds after it
-	// reached a terminal phase. Unset keeps it forever. Mutable.
+	// reached a terminal phase, at most 31536000 (365 days). Unset keeps it
+	// forever. Mutable.
 	TTLSecondsAfterFinished *int32 `json:"ttlSecondsAfterFinished,omitempty"`
 }
 

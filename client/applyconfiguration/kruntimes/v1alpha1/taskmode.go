@@ -24,9 +24,11 @@ package v1alpha1
 // TaskMode runs a program once.
 type TaskModeApplyConfiguration struct {
 	// Entrypoint is the program to execute, relative to the workspace or
-	// absolute. Defaults to running the inline source as a script.
+	// absolute, at most 4096 bytes. Defaults to running the inline source
+	// as a script.
 	Entrypoint *string `json:"entrypoint,omitempty"`
-	// Args are passed to the entrypoint.
+	// Args are passed to the entrypoint: at most 256, each at most 32 KiB,
+	// 256 KiB in all.
 	Args []string `json:"args,omitempty"`
 }
 
