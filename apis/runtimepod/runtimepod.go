@@ -1,6 +1,7 @@
 package runtimepod
 
 import (
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -86,7 +87,18 @@ func RuntimedTLSSecretName(runtime string) string { return "runtime-" + runtime 
 
 // ServiceAccountName is the ServiceAccount (and Role, RoleBinding) of the
 // Pods of a Runtime: runtimed's least privilege.
-func ServiceAccountName(runtime string) string { return "runtime-" + runtime }
+func ServiceAccountName(runtime string) string { return serviceAccountPrefix + runtime }
+
+// serviceAccountPrefix begins the name of every Runtime's ServiceAccount.
+const serviceAccountPrefix = "runtime-"
+
+// RuntimeOfServiceAccount is the inverse of ServiceAccountName: ok is false
+// for a ServiceAccount that no Runtime names. The apiserver and the Lease
+// admission policy narrow every ServiceAccount of this form to its Pod.
+func RuntimeOfServiceAccount(name string) (runtime string, ok bool) {
+	runtime, ok = strings.CutPrefix(name, serviceAccountPrefix)
+	return runtime, ok && runtime != ""
+}
 
 // HeartbeatFresh reports whether lease was renewed within its duration at
 // now: the scheduler binds only to Pods whose heartbeat is fresh, and
