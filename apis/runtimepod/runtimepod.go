@@ -60,6 +60,18 @@ const (
 	RuntimedTLSCA     = RuntimedTLSDir + "/ca.crt"
 )
 
+// runtimed's Kubernetes credentials: a projected, Pod-bound ServiceAccount
+// token, mounted into the runtimed container alone where client-go looks for
+// it. The Pod does not automount one, so no other container (the Runtime
+// Server runs user code) gets any.
+const (
+	VolumeRuntimedAPIAccess = "runtimed-api-access"
+	ServiceAccountDir       = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// TokenExpirationSeconds is the projected token's lifetime; the kubelet
+	// renews it at 80%.
+	TokenExpirationSeconds = 3607
+)
+
 // Ports and the heartbeat of runtimed.
 const (
 	// RuntimedHealthPort serves /healthz, /readyz and /metrics.

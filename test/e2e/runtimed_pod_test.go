@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,9 +40,10 @@ const (
 )
 
 // runtimedTestAccount names the ServiceAccount, Role and RoleBinding of the
-// test's Runtime Pod. It is not runtimepod.ServiceAccountName of any Runtime,
-// so a runtime controller never fights the test over it.
-const runtimedTestAccount = "runtimed-e2e"
+// test's Runtime Pod: the name of the bash Runtime's, so runtimed is
+// narrowed to its Pod as in a real Runtime. The tests create no Runtime
+// object, so no runtime controller fights them over it.
+var runtimedTestAccount = runtimepod.ServiceAccountName("bash")
 
 // createRuntimedRBAC grants runtimedTestAccount exactly what the runtime
 // controller grants runtimed.
@@ -66,12 +68,16 @@ func createRuntimedRBAC(ctx context.Context, t *testing.T, f *framework.Framewor
 
 // runtimePod is a Runtime Pod as the runtime controller builds it: the bash
 // Runtime Server and runtimed sharing /workspace and /run/kruntimes, runtimed
-// with exactly the controller's flags and downward-API environment.
+// with exactly the controller's flags and downward-API environment, and the
+// Pod's token mounted into runtimed alone.
 func runtimePod(name string, capacity int) *corev1.Pod {
 	mounts := []corev1.VolumeMount{
 		{Name: runtimepod.VolumeWorkspace, MountPath: runtimepod.WorkspacePath},
 		{Name: runtimepod.VolumeSocket, MountPath: runtimepod.SocketDir},
 	}
+	runtimedMounts := append(slices.Clone(mounts), corev1.VolumeMount{
+		Name: runtimepod.VolumeRuntimedAPIAccess, MountPath: runtimepod.ServiceAccountDir, ReadOnly: true,
+	})
 	fieldEnv := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
@@ -79,10 +85,12 @@ func runtimePod(name string, capacity int) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{
 			ServiceAccountName:            runtimedTestAccount,
+			AutomountServiceAccountToken:  ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			Volumes: []corev1.Volume{
 				{Name: runtimepod.VolumeWorkspace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: runtimepod.VolumeSocket, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				runtimecontroller.RuntimedAPIAccessVolume(),
 			},
 			Containers: []corev1.Container{
 				{
@@ -106,7 +114,7 @@ func runtimePod(name string, capacity int) *corev1.Pod {
 						fieldEnv(runtimepod.EnvPodIP, "status.podIP"),
 					},
 					Ports:        []corev1.ContainerPort{{Name: "health", ContainerPort: runtimepod.RuntimedHealthPort}},
-					VolumeMounts: mounts,
+					VolumeMounts: runtimedMounts,
 					ReadinessProbe: &corev1.Probe{
 						ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("health")}},
 						PeriodSeconds: 1,
