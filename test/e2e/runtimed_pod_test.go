@@ -40,30 +40,36 @@ const (
 )
 
 // runtimedTestAccount names the ServiceAccount, Role and RoleBinding of the
-// test's Runtime Pod: the name of the bash Runtime's, so runtimed is
-// narrowed to its Pod as in a real Runtime. The tests create no Runtime
-// object, so no runtime controller fights them over it.
+// test's Runtime Pod: the bash Runtime's, so the apiserver narrows runtimed
+// to its Pod as in a real Runtime. The tests' Runtime "bash" has no
+// replicas; the runtime controller creates the same objects for it.
 var runtimedTestAccount = runtimepod.ServiceAccountName("bash")
 
 // createRuntimedRBAC grants runtimedTestAccount exactly what the runtime
-// controller grants runtimed.
+// controller grants runtimed. The controller may have created the same
+// objects first for the test's Runtime "bash"; either way the Role must hold
+// exactly the controller's rules.
 func createRuntimedRBAC(ctx context.Context, t *testing.T, f *framework.Framework, ns string) {
 	t.Helper()
+	created := func(err error) { require.True(t, err == nil || apierrors.IsAlreadyExists(err), "%v", err) }
 	_, err := f.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: runtimedTestAccount}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	created(err)
 	_, err = f.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: runtimedTestAccount},
 		// The runtime controller's own rules, so the test cannot drift from
 		// what runtimed gets in a real Runtime.
 		Rules: runtimecontroller.RuntimedPolicyRules(),
 	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	created(err)
 	_, err = f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: runtimedTestAccount},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: runtimedTestAccount},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: runtimedTestAccount, Namespace: ns}},
 	}, metav1.CreateOptions{})
+	created(err)
+	role, err := f.Client.RbacV1().Roles(ns).Get(ctx, runtimedTestAccount, metav1.GetOptions{})
 	require.NoError(t, err)
+	require.Equal(t, runtimecontroller.RuntimedPolicyRules(), role.Rules)
 }
 
 // runtimePod is a Runtime Pod as the runtime controller builds it: the bash
