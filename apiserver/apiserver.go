@@ -1,7 +1,13 @@
 package apiserver
 
 import (
+	"context"
 	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/admission"
+	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -9,6 +15,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apiserver/runtimedrestriction"
 	runregistry "kruntimes.io/kruntimes/registry/run"
 	"kruntimes.io/kruntimes/registry/run/invoke"
 	runtimeregistry "kruntimes.io/kruntimes/registry/runtime"
@@ -40,6 +47,14 @@ func (c *Config) Complete() CompletedConfig {
 
 // New builds the server and installs the kruntimes.io API group.
 func (c CompletedConfig) New() (*Server, error) {
+	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter)
+	if err != nil {
+		return nil, fmt.Errorf("building runs storage: %w", err)
+	}
+	// Before the handler chain is built from them.
+	if err := restrictRuntimed(c.generic.Config, runs.Run); err != nil {
+		return nil, err
+	}
 	generic, err := c.generic.New("kruntimes-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
@@ -48,10 +63,6 @@ func (c CompletedConfig) New() (*Server, error) {
 	// own options (RunInvokeOptions) from the query.
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(kruntimes.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
 
-	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter)
-	if err != nil {
-		return nil, fmt.Errorf("building runs storage: %w", err)
-	}
 	runtimes, err := runtimeregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter)
 	if err != nil {
 		return nil, fmt.Errorf("building runtimes storage: %w", err)
@@ -77,4 +88,33 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil, err
 	}
 	return &Server{GenericAPIServer: generic}, nil
+}
+
+// restrictRuntimed puts runtimedrestriction in front of the configured
+// authorizer and behind the configured admission plugins, so a Runtime Pod's
+// runtimed reaches only its own Runs and everyone else is served as before.
+func restrictRuntimed(config *genericapiserver.Config, runs *runregistry.REST) error {
+	getRun := func(ctx context.Context, namespace, name string) (*kruntimes.Run, error) {
+		obj, err := runs.Get(genericapirequest.WithNamespace(ctx, namespace), name, &metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*kruntimes.Run), nil
+	}
+	authorizers := []authorizerunion.NamedAuthorizer{{AuthorizerName: runtimedrestriction.PluginName, Authorizer: runtimedrestriction.NewAuthorizer(getRun)}}
+	if config.Authorization.Authorizer != nil {
+		authorizers = append(authorizers, authorizerunion.NamedAuthorizer{AuthorizerName: "configured", Authorizer: config.Authorization.Authorizer})
+	}
+	union, err := authorizerunion.New(authorizers...)
+	if err != nil {
+		return err
+	}
+	config.Authorization.Authorizer = union
+
+	plugins := admission.NewChainHandler(runtimedrestriction.NewAdmission())
+	if config.AdmissionControl != nil {
+		plugins = admission.NewChainHandler(config.AdmissionControl, runtimedrestriction.NewAdmission())
+	}
+	config.AdmissionControl = plugins
+	return nil
 }

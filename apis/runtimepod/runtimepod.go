@@ -1,6 +1,7 @@
 package runtimepod
 
 import (
+	"strings"
 	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
@@ -59,6 +60,18 @@ const (
 	RuntimedTLSCA     = RuntimedTLSDir + "/ca.crt"
 )
 
+// runtimed's Kubernetes credentials: a projected, Pod-bound ServiceAccount
+// token, mounted into the runtimed container alone where client-go looks for
+// it. The Pod does not automount one, so no other container (the Runtime
+// Server runs user code) gets any.
+const (
+	VolumeRuntimedAPIAccess = "runtimed-api-access"
+	ServiceAccountDir       = "/var/run/secrets/kubernetes.io/serviceaccount"
+	// TokenExpirationSeconds is the projected token's lifetime; the kubelet
+	// renews it at 80%.
+	TokenExpirationSeconds = 3607
+)
+
 // Ports and the heartbeat of runtimed.
 const (
 	// RuntimedHealthPort serves /healthz, /readyz and /metrics.
@@ -86,7 +99,18 @@ func RuntimedTLSSecretName(runtime string) string { return "runtime-" + runtime 
 
 // ServiceAccountName is the ServiceAccount (and Role, RoleBinding) of the
 // Pods of a Runtime: runtimed's least privilege.
-func ServiceAccountName(runtime string) string { return "runtime-" + runtime }
+func ServiceAccountName(runtime string) string { return serviceAccountPrefix + runtime }
+
+// serviceAccountPrefix begins the name of every Runtime's ServiceAccount.
+const serviceAccountPrefix = "runtime-"
+
+// RuntimeOfServiceAccount is the inverse of ServiceAccountName: ok is false
+// for a ServiceAccount that no Runtime names. The apiserver and the Lease
+// admission policy narrow every ServiceAccount of this form to its Pod.
+func RuntimeOfServiceAccount(name string) (runtime string, ok bool) {
+	runtime, ok = strings.CutPrefix(name, serviceAccountPrefix)
+	return runtime, ok && runtime != ""
+}
 
 // HeartbeatFresh reports whether lease was renewed within its duration at
 // now: the scheduler binds only to Pods whose heartbeat is fresh, and

@@ -35,3 +35,24 @@ func TestHeartbeatFresh(t *testing.T) {
 		})
 	}
 }
+
+func TestRuntimeOfServiceAccount(t *testing.T) {
+	cases := []struct {
+		name, serviceAccount, runtime string
+		ok                            bool
+	}{
+		{"a Runtime's ServiceAccount names it", ServiceAccountName("bash"), "bash", true},
+		{"the prefix alone names no Runtime", "runtime-", "", false},
+		{"another ServiceAccount names none", "default", "", false},
+		{"a look-alike without the dash names none", "runtimed-e2e", "", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			runtime, ok := RuntimeOfServiceAccount(tc.serviceAccount)
+			assert.Equal(t, tc.ok, ok)
+			if ok {
+				assert.Equal(t, tc.runtime, runtime)
+			}
+		})
+	}
+}

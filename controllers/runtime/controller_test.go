@@ -71,9 +71,10 @@ func TestDeploymentShape(t *testing.T) {
 	assert.ElementsMatch(t, []corev1.VolumeMount{
 		{Name: runtimepod.VolumeWorkspace, MountPath: runtimepod.WorkspacePath},
 		{Name: runtimepod.VolumeSocket, MountPath: runtimepod.SocketDir},
+		{Name: runtimepod.VolumeRuntimedAPIAccess, MountPath: runtimepod.ServiceAccountDir, ReadOnly: true},
 	}, runtimed.VolumeMounts)
-	require.Len(t, spec.Volumes, 2)
-	for _, v := range spec.Volumes {
+	require.Len(t, spec.Volumes, 3)
+	for _, v := range spec.Volumes[:2] {
 		assert.NotNil(t, v.EmptyDir, v.Name)
 	}
 	assert.Empty(t, rt.Spec.Template.Spec.Volumes, "the Runtime's template is not modified")
@@ -83,7 +84,7 @@ func TestDeploymentWithInvokeTLSMountsTheSecretIntoRuntimedAlone(t *testing.T) {
 	rt := bashRuntime()
 	spec := newDeployment(rt, podOptions{invokeTLS: true}).Spec.Template.Spec
 	runtimeC, runtimed := spec.Containers[0], spec.Containers[1]
-	require.Len(t, spec.Volumes, 3)
+	require.Len(t, spec.Volumes, 4)
 	tls := spec.Volumes[2]
 	require.NotNil(t, tls.Secret)
 	assert.Equal(t, "runtime-bash-tls", tls.Secret.SecretName)
@@ -94,6 +95,41 @@ func TestDeploymentWithInvokeTLSMountsTheSecretIntoRuntimedAlone(t *testing.T) {
 	assert.Subset(t, runtimed.Args, []string{"--invoke-tls-cert-file=/etc/kruntimes/runtimed-tls/tls.crt",
 		"--invoke-tls-key-file=/etc/kruntimes/runtimed-tls/tls.key", "--invoke-client-ca-file=/etc/kruntimes/runtimed-tls/ca.crt"})
 	assert.NotEqual(t, newDeployment(rt, podOptions{}).Annotations[lifecycle.AnnotationTemplateHash], newDeployment(rt, podOptions{invokeTLS: true}).Annotations[lifecycle.AnnotationTemplateHash])
+}
+
+func TestPodTemplateMountsTheTokenIntoRuntimedAlone(t *testing.T) {
+	rt := bashRuntime()
+	rt.Spec.Template.Spec.AutomountServiceAccountToken = ptr.To(true)
+	rt.Spec.Template.Spec.Containers = append(rt.Spec.Template.Spec.Containers, corev1.Container{Name: "helper", Image: "helper"})
+	spec := newDeployment(rt, podOptions{invokeTLS: true}).Spec.Template.Spec
+
+	require.NotNil(t, spec.AutomountServiceAccountToken)
+	assert.False(t, *spec.AutomountServiceAccountToken, "no container gets the ServiceAccount admission plugin's token, whatever the template says")
+	var token *corev1.ServiceAccountTokenProjection
+	for _, v := range spec.Volumes {
+		if v.Name == runtimepod.VolumeRuntimedAPIAccess {
+			require.NotNil(t, v.Projected)
+			for _, src := range v.Projected.Sources {
+				if src.ServiceAccountToken != nil {
+					token = src.ServiceAccountToken
+				}
+			}
+		}
+	}
+	require.NotNil(t, token, "runtimed gets a projected, Pod-bound token")
+	assert.Equal(t, "token", token.Path)
+	assert.Empty(t, token.Audience, "the token is for kube-apiserver")
+	for _, c := range spec.Containers {
+		mounted := false
+		for _, m := range c.VolumeMounts {
+			if m.Name == runtimepod.VolumeRuntimedAPIAccess {
+				mounted = true
+				assert.Equal(t, runtimepod.ServiceAccountDir, m.MountPath)
+				assert.True(t, m.ReadOnly)
+			}
+		}
+		assert.Equal(t, c.Name == runtimepod.ContainerRuntimed, mounted, "container %s", c.Name)
+	}
 }
 
 func TestTemplateHashFollowsTheRuntime(t *testing.T) {

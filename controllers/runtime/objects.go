@@ -113,6 +113,9 @@ func podTemplate(rt *v1alpha1.Runtime, opts podOptions) corev1.PodTemplateSpec {
 	}
 	t.Labels[lifecycle.LabelRuntime] = rt.Name
 	t.Spec.ServiceAccountName = runtimepod.ServiceAccountName(rt.Name)
+	// The token goes to runtimed alone (apiAccessVolume): user code in the
+	// other containers gets no Kubernetes credentials.
+	t.Spec.AutomountServiceAccountToken = ptr.To(false)
 
 	for _, name := range []string{runtimepod.VolumeWorkspace, runtimepod.VolumeSocket} {
 		if !hasVolume(t.Spec.Volumes, name) {
@@ -155,8 +158,36 @@ func podTemplate(rt *v1alpha1.Runtime, opts podOptions) corev1.PodTemplateSpec {
 			Name: "invoke", ContainerPort: runtimepod.RuntimedInvokePort, Protocol: corev1.ProtocolTCP,
 		})
 	}
+	t.Spec.Volumes = append(t.Spec.Volumes, RuntimedAPIAccessVolume())
+	runtimed.VolumeMounts = append(runtimed.VolumeMounts, corev1.VolumeMount{
+		Name: runtimepod.VolumeRuntimedAPIAccess, MountPath: runtimepod.ServiceAccountDir, ReadOnly: true,
+	})
 	t.Spec.Containers = append(containers, runtimed)
 	return t
+}
+
+// RuntimedAPIAccessVolume is what the ServiceAccount admission plugin would
+// mount into every container (a Pod-bound token, the cluster CA, the
+// namespace), built here to be mounted into runtimed alone. The token's Pod
+// binding is what confines runtimed to its own Runs and Lease.
+func RuntimedAPIAccessVolume() corev1.Volume {
+	return corev1.Volume{
+		Name: runtimepod.VolumeRuntimedAPIAccess,
+		VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+			Sources: []corev1.VolumeProjection{
+				{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+					Path: "token", ExpirationSeconds: ptr.To[int64](runtimepod.TokenExpirationSeconds),
+				}},
+				{ConfigMap: &corev1.ConfigMapProjection{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "kube-root-ca.crt"},
+					Items:                []corev1.KeyToPath{{Key: "ca.crt", Path: "ca.crt"}},
+				}},
+				{DownwardAPI: &corev1.DownwardAPIProjection{Items: []corev1.DownwardAPIVolumeFile{{
+					Path: "namespace", FieldRef: &corev1.ObjectFieldSelector{APIVersion: "v1", FieldPath: "metadata.namespace"},
+				}}}},
+			},
+		}},
+	}
 }
 
 func runtimedContainer(rt *v1alpha1.Runtime) corev1.Container {

@@ -52,6 +52,8 @@ var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io",
 var artifactKinds = map[string]bool{
 	"Namespace": true, "ServiceAccount": true,
 	"ClusterRole": true, "ClusterRoleBinding": true, "Role": true, "RoleBinding": true,
+	// runtimed's Lease restriction (runtimed-lease-policy.yaml).
+	"ValidatingAdmissionPolicy": true, "ValidatingAdmissionPolicyBinding": true,
 }
 
 // startKruntimes builds kruntimes-apiserver, runs it as its ServiceAccount
@@ -191,8 +193,9 @@ func (c *Cluster) loadClusterCA() (*authority, error) {
 	return parseAuthority(certPEM, keyPEM)
 }
 
-// applyArtifacts creates the namespace, ServiceAccount and RBAC objects from
-// artifacts/, so the local cluster tests the manifests users apply.
+// applyArtifacts creates the namespace, ServiceAccount, RBAC and admission
+// policy objects from artifacts/, so the local cluster tests the manifests
+// users apply.
 func (c *Cluster) applyArtifacts(ctx context.Context, client kubernetes.Interface) error {
 	objs, err := readArtifacts(filepath.Join(c.cfg.RepoRoot, "artifacts"))
 	if err != nil {

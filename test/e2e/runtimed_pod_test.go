@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -39,29 +40,36 @@ const (
 )
 
 // runtimedTestAccount names the ServiceAccount, Role and RoleBinding of the
-// test's Runtime Pod. It is not runtimepod.ServiceAccountName of any Runtime,
-// so a runtime controller never fights the test over it.
-const runtimedTestAccount = "runtimed-e2e"
+// test's Runtime Pod: the bash Runtime's, so the apiserver narrows runtimed
+// to its Pod as in a real Runtime. The tests' Runtime "bash" has no
+// replicas; the runtime controller creates the same objects for it.
+var runtimedTestAccount = runtimepod.ServiceAccountName("bash")
 
 // createRuntimedRBAC grants runtimedTestAccount exactly what the runtime
-// controller grants runtimed.
+// controller grants runtimed. The controller may have created the same
+// objects first for the test's Runtime "bash"; either way the Role must hold
+// exactly the controller's rules.
 func createRuntimedRBAC(ctx context.Context, t *testing.T, f *framework.Framework, ns string) {
 	t.Helper()
+	created := func(err error) { require.True(t, err == nil || apierrors.IsAlreadyExists(err), "%v", err) }
 	_, err := f.Client.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: runtimedTestAccount}}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	created(err)
 	_, err = f.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
 		ObjectMeta: metav1.ObjectMeta{Name: runtimedTestAccount},
 		// The runtime controller's own rules, so the test cannot drift from
 		// what runtimed gets in a real Runtime.
 		Rules: runtimecontroller.RuntimedPolicyRules(),
 	}, metav1.CreateOptions{})
-	require.NoError(t, err)
+	created(err)
 	_, err = f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
 		ObjectMeta: metav1.ObjectMeta{Name: runtimedTestAccount},
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: runtimedTestAccount},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: runtimedTestAccount, Namespace: ns}},
 	}, metav1.CreateOptions{})
+	created(err)
+	role, err := f.Client.RbacV1().Roles(ns).Get(ctx, runtimedTestAccount, metav1.GetOptions{})
 	require.NoError(t, err)
+	require.Equal(t, runtimecontroller.RuntimedPolicyRules(), role.Rules)
 }
 
 // startRuntimePod creates, in ns, a Runtime "bash" with no replicas (so Runs
@@ -89,12 +97,16 @@ func startRuntimePod(ctx context.Context, t *testing.T, f *framework.Framework, 
 
 // runtimePod is a Runtime Pod as the runtime controller builds it: the bash
 // Runtime Server and runtimed sharing /workspace and /run/kruntimes, runtimed
-// with exactly the controller's flags and downward-API environment.
+// with exactly the controller's flags and downward-API environment, and the
+// Pod's token mounted into runtimed alone.
 func runtimePod(name string, capacity int) *corev1.Pod {
 	mounts := []corev1.VolumeMount{
 		{Name: runtimepod.VolumeWorkspace, MountPath: runtimepod.WorkspacePath},
 		{Name: runtimepod.VolumeSocket, MountPath: runtimepod.SocketDir},
 	}
+	runtimedMounts := append(slices.Clone(mounts), corev1.VolumeMount{
+		Name: runtimepod.VolumeRuntimedAPIAccess, MountPath: runtimepod.ServiceAccountDir, ReadOnly: true,
+	})
 	fieldEnv := func(name, path string) corev1.EnvVar {
 		return corev1.EnvVar{Name: name, ValueFrom: &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}}
 	}
@@ -102,10 +114,12 @@ func runtimePod(name string, capacity int) *corev1.Pod {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}},
 		Spec: corev1.PodSpec{
 			ServiceAccountName:            runtimedTestAccount,
+			AutomountServiceAccountToken:  ptr.To(false),
 			TerminationGracePeriodSeconds: ptr.To[int64](5),
 			Volumes: []corev1.Volume{
 				{Name: runtimepod.VolumeWorkspace, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
 				{Name: runtimepod.VolumeSocket, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+				runtimecontroller.RuntimedAPIAccessVolume(),
 			},
 			Containers: []corev1.Container{
 				{
@@ -129,7 +143,7 @@ func runtimePod(name string, capacity int) *corev1.Pod {
 						fieldEnv(runtimepod.EnvPodIP, "status.podIP"),
 					},
 					Ports:        []corev1.ContainerPort{{Name: "health", ContainerPort: runtimepod.RuntimedHealthPort}},
-					VolumeMounts: mounts,
+					VolumeMounts: runtimedMounts,
 					ReadinessProbe: &corev1.Probe{
 						ProbeHandler:  corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/readyz", Port: intstr.FromString("health")}},
 						PeriodSeconds: 1,
