@@ -153,8 +153,25 @@ func TestRuntimedSidecarIsUnprivilegedAndBounded(t *testing.T) {
 	assert.Equal(t, &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}, sc.Capabilities)
 	assert.Equal(t, &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault}, sc.SeccompProfile)
 	assert.Nil(t, sc.RunAsUser, "runtimed runs as the Pod's user, to clean up what the Runtime Server leaves in the workspace")
+	assert.Nil(t, sc.RunAsNonRoot)
 	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 		assert.Contains(t, runtimed.Resources.Requests, r)
 	}
 	assert.Contains(t, runtimed.Resources.Limits, corev1.ResourceMemory)
+}
+
+func TestRuntimedRunsAsTheRuntimeContainersUser(t *testing.T) {
+	rt := bashRuntime()
+	rt.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{
+		RunAsUser: ptr.To[int64](1000), RunAsGroup: ptr.To[int64](3000), RunAsNonRoot: ptr.To(true),
+		AllowPrivilegeEscalation: ptr.To(true),
+	}
+	containers := newDeployment(rt, podOptions{}).Spec.Template.Spec.Containers
+	require.Len(t, containers, 2)
+	sc := containers[1].SecurityContext
+	require.Equal(t, runtimepod.ContainerRuntimed, containers[1].Name)
+	assert.Equal(t, ptr.To[int64](1000), sc.RunAsUser)
+	assert.Equal(t, ptr.To[int64](3000), sc.RunAsGroup)
+	assert.Equal(t, ptr.To(true), sc.RunAsNonRoot)
+	assert.Equal(t, ptr.To(false), sc.AllowPrivilegeEscalation, "only the user is taken from the runtime container, not its privileges")
 }

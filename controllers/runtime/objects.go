@@ -125,6 +125,7 @@ func podTemplate(rt *v1alpha1.Runtime, opts podOptions) corev1.PodTemplateSpec {
 			})
 		}
 	}
+	runtimed := runtimedContainer(rt)
 	containers := make([]corev1.Container, 0, len(t.Spec.Containers)+1)
 	for _, c := range t.Spec.Containers {
 		switch c.Name {
@@ -132,10 +133,10 @@ func podTemplate(rt *v1alpha1.Runtime, opts podOptions) corev1.PodTemplateSpec {
 			continue
 		case runtimepod.ContainerRuntime:
 			c.VolumeMounts = withSharedMounts(c.VolumeMounts)
+			runAsUserOf(runtimed.SecurityContext, c.SecurityContext)
 		}
 		containers = append(containers, c)
 	}
-	runtimed := runtimedContainer(rt)
 	if opts.endpointBase != "" {
 		runtimed.Args = append(runtimed.Args, "--endpoint-base="+opts.endpointBase)
 	}
@@ -222,8 +223,8 @@ func runtimedContainer(rt *v1alpha1.Runtime) corev1.Container {
 		}},
 		VolumeMounts: withSharedMounts(nil),
 		// runtimed needs no privilege and writes only its volumes. Its user
-		// stays the Pod's: it removes what the Runtime Server's code leaves
-		// in the shared workspace, which a different user could not.
+		// is the Runtime Server's (runAsUserOf): it removes what user code
+		// leaves in the shared workspace, which a different user could not.
 		SecurityContext: &corev1.SecurityContext{
 			AllowPrivilegeEscalation: ptr.To(false),
 			ReadOnlyRootFilesystem:   ptr.To(true),
@@ -239,6 +240,19 @@ func runtimedContainer(rt *v1alpha1.Runtime) corev1.Container {
 		ReadinessProbe: probe("/readyz", 2),
 		LivenessProbe:  probe("/healthz", 10),
 	}
+}
+
+// runAsUserOf gives runtimed the user of the runtime container when that
+// container names one (the Pod-level securityContext applies to both
+// otherwise), so a Runtime whose code runs as non-root has a non-root
+// runtimed, as Pod Security's "restricted" level requires of every container.
+func runAsUserOf(runtimed, runtime *corev1.SecurityContext) {
+	if runtime == nil {
+		return
+	}
+	runtimed.RunAsUser = runtime.RunAsUser
+	runtimed.RunAsGroup = runtime.RunAsGroup
+	runtimed.RunAsNonRoot = runtime.RunAsNonRoot
 }
 
 // withSharedMounts adds the workspace and socket mounts unless the

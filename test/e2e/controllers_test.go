@@ -371,3 +371,46 @@ func finishRun(ctx context.Context, t *testing.T, client versioned.Interface, ru
 	_, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
 	require.NoError(t, err)
 }
+
+// A Runtime whose code runs as a non-root user gets Pods in a namespace that
+// enforces Pod Security "restricted": the runtimed sidecar takes that user
+// and is itself unprivileged, so kube-apiserver's PodSecurity admission lets
+// the ReplicaSet create the Pods.
+func TestRuntimePodsMeetPodSecurityRestricted(t *testing.T) {
+	f := framework.Get(t)
+	client := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "restricted")
+	ctx := framework.Context(t, 3*time.Minute)
+	_, err := f.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`), metav1.PatchOptions{})
+	require.NoError(t, err)
+
+	rt := newTestRuntime("bash", 1, 1)
+	rt.Spec.Template.Spec.Containers[0].SecurityContext = &corev1.SecurityContext{
+		RunAsNonRoot:             ptr.To(true),
+		RunAsUser:                ptr.To[int64](65532),
+		AllowPrivilegeEscalation: ptr.To(false),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+	_, err = client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, rt, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	selector := lifecycle.LabelRuntime + "=bash"
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+		pods, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: selector})
+		if seen.Err(err) {
+			return false, nil
+		}
+		if len(pods.Items) == 0 {
+			// PodSecurity's refusal shows on the ReplicaSet as FailedCreate.
+			events, err := f.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "reason=FailedCreate"})
+			if err == nil && len(events.Items) > 0 {
+				seen.State("ReplicaSet could not create a Pod: %s", events.Items[len(events.Items)-1].Message)
+			}
+			return false, nil
+		}
+		return true, nil
+	})
+	require.NoError(t, err, "the Runtime's Pod is created in a namespace enforcing Pod Security restricted")
+}
