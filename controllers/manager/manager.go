@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	kruntimesscheme "kruntimes.io/kruntimes/client/clientset/versioned/scheme"
@@ -293,7 +294,7 @@ func (m *Manager) runControllers(ctx context.Context) error {
 // share, so that each kind is listed, watched and held in memory once.
 func newInformerFactories(kube kubernetes.Interface, kr versioned.Interface) (externalversions.SharedInformerFactory, kubeinformers.SharedInformerFactory, kubeinformers.SharedInformerFactory) {
 	kruntimesInformers := externalversions.NewSharedInformerFactoryWithOptions(kr, 0,
-		externalversions.WithTransform(dropManagedFields))
+		externalversions.WithTransform(slimForControllers))
 	// Everything the runtime controller creates, and every Runtime Pod,
 	// carries the kruntimes.io/runtime label: watch only those.
 	labelled := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0,
@@ -314,6 +315,25 @@ func dropManagedFields(obj any) (any, error) {
 		accessor.SetManagedFields(nil)
 	}
 	return obj, nil
+}
+
+// slimForControllers is the kruntimes informers' transform: no managedFields,
+// and of a Run nothing the controllers never read — its code, env and
+// entrypoint, up to 256 KiB of source each. A status write from such a copy
+// keeps the stored spec (the status strategy restores it), and recovery
+// removes its finalizer with a patch, so no controller writes a slim spec.
+func slimForControllers(obj any) (any, error) {
+	if run, ok := obj.(*v1alpha1.Run); ok {
+		run.Spec.Source = v1alpha1.RunSource{}
+		run.Spec.Env = nil
+		if run.Spec.Mode.Task != nil {
+			run.Spec.Mode.Task = &v1alpha1.TaskMode{}
+		}
+		if run.Spec.Mode.Function != nil {
+			run.Spec.Mode.Function.Handler = ""
+		}
+	}
+	return dropManagedFields(obj)
 }
 
 func (m *Manager) runtimeOptions() []runtimecontroller.Option {
