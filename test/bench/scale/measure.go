@@ -65,6 +65,7 @@ func (r *result) set(row, format string, args ...any) {
 		rowOrder = append(rowOrder, row)
 	}
 	r.rows[row] = fmt.Sprintf(format, args...)
+	fmt.Fprintf(progressOut, "    %s: %s\n", row, r.rows[row])
 }
 
 func (s *subject) measure(ctx context.Context, o options) (*result, error) {
