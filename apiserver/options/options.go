@@ -23,6 +23,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apiserver"
+	"kruntimes.io/kruntimes/apiserver/memlimit"
 	kruntimesopenapi "kruntimes.io/kruntimes/apiserver/openapi"
 	"kruntimes.io/kruntimes/registry/storage/embedded"
 )
@@ -44,6 +45,9 @@ type ServerOptions struct {
 	// AlternateDNS are extra names for the self-signed serving certificate,
 	// e.g. the <service>.<namespace>.svc name the aggregator dials.
 	AlternateDNS []string
+	// GoMemoryLimit is the Go runtime's soft memory limit: memlimit.Auto,
+	// memlimit.Off or a quantity.
+	GoMemoryLimit string
 
 	Out, ErrOut io.Writer
 }
@@ -59,6 +63,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 		Invoke:                   NewInvokeOptions(),
 		ComponentGlobalsRegistry: basecompatibility.NewComponentGlobalsRegistry(),
 		AlternateDNS:             []string{"kruntimes-apiserver.kruntimes-system.svc"},
+		GoMemoryLimit:            memlimit.Auto,
 		Out:                      out,
 		ErrOut:                   errOut,
 	}
@@ -113,6 +118,8 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 	o.ComponentGlobalsRegistry.AddFlags(fs)
 	fs.StringSliceVar(&o.AlternateDNS, "alternate-dns", o.AlternateDNS,
 		"Extra DNS names of the self-signed serving certificate; include <service>.<namespace>.svc so the aggregator can verify it.")
+	fs.StringVar(&o.GoMemoryLimit, "go-memory-limit", o.GoMemoryLimit,
+		"The Go runtime's soft memory limit, under which it collects garbage harder rather than let the heap grow to twice its live size: \"auto\" (90% of the container's memory limit, when it has one), \"off\", or a quantity such as 900Mi. The GOMEMLIMIT environment variable, when set, wins.")
 }
 
 // Complete fills in what depends on other flags: standalone mode drops every
@@ -144,6 +151,9 @@ func (o *ServerOptions) Validate(args []string) error {
 	errs = append(errs, o.Storage.Validate()...)
 	errs = append(errs, o.Invoke.Validate()...)
 	errs = append(errs, o.Controllers.Validate()...)
+	if err := memlimit.Validate(o.GoMemoryLimit); err != nil {
+		errs = append(errs, fmt.Errorf("--go-memory-limit: %w", err))
+	}
 	errs = append(errs, o.ComponentGlobalsRegistry.Validate()...)
 	return utilerrors.NewAggregate(errs)
 }
@@ -218,6 +228,11 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 
 // Run starts the server and blocks until ctx is done.
 func (o *ServerOptions) Run(ctx context.Context) error {
+	limit, source, err := memlimit.Apply(o.GoMemoryLimit)
+	if err != nil {
+		return fmt.Errorf("--go-memory-limit: %w", err)
+	}
+	klog.FromContext(ctx).Info("Go memory limit", "bytes", limit, "source", source)
 	config, closeStorage, err := o.Config()
 	if err != nil {
 		return err

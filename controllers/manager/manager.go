@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	kubeinformers "k8s.io/client-go/informers"
@@ -22,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	kruntimesscheme "kruntimes.io/kruntimes/client/clientset/versioned/scheme"
@@ -231,14 +233,7 @@ func (m *Manager) Run(ctx context.Context) error {
 // once ctx is done and all of them have stopped.
 func (m *Manager) runControllers(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
-	kruntimesInformers := externalversions.NewSharedInformerFactory(m.kruntimes, 0)
-	// Everything the runtime controller creates, and every Runtime Pod,
-	// carries the kruntimes.io/runtime label: watch only those.
-	labelled := kubeinformers.NewSharedInformerFactoryWithOptions(m.kube, 0,
-		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = lifecycle.LabelRuntime }))
-	// Heartbeat Leases carry no label; the scheduler and recovery read them
-	// by name.
-	leases := kubeinformers.NewSharedInformerFactory(m.kube, 0)
+	kruntimesInformers, labelled, leases := newInformerFactories(m.kube, m.kruntimes)
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartStructuredLogging(3)
@@ -293,6 +288,52 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	labelled.Shutdown()
 	leases.Shutdown()
 	return nil
+}
+
+// newInformerFactories returns the informer factories all controllers
+// share, so that each kind is listed, watched and held in memory once.
+func newInformerFactories(kube kubernetes.Interface, kr versioned.Interface) (externalversions.SharedInformerFactory, kubeinformers.SharedInformerFactory, kubeinformers.SharedInformerFactory) {
+	kruntimesInformers := externalversions.NewSharedInformerFactoryWithOptions(kr, 0,
+		externalversions.WithTransform(slimForControllers))
+	// Everything the runtime controller creates, and every Runtime Pod,
+	// carries the kruntimes.io/runtime label: watch only those.
+	labelled := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0,
+		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = lifecycle.LabelRuntime }),
+		kubeinformers.WithTransform(dropManagedFields))
+	// Heartbeat Leases carry no label; the scheduler and recovery read them
+	// by name.
+	leases := kubeinformers.NewSharedInformerFactoryWithOptions(kube, 0, kubeinformers.WithTransform(dropManagedFields))
+	return kruntimesInformers, labelled, leases
+}
+
+// dropManagedFields is the informers' transform, as in
+// kube-controller-manager: no controller reads managedFields, which are
+// about a third of a Run in memory, and an update that omits them keeps the
+// stored ones.
+func dropManagedFields(obj any) (any, error) {
+	if accessor, err := meta.Accessor(obj); err == nil && accessor.GetManagedFields() != nil {
+		accessor.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// slimForControllers is the kruntimes informers' transform: no managedFields,
+// and of a Run nothing the controllers never read — its code, env and
+// entrypoint, up to 256 KiB of source each. A status write from such a copy
+// keeps the stored spec (the status strategy restores it), and recovery
+// removes its finalizer with a patch, so no controller writes a slim spec.
+func slimForControllers(obj any) (any, error) {
+	if run, ok := obj.(*v1alpha1.Run); ok {
+		run.Spec.Source = v1alpha1.RunSource{}
+		run.Spec.Env = nil
+		if run.Spec.Mode.Task != nil {
+			run.Spec.Mode.Task = &v1alpha1.TaskMode{}
+		}
+		if run.Spec.Mode.Function != nil {
+			run.Spec.Mode.Function.Handler = ""
+		}
+	}
+	return dropManagedFields(obj)
 }
 
 func (m *Manager) runtimeOptions() []runtimecontroller.Option {

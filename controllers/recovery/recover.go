@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"time"
@@ -10,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
@@ -225,9 +227,17 @@ func (c *Controller) removeFinalizer(ctx context.Context, run *v1alpha1.Run) (*v
 	if !slices.Contains(run.Finalizers, lifecycle.FinalizerRegistrationCleanup) {
 		return run, nil
 	}
-	out := run.DeepCopy()
-	out.Finalizers = slices.DeleteFunc(out.Finalizers, func(f string) bool { return f == lifecycle.FinalizerRegistrationCleanup })
-	updated, err := c.client.KruntimesV1alpha1().Runs(run.Namespace).Update(ctx, out, metav1.UpdateOptions{})
+	// A merge patch with the resourceVersion, not an update: it conflicts
+	// as an update would, and needs no more of the Run than the informer
+	// keeps (the controllers' informers drop a Run's code and env).
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+		"resourceVersion": run.ResourceVersion,
+		"finalizers":      slices.DeleteFunc(slices.Clone(run.Finalizers), func(f string) bool { return f == lifecycle.FinalizerRegistrationCleanup }),
+	}})
+	if err != nil {
+		return nil, err
+	}
+	updated, err := c.client.KruntimesV1alpha1().Runs(run.Namespace).Patch(ctx, run.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("removing finalizer %s from Run %s/%s: %w", lifecycle.FinalizerRegistrationCleanup, run.Namespace, run.Name, err)
 	}

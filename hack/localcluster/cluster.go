@@ -47,6 +47,10 @@ type Config struct {
 	PodIPBase net.IP
 	// Kruntimes controls the kruntimes-apiserver step.
 	Kruntimes KruntimesMode
+	// KruntimesStorage is kruntimes-apiserver's --storage-backend:
+	// "embedded" (the default) or "etcd3", the cluster's etcd under the
+	// prefix /kruntimes.
+	KruntimesStorage string
 	// KruntimesArgs are extra flags of kruntimes-apiserver, after the ones
 	// the cluster sets, e.g. a short --recovery-heartbeat-grace-period.
 	KruntimesArgs []string
@@ -78,6 +82,8 @@ type Cluster struct {
 
 	// APIServerURL is the secure URL of kube-apiserver.
 	APIServerURL string
+	// EtcdURL is the client URL of the cluster's etcd.
+	EtcdURL string
 	// AdminConfig is a cluster-admin client configuration.
 	AdminConfig *rest.Config
 	// KruntimesRunning reports whether kruntimes-apiserver was started and
@@ -159,6 +165,7 @@ func (c *Cluster) start(ctx context.Context) error {
 
 	c.progress("etcd on 127.0.0.1:%d", etcdClient)
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
+	c.EtcdURL = etcdURL
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
 	etcd, err := startComponent(ctx, logDir, "etcd", c.binary("etcd"),
 		"--name=local",
@@ -481,6 +488,19 @@ func RunningPID(stateDir string) (string, bool) {
 
 // Config returns the configuration the cluster runs with, defaults applied.
 func (c *Cluster) Config() Config { return c.cfg }
+
+// PIDs returns the process ID of each running control-plane component by
+// name (etcd, kube-apiserver, kube-controller-manager, kruntimes-apiserver),
+// for benchmarks that read their memory and CPU from /proc.
+func (c *Cluster) PIDs() map[string]int {
+	pids := map[string]int{}
+	for _, comp := range c.components {
+		if comp.running() == nil {
+			pids[comp.name] = comp.cmd.Process.Pid
+		}
+	}
+	return pids
+}
 
 func writeKubeconfig(path string, cfg *rest.Config, clusterName, userName string) error {
 	kc := clientcmdapi.NewConfig()

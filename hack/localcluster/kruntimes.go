@@ -125,7 +125,17 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		return err
 	}
 	port := ports[0]
-	c.progress("kruntimes-apiserver on https://127.0.0.1:%d (embedded storage in %s)", port, filepath.Join(dir, "data"))
+	storage := []string{"--storage-backend=embedded", "--storage-path=" + filepath.Join(dir, "data")}
+	where := "embedded storage in " + filepath.Join(dir, "data")
+	switch c.cfg.KruntimesStorage {
+	case "", "embedded":
+	case "etcd3":
+		storage = []string{"--storage-backend=etcd3", "--etcd-servers=" + c.EtcdURL, "--etcd-prefix=/kruntimes"}
+		where = "etcd3 storage in " + c.EtcdURL + " under /kruntimes"
+	default:
+		return fmt.Errorf("kruntimes storage %q: want embedded or etcd3", c.cfg.KruntimesStorage)
+	}
+	c.progress("kruntimes-apiserver on https://127.0.0.1:%d (%s)", port, where)
 	args := []string{
 		"--secure-port=" + strconv.Itoa(port),
 		"--bind-address=127.0.0.1",
@@ -135,8 +145,6 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		"--authentication-kubeconfig=" + kubeconfig,
 		"--authorization-kubeconfig=" + kubeconfig,
 		"--kubeconfig=" + kubeconfig,
-		"--storage-backend=embedded",
-		"--storage-path=" + filepath.Join(dir, "data"),
 		// The invoke hop: this server's client pair for runtimed, and the
 		// CA with which the runtime controller issues each Runtime's
 		// runtimed serving pair.
@@ -150,6 +158,7 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		// root reaches: for profiling under the benchmarks.
 		"--debug-socket-path=" + filepath.Join(dir, "debug.sock"),
 	}
+	args = append(args, storage...)
 	args = append(args, c.cfg.KruntimesArgs...)
 	proc, err := startComponent(ctx, logDir, repobin.APIServer.Name, c.binary(repobin.APIServer.Name), args...)
 	if err != nil {

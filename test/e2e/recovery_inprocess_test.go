@@ -177,7 +177,7 @@ func story(t *testing.T, writes []apiWrite, name string) []string {
 		case w.Resource == "pods" && w.Verb == "delete":
 			out = append(out, "delete Pod "+w.Name)
 		case w.Name != name:
-		case w.Resource == "runs" && w.Verb == "update":
+		case w.Resource == "runs" && (w.Verb == "update" || w.Verb == "patch"):
 			out = append(out, fmt.Sprintf("finalizers %v", decode[v1alpha1.Run](t, w).Finalizers))
 		case w.Resource == "runs/status":
 			run := decode[v1alpha1.Run](t, w)

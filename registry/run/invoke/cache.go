@@ -3,6 +3,7 @@ package invoke
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -25,6 +26,7 @@ import (
 // RunSource is where the cache reads Runs: the runs storage of this server,
 // in-process, through its watch cache.
 type RunSource interface {
+	rest.Getter
 	rest.Lister
 	rest.Watcher
 }
@@ -32,8 +34,9 @@ type RunSource interface {
 // ownershipCache knows, from informers, which Pod owns each function Run
 // and where that Pod is.
 type ownershipCache struct {
-	runs cache.SharedIndexInformer
-	pods cache.SharedIndexInformer
+	source RunSource
+	runs   cache.SharedIndexInformer
+	pods   cache.SharedIndexInformer
 }
 
 // newOwnershipCache watches Runs in source and Runtime Pods (those labelled
@@ -45,7 +48,11 @@ func newOwnershipCache(source RunSource, kube kubernetes.Interface) *ownershipCa
 			if err != nil {
 				return nil, err
 			}
-			return source.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll), internal)
+			obj, err := source.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll), internal)
+			if list, ok := obj.(*kruntimes.RunList); ok {
+				list.Items = slices.DeleteFunc(list.Items, func(r kruntimes.Run) bool { return r.Spec.Mode.Function == nil })
+			}
+			return obj, err
 		},
 		WatchFuncWithContext: func(ctx context.Context, options metav1.ListOptions) (watch.Interface, error) {
 			internal, err := internalListOptions(options)
@@ -57,10 +64,15 @@ func newOwnershipCache(source RunSource, kube kubernetes.Interface) *ownershipCa
 				return nil, err
 			}
 			// The watch cache wraps what it sends to share serializations;
-			// an in-process reader wants the object.
+			// an in-process reader wants the object. Only function Runs
+			// are invoked, and a Run's mode never changes: task Runs,
+			// most Runs at scale, are not kept (lookup tells them apart).
 			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
 				if cached, ok := e.Object.(runtime.CacheableObject); ok {
 					e.Object = cached.GetObject()
+				}
+				if run, ok := e.Object.(*kruntimes.Run); ok && e.Type != watch.Bookmark && run.Spec.Mode.Function == nil {
+					return e, false
 				}
 				return e, true
 			}), nil
@@ -75,7 +87,7 @@ func newOwnershipCache(source RunSource, kube kubernetes.Interface) *ownershipCa
 	}))
 	pods := factory.Core().V1().Pods().Informer()
 	_ = pods.SetTransform(slimPod)
-	return &ownershipCache{runs: runs, pods: pods}
+	return &ownershipCache{source: source, runs: runs, pods: pods}
 }
 
 func internalListOptions(options metav1.ListOptions) (*metainternalversion.ListOptions, error) {
@@ -112,11 +124,7 @@ func slimRun(obj any) (any, error) {
 			AssignedPod: run.Status.AssignedPod, AssignedPodUID: run.Status.AssignedPodUID,
 		},
 	}
-	if run.Spec.Mode.Function != nil {
-		slim.Spec.Mode.Function = &kruntimes.FunctionMode{}
-	} else {
-		slim.Spec.Mode.Task = &kruntimes.TaskMode{}
-	}
+	slim.Spec.Mode.Function = &kruntimes.FunctionMode{}
 	if c := meta.FindStatusCondition(run.Status.Conditions, lifecycle.ConditionReady); c != nil {
 		slim.Status.Conditions = []metav1.Condition{{Type: c.Type, Status: c.Status, Reason: c.Reason}}
 	}
@@ -159,18 +167,15 @@ func (e *routeError) Error() string { return e.message }
 
 // lookup routes an invocation of the Run ns/name, whose UID must be uid
 // when uid is set.
-func (c *ownershipCache) lookup(ns, name string, uid types.UID) (route, error) {
+func (c *ownershipCache) lookup(ctx context.Context, ns, name string, uid types.UID) (route, error) {
 	obj, exists, err := c.runs.GetIndexer().GetByKey(ns + "/" + name)
 	if err != nil || !exists {
-		return route{}, errNotFound
+		return route{}, c.notCached(ctx, ns, name, uid)
 	}
 	run := obj.(*kruntimes.Run)
 	if uid != "" && run.UID != uid {
 		// The name now belongs to another Run: the one addressed is gone.
 		return route{}, errNotFound
-	}
-	if run.Spec.Mode.Function == nil {
-		return route{}, &routeError{code: 400, message: fmt.Sprintf("Run %s/%s is a task; only function Runs are invoked", ns, name)}
 	}
 	ready := meta.IsStatusConditionTrue(run.Status.Conditions, lifecycle.ConditionReady)
 	switch {
@@ -202,6 +207,26 @@ func (c *ownershipCache) lookup(ns, name string, uid types.UID) (route, error) {
 }
 
 var errNotFound = &routeError{code: 404}
+
+// notCached says why a Run the cache does not hold cannot be invoked: it
+// is a task, it does not exist, or it was created a moment ago. It reads
+// the watch cache (resourceVersion 0), never storage, and only on this
+// path of refusals.
+func (c *ownershipCache) notCached(ctx context.Context, ns, name string, uid types.UID) error {
+	obj, err := c.source.Get(genericapirequest.WithNamespace(ctx, ns), name, &metav1.GetOptions{ResourceVersion: "0"})
+	if err != nil {
+		return errNotFound
+	}
+	run, ok := obj.(*kruntimes.Run)
+	switch {
+	case !ok || (uid != "" && run.UID != uid):
+		return errNotFound
+	case run.Spec.Mode.Function == nil:
+		return &routeError{code: 400, message: fmt.Sprintf("Run %s/%s is a task; only function Runs are invoked", ns, name)}
+	default:
+		return notReady(run, "is not Ready")
+	}
+}
 
 func notReady(run *kruntimes.Run, why string) *routeError {
 	return &routeError{code: 503, message: fmt.Sprintf("Run %s/%s %s; retry shortly", run.Namespace, run.Name, why)}

@@ -100,7 +100,7 @@ func (h *handler) serve(w http.ResponseWriter, req *http.Request) int {
 	if !h.rest.cache.synced() {
 		return h.fail(w, unavailable("the invoke routing cache is still starting"))
 	}
-	rt, err := h.rest.cache.lookup(h.namespace, h.name, uid)
+	rt, err := h.rest.cache.lookup(ctx, h.namespace, h.name, uid)
 	if err != nil {
 		return h.fail(w, routeStatus(err, h.name))
 	}

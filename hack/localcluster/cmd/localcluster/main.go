@@ -30,6 +30,7 @@ type options struct {
 	nodeName   string
 	podIPBase  string
 	kruntimes  string
+	storage    string
 	// kruntimesArgs are extra flags of kruntimes-apiserver.
 	kruntimesArgs []string
 	build         bool
@@ -42,6 +43,7 @@ func (o *options) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.nodeName, "node-name", localcluster.DefaultNodeName, "Name of the local Node.")
 	fs.StringVar(&o.podIPBase, "pod-ip-base", "127.100.0.0", "First address of the loopback /16 block Pod IPs are taken from.")
 	fs.StringVar(&o.kruntimes, "kruntimes-apiserver", string(localcluster.KruntimesRequired), "Whether to run kruntimes-apiserver: required, or disabled (Kubernetes alone).")
+	fs.StringVar(&o.storage, "kruntimes-storage", "embedded", "kruntimes-apiserver's storage backend: embedded (a file in the state directory), or etcd3 (the cluster's etcd, under /kruntimes).")
 	fs.StringArrayVar(&o.kruntimesArgs, "kruntimes-apiserver-arg", nil, "An extra flag of kruntimes-apiserver, e.g. --kruntimes-apiserver-arg=--recovery-heartbeat-grace-period=5s; repeat for more.")
 	fs.BoolVar(&o.build, "build", true, "Build the repository binaries container images map to (bin/runtimed, bin/e2e-testserver, …) before starting.")
 }
@@ -108,14 +110,15 @@ func run(ctx context.Context, o *options) error {
 	}
 	start := time.Now()
 	cluster, err := localcluster.Start(ctx, localcluster.Config{
-		RepoRoot:       o.repoRoot,
-		StateDir:       stateDir,
-		KubeconfigPath: o.kubeconfig,
-		NodeName:       o.nodeName,
-		PodIPBase:      base,
-		Kruntimes:      localcluster.KruntimesMode(o.kruntimes),
-		KruntimesArgs:  o.kruntimesArgs,
-		Progress:       os.Stdout,
+		RepoRoot:         o.repoRoot,
+		StateDir:         stateDir,
+		KubeconfigPath:   o.kubeconfig,
+		NodeName:         o.nodeName,
+		PodIPBase:        base,
+		Kruntimes:        localcluster.KruntimesMode(o.kruntimes),
+		KruntimesStorage: o.storage,
+		KruntimesArgs:    o.kruntimesArgs,
+		Progress:         os.Stdout,
 	})
 	if errors.Is(err, localcluster.ErrAlreadyRunning) {
 		return fmt.Errorf("%w\nUse the running cluster: export KUBECONFIG=%s", err, rel(o.repoRoot, o.kubeconfig))
