@@ -20,6 +20,12 @@ type Command struct {
 	Package string
 }
 
+// Tags are the build tags of every kruntimes binary, the Makefile's GO_TAGS:
+// fieldsv1string keeps managedFields as interned strings
+// (k8s.io/apimachinery), so the watch cache holds one copy of the field
+// sets identical Runs share instead of one per Run.
+const Tags = "fieldsv1string"
+
 // APIServer is kruntimes-apiserver with the controllers it hosts.
 var APIServer = Command{Name: "kruntimes-apiserver", Package: "./cmd/kruntimes-apiserver"}
 
@@ -52,7 +58,7 @@ func Build(ctx context.Context, repoRoot string, commands ...Command) error {
 }
 
 func build(ctx context.Context, repoRoot string, c Command) error {
-	args := []string{"build"}
+	args := []string{"build", "-tags", Tags}
 	if RaceEnabled {
 		args = append(args, "-race")
 	}

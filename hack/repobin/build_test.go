@@ -52,13 +52,17 @@ func TestBuild(t *testing.T) {
 	built := Path(root, "good")
 	info, err := buildinfo.ReadFile(built)
 	require.NoError(t, err, "the command that builds is built despite the others")
-	race := false
+	race, tags := false, ""
 	for _, s := range info.Settings {
 		if s.Key == "-race" && s.Value == "true" {
 			race = true
 		}
+		if s.Key == "-tags" {
+			tags = s.Value
+		}
 	}
 	assert.Equal(t, RaceEnabled, race, "race-built exactly when this test binary is")
+	assert.Equal(t, "fieldsv1string", tags, "built with the tags of every kruntimes binary: managedFields interned")
 
 	before := inode(t, built)
 	require.NoError(t, Build(ctx, root, good))

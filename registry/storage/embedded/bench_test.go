@@ -2,8 +2,11 @@ package embedded
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -244,4 +247,49 @@ func benchmarkPacedCreates(b *testing.B, s storage.Interface, perSecond int) {
 	b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "writes/s")
 	b.ReportMetric(latencies[(b.N-1)*50/100].Seconds()*1000, "p50-write-ms")
 	b.ReportMetric(latencies[(b.N-1)*99/100].Seconds()*1000, "p99-write-ms")
+}
+
+// listPageSizes are BenchmarkListPage's namespace sizes: one small one by
+// default, so that running every benchmark once stays quick;
+// -args -list-page-sizes=10000,100000 for the table in docs/storage.md.
+var listPageSizes = flag.String("list-page-sizes", "10000", "Comma-separated namespace sizes for BenchmarkListPage.")
+
+// BenchmarkListPage measures one page of 500 in a namespace of n pods, the
+// first page and a continued one, through the watch cache and from the
+// store: the cache collects every key after the page's start before it
+// applies the limit (O(n), no decoding), the store seeks and decodes the
+// page (O(limit)).
+func BenchmarkListPage(b *testing.B) {
+	for _, size := range strings.Split(*listPageSizes, ",") {
+		n, err := strconv.Atoi(size)
+		require.NoError(b, err, "-list-page-sizes")
+		for _, mode := range cacheModes {
+			b.Run(fmt.Sprintf("pods=%d/%s", n, mode.name), func(b *testing.B) {
+				ctx, s, _ := benchStore(b, Options{DisableWatchCache: !mode.cache, NoSync: true})
+				data := storagetesting.PrepareBenchmarkData(1, n, 100)
+				precreate(ctx, b, s, data)
+				ns := data.Pods[0].Namespace
+				page := func(continueToken string) string {
+					list := &example.PodList{}
+					opts := storage.ListOptions{Recursive: true, Predicate: storage.SelectionPredicate{
+						Label: labels.Everything(), Field: fields.Everything(), Limit: 500, Continue: continueToken,
+						GetAttrs: podAttrs}}
+					require.NoError(b, s.GetList(ctx, "/pods/"+ns, opts, list))
+					require.Len(b, list.Items, 500)
+					return list.Continue
+				}
+				token := page("")
+				b.Run("first", func(b *testing.B) {
+					for b.Loop() {
+						page("")
+					}
+				})
+				b.Run("continue", func(b *testing.B) {
+					for b.Loop() {
+						page(token)
+					}
+				})
+			})
+		}
+	}
 }

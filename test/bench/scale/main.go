@@ -47,6 +47,7 @@ type options struct {
 	kruntimesArgs          stringList
 	keep                   bool
 	profileDir             string
+	settle                 time.Duration
 }
 
 type stringList []string
@@ -62,7 +63,8 @@ func main() {
 	flag.StringVar(&o.targets, "targets", "embedded,etcd3,crd", "Comma-separated targets: embedded, etcd3, crd.")
 	flag.Var(&o.kruntimesArgs, "kruntimes-apiserver-arg", "An extra flag of kruntimes-apiserver; repeat for more.")
 	flag.BoolVar(&o.keep, "keep", false, "Leave each cluster's state directory (.local/scale/<target>) behind.")
-	flag.StringVar(&o.profileDir, "heap-profile-dir", "", "When set, save kruntimes-apiserver's heap profile after the fill there as <target>.heap.pb.gz (go tool pprof reads it).")
+	flag.StringVar(&o.profileDir, "heap-profile-dir", "", "When set, save kruntimes-apiserver's heap profile after the fill there as <target>.heap.pb.gz, and <target>-settled.heap.pb.gz with --settle (go tool pprof reads them).")
+	flag.DurationVar(&o.settle, "settle", 0, "After the fill, wait this long (the watch cache keeps 75 s of events), write a few Runs, and report memory again; 0 skips it.")
 	flag.Parse()
 	ctx := context.Background()
 	wd, err := os.Getwd()
@@ -147,8 +149,8 @@ func runTarget(ctx context.Context, o options, root, name string) (*result, erro
 		}
 		debug := unixClient(filepath.Join(cfg.StateDir, "kruntimes-apiserver", "debug.sock"))
 		if o.profileDir != "" {
-			s.saveProfile = func(ctx context.Context) error {
-				return saveHeapProfile(ctx, debug, "http://kruntimes-apiserver", filepath.Join(o.profileDir, name+".heap.pb.gz"))
+			s.saveProfile = func(ctx context.Context, when string) error {
+				return saveHeapProfile(ctx, debug, "http://kruntimes-apiserver", filepath.Join(o.profileDir, name+when+".heap.pb.gz"))
 			}
 		}
 		s.server = process{name: "kruntimes-apiserver", pid: pid, heap: func(ctx context.Context) (int64, error) {

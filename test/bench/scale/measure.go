@@ -26,8 +26,9 @@ type subject struct {
 	server    process
 	processes []process
 	dataSize  func(context.Context) (int64, error)
-	// saveProfile, when set, saves the server's heap profile.
-	saveProfile func(context.Context) error
+	// saveProfile, when set, saves the server's heap profile; when names
+	// the moment ("" after the fill, "-settled").
+	saveProfile func(ctx context.Context, when string) error
 }
 
 // memory is a process's memory at one moment.
@@ -111,11 +112,16 @@ func (s *subject) measure(ctx context.Context, o options) (*result, error) {
 		r.set(p.name+" live heap", "%s; empty %s", mib(a.heap), mib(b.heap))
 	}
 	if s.saveProfile != nil {
-		if err := s.saveProfile(ctx); err != nil {
+		if err := s.saveProfile(ctx, ""); err != nil {
 			return nil, err
 		}
 	}
 	r.set("data size (growth)", "%s (+%s)", mib(data), mib(data-baseData))
+	if o.settle > 0 {
+		if err := s.settle(ctx, o, r); err != nil {
+			return nil, err
+		}
+	}
 
 	fmt.Fprintf(progressOut, "==> %s: reads\n", s.name)
 	get, err := t.getLatency(ctx, o.runs, o.samples)
@@ -124,11 +130,18 @@ func (s *subject) measure(ctx context.Context, o options) (*result, error) {
 	}
 	r.set("GET p50 / p99", "%s / %s", ms(get.pct(50)), ms(get.pct(99)))
 	r.set("GET p50 / p99, one Run stored", "%s / %s (p50 ratio %.2f)", ms(empty.pct(50)), ms(empty.pct(99)), float64(get.pct(50))/float64(empty.pct(50)))
-	page, err := t.listPageLatency(ctx, o.samples)
+	page, err := t.listPageLatency(ctx, o.samples, "application/json")
 	if err != nil {
 		return nil, err
 	}
 	r.set("LIST page of 500 p50 / p99", "%s / %s", ms(page.pct(50)), ms(page.pct(99)))
+	if t.servesProtobuf() {
+		page, err := t.listPageLatency(ctx, o.samples, protobufMediaType)
+		if err != nil {
+			return nil, err
+		}
+		r.set("LIST page of 500, protobuf, p50 / p99", "%s / %s", ms(page.pct(50)), ms(page.pct(99)))
+	}
 	full, size, err := t.fullList(ctx, max(3, o.samples/100))
 	if err != nil {
 		return nil, err
@@ -158,7 +171,7 @@ func (s *subject) measure(ctx context.Context, o options) (*result, error) {
 			return nil, err
 		}
 		r.set("aggregated GET p50 / p99", "%s / %s", ms(get.pct(50)), ms(get.pct(99)))
-		page, err := a.listPageLatency(ctx, o.samples)
+		page, err := a.listPageLatency(ctx, o.samples, "application/json")
 		if err != nil {
 			return nil, err
 		}
@@ -173,6 +186,39 @@ func (s *subject) measure(ctx context.Context, o options) (*result, error) {
 		r.set(p.name+" RSS after reads, peak", "%s, peak %s", mib(e.proc.RSS), mib(e.proc.HWM))
 	}
 	return r, nil
+}
+
+// settle waits out the watch cache's event history (it keeps every event of
+// the last 75 s, with each one's previous object, and shrinks only as new
+// events arrive), writes a few Runs so that it does, and reports memory
+// again: what a server holding these Runs uses once the fill's burst is
+// over, rather than right after it.
+func (s *subject) settle(ctx context.Context, o options, r *result) error {
+	writes := min(o.runs, 64)
+	fmt.Fprintf(progressOut, "==> %s: settling for %s, then %d writes\n", s.name, o.settle, writes)
+	select {
+	case <-time.After(o.settle):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if err := s.direct.touch(ctx, writes); err != nil {
+		return err
+	}
+	settled, err := s.snapshot(ctx)
+	if err != nil {
+		return err
+	}
+	if s.saveProfile != nil {
+		if err := s.saveProfile(ctx, "-settled"); err != nil {
+			return err
+		}
+	}
+	for _, p := range s.processes {
+		m := settled[p.name]
+		r.set(p.name+" RSS (anon + file), settled", "%s (%s + %s)", mib(m.proc.RSS), mib(m.proc.Anon), mib(m.proc.File))
+		r.set(p.name+" live heap, settled", "%s", mib(m.heap))
+	}
+	return nil
 }
 
 func mib(b int64) string { return fmt.Sprintf("%.0f MiB", float64(b)/(1<<20)) }

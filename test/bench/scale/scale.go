@@ -15,7 +15,12 @@ import (
 	"sync/atomic"
 	"time"
 
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/install"
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 )
 
 // target is one server that serves Runs, and the path of its Run API.
@@ -53,11 +58,16 @@ func (t *target) runsURL() string {
 // do sends one request and reads the whole answer, which is what a
 // client pays before it can decode; it returns the body.
 func (t *target) do(ctx context.Context, method, u, contentType string, body []byte) ([]byte, error) {
+	return t.doAccept(ctx, method, u, contentType, "application/json", body)
+}
+
+// doAccept is do with the response media type chosen.
+func (t *target) doAccept(ctx context.Context, method, u, contentType, accept string, body []byte) ([]byte, error) {
 	req, err := http.NewRequestWithContext(ctx, method, u, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
-	req.Header.Set("Accept", "application/json")
+	req.Header.Set("Accept", accept)
 	if contentType != "" {
 		req.Header.Set("Content-Type", contentType)
 	}
@@ -206,35 +216,34 @@ func (t *target) getLatency(ctx context.Context, n, samples int) (latencies, err
 	})
 }
 
-// listPageLatency lists pages of 500, following continue tokens through
-// at most 20 pages before starting over.
-func (t *target) listPageLatency(ctx context.Context, samples int) (latencies, error) {
+// listPageLatency lists pages of 500 in the media type accept, following
+// continue tokens through at most 20 pages before starting over. A page is
+// timed until its body is read: decoding it is the client's cost, the same
+// for every server.
+func (t *target) listPageLatency(ctx context.Context, samples int, accept string) (latencies, error) {
 	cont := ""
 	pages := 0
-	return timed(samples, func(int) error {
+	l := make(latencies, 0, samples)
+	for range samples {
 		u := t.runsURL() + "?limit=500"
 		if cont != "" {
 			u += "&continue=" + url.QueryEscape(cont)
 		}
-		b, err := t.do(ctx, http.MethodGet, u, "", nil)
+		start := time.Now()
+		b, err := t.doAccept(ctx, http.MethodGet, u, "", accept, nil)
 		if err != nil {
-			return err
+			return nil, err
 		}
-		var list struct {
-			Metadata struct {
-				Continue string `json:"continue"`
-			} `json:"metadata"`
+		l = append(l, time.Since(start))
+		if cont, err = continueToken(b, accept); err != nil {
+			return nil, err
 		}
-		if err := json.Unmarshal(b, &list); err != nil {
-			return err
-		}
-		pages++
-		cont = list.Metadata.Continue
-		if pages == 20 {
+		if pages++; pages == 20 {
 			cont, pages = "", 0
 		}
-		return nil
-	})
+	}
+	slices.Sort(l)
+	return l, nil
 }
 
 // fullList lists every Run in one response; it returns the durations and
@@ -332,4 +341,51 @@ func (t *target) watchList(ctx context.Context) (time.Duration, int, error) {
 			return 0, count, fmt.Errorf("watch-list: an error event after %d events", count)
 		}
 	}
+}
+
+const protobufMediaType = "application/vnd.kubernetes.protobuf"
+
+// runCodecs decodes kruntimes' Run lists in protobuf.
+var runCodecs = func() serializer.CodecFactory {
+	scheme := runtime.NewScheme()
+	install.Install(scheme)
+	return serializer.NewCodecFactory(scheme)
+}()
+
+// servesProtobuf says whether the target serves Runs in protobuf: the
+// kruntimes API does; custom resources in kube-apiserver do not.
+func (t *target) servesProtobuf() bool { return t.apiVersion == v1alpha1.SchemeGroupVersion.String() }
+
+// continueToken reads a list page's continue token.
+func continueToken(b []byte, mediaType string) (string, error) {
+	if mediaType == protobufMediaType {
+		info, ok := runtime.SerializerInfoForMediaType(runCodecs.SupportedMediaTypes(), mediaType)
+		if !ok {
+			return "", fmt.Errorf("no %s decoder", mediaType)
+		}
+		list := &v1alpha1.RunList{}
+		if _, _, err := info.Serializer.Decode(b, nil, list); err != nil {
+			return "", err
+		}
+		return list.Continue, nil
+	}
+	var list struct {
+		Metadata struct {
+			Continue string `json:"continue"`
+		} `json:"metadata"`
+	}
+	err := json.Unmarshal(b, &list)
+	return list.Metadata.Continue, err
+}
+
+// touch annotates the first n Runs one at a time: writes that change
+// nothing the benchmark measures.
+func (t *target) touch(ctx context.Context, n int) error {
+	for i := range n {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{"bench.kruntimes.io/touched":"%d"}}}`, time.Now().UnixNano())
+		if _, err := t.do(ctx, http.MethodPatch, t.runsURL()+"/"+runName(i), "application/merge-patch+json", []byte(patch)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
