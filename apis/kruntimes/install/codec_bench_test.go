@@ -68,7 +68,7 @@ func typicalRun() *v1alpha1.Run {
 			ManagedFields: []metav1.ManagedFieldsEntry{{
 				Manager: "kubectl", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "kruntimes.io/v1alpha1",
 				Time: &metav1.Time{Time: now.Time}, FieldsType: "FieldsV1",
-				FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:runtime":{},"f:source":{"f:inline":{}},"f:mode":{"f:task":{}}}}`)},
+				FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:runtime":{},"f:source":{"f:inline":{}},"f:mode":{"f:task":{}}}}`),
 			}},
 		},
 		Spec: v1alpha1.RunSpec{
