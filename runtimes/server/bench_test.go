@@ -7,6 +7,7 @@ import (
 	"time"
 
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/test/bench/cputime"
 )
 
 // BenchmarkInvokeFunction measures the InvokeFunction round trip of a no-op
@@ -15,7 +16,9 @@ import (
 //
 //	go test ./runtimes/server -run '^$' -bench InvokeFunction -benchtime 5000x
 //
-// and read p50-µs / p99-µs / invokes/s.
+// and read p50-µs / p99-µs / invokes/s, and the CPU per invocation of the
+// Go side (cpu-µs/op: the gRPC client and the server) and of the worker
+// (child-cpu-µs/op).
 func BenchmarkInvokeFunction(b *testing.B) {
 	for _, bc := range []struct{ lang, handler string }{
 		{lang: "python", handler: "handlers.noop"},
@@ -36,6 +39,8 @@ func BenchmarkInvokeFunction(b *testing.B) {
 				}
 			}
 			latencies := make([]time.Duration, 0, b.N)
+			b.ReportAllocs()
+			cpu := cputime.Now()
 			for b.Loop() {
 				start := time.Now()
 				resp, err := h.functions.InvokeFunction(ctx, req)
@@ -44,7 +49,7 @@ func BenchmarkInvokeFunction(b *testing.B) {
 					b.Fatalf("invoke: %v %v", err, resp.GetError())
 				}
 			}
-			b.StopTimer()
+			cputime.Report(b, cpu)
 			slices.Sort(latencies)
 			var total time.Duration
 			for _, l := range latencies {
