@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimes/bash"
 	"kruntimes.io/kruntimes/runtimes/language"
 	"kruntimes.io/kruntimes/runtimes/process"
@@ -118,7 +119,7 @@ func (o *options) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", path, err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(transport.ServerOptions()...)
 	srv.Register(gs)
 
 	serveErr := make(chan error, 1)

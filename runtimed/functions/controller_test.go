@@ -29,6 +29,7 @@ import (
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimed/slots"
 	"kruntimes.io/kruntimes/runtimed/workspace"
 	"kruntimes.io/kruntimes/runtimes/bash"
@@ -83,7 +84,8 @@ func start(t testing.TB, opts harnessOptions) *harness {
 	h := &harness{workspace: workspace.Root(t.TempDir()), clock: opts.clock}
 	h.socket = filepath.Join(t.TempDir(), "runtime.sock")
 	h.stopRuntimeServer = h.startRuntimeServer(t, opts.clock)
-	conn, err := grpc.NewClient("unix://"+h.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+h.socket,
+		append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	h.functions = runtimev1.NewFunctionRuntimeClient(conn)
@@ -108,7 +110,7 @@ func (h *harness) startRuntimeServer(t testing.TB, clk clock.WithDelayedExecutio
 	require.NoError(t, err)
 	lis, err := net.Listen("unix", h.socket)
 	require.NoError(t, err)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(transport.ServerOptions()...)
 	srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	var once sync.Once

@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimed/invoke"
 	"kruntimes.io/kruntimes/test/bench/cputime"
 )
@@ -70,7 +72,7 @@ func startInvokeHop(t testing.TB, h *harness) *invokeHop {
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
+	gs := grpc.NewServer(append(transport.ServerOptions(), grpc.Creds(credentials.NewTLS(serverTLS)))...)
 	runtimedv1.RegisterRuntimedServer(gs, invoke.NewServer(h.controller, h.functions, "python"))
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
@@ -86,7 +88,7 @@ func (hop *invokeHop) dial(t testing.TB, certFile, keyFile string) runtimedv1.Ru
 	clientTLS, err := invoke.ClientTLS(ctx, certFile, keyFile, hop.path("ca.crt"))
 	require.NoError(t, err)
 	clientTLS.ServerName = invoke.ServerName(testNamespace, "python")
-	conn, err := grpc.NewClient(hop.address, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))
+	conn, err := grpc.NewClient(hop.address, append(transport.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	return runtimedv1.NewRuntimedClient(conn)
@@ -110,6 +112,16 @@ func TestInvokeHop(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, "inv-1", resp.GetInvocationId())
 		assert.JSONEq(t, `{"echo":{"a":1}}`, string(resp.GetOutput()))
+	})
+
+	t.Run("the largest input and output cross both hops whole", func(t *testing.T) {
+		h.scheduled(t, "identity", "def handle(event, context):\n    return event\n", "handler.handle")
+		identity := h.waitFor(t, "identity", "Ready", phaseIs(lifecycle.Ready))
+		input := `"` + strings.Repeat("x", invoke.MaxInputBytes-2) + `"`
+		resp, err := client.Invoke(ctx, invokeRequest(identity, input))
+		require.NoError(t, err)
+		require.Nil(t, resp.GetError())
+		assert.Equal(t, input, string(resp.GetOutput()))
 	})
 
 	t.Run("a tuple that is not runtimed's live registration is refused before dispatch", func(t *testing.T) {

@@ -49,6 +49,7 @@ import (
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimed/invoke"
 )
 
@@ -145,7 +146,7 @@ func run(ctx context.Context, o options) error {
 		t := &target{run: r, pod: pod}
 		cfg := clientTLS.Clone()
 		cfg.ServerName = invoke.ServerName(o.namespace, o.runtime)
-		conn, err := grpc.NewClient(net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(runtimepod.RuntimedInvokePort)), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		conn, err := grpc.NewClient(net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(runtimepod.RuntimedInvokePort)), append(transport.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))...)
 		if err != nil {
 			return err
 		}
@@ -155,7 +156,7 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		sconn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		sconn, err := grpc.NewClient("unix://"+socket, append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 		if err != nil {
 			return err
 		}
