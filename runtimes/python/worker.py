@@ -28,14 +28,19 @@ class EndOfRequests(Exception):
     pass
 
 
+# Buffered, so that a frame's header and a small payload arrive in one
+# read from the pipe.
+requests = os.fdopen(REQ_FD, "rb", buffering=64 * 1024, closefd=False)
+
+
 def read_exact(n):
-    buf = bytearray()
+    buf = requests.read(n)
     while len(buf) < n:
-        chunk = os.read(REQ_FD, n - len(buf))
+        chunk = requests.read(n - len(buf))
         if not chunk:
             raise EndOfRequests()
         buf += chunk
-    return bytes(buf)
+    return buf
 
 
 def read_frame():
