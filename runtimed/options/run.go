@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	goruntime "runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -90,6 +92,9 @@ records what happened in the Runs' status. It serves /healthz, /readyz and
 // Run starts every part of runtimed and returns when ctx ends or one fails.
 func (o *Options) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	if o.MaxProcs > 0 && os.Getenv("GOMAXPROCS") == "" {
+		goruntime.GOMAXPROCS(o.MaxProcs)
+	}
 	restConfig, err := o.restConfig()
 	if err != nil {
 		return err
