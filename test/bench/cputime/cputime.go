@@ -54,32 +54,56 @@ func Report(b *testing.B, start Sample) {
 	b.ReportMetric(float64(children.Microseconds())/n, "child-cpu-µs/op")
 }
 
-// descendantCPU is the user+system CPU of every descendant of pid, by PID,
-// from /proc; the kernel counts it in ticks of 10 ms, so a benchmark
-// should run long enough for that not to matter.
+// descendantCPU is the user+system CPU of every descendant of pid, by PID.
 func descendantCPU(pid int) map[int]time.Duration {
+	out := map[int]time.Duration{}
+	for p, st := range descendants(pid) {
+		out[p] = st.cpu
+	}
+	return out
+}
+
+// ByCommand is the user+system CPU each descendant of pid used so far,
+// summed by command name (runtimed, python3, …): for a benchmark that
+// drives processes it did not start, such as a local cluster's.
+func ByCommand(pid int) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for _, st := range descendants(pid) {
+		out[st.command] += st.cpu
+	}
+	return out
+}
+
+// procStat is what the benchmarks read of a process.
+type procStat struct {
+	command string
+	ppid    int
+	cpu     time.Duration
+}
+
+// descendants reads /proc for the descendants of pid; the kernel counts
+// CPU in ticks of 10 ms, so a benchmark should run long enough for that
+// not to matter.
+func descendants(pid int) map[int]procStat {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	parent := map[int]int{}
-	cpu := map[int]time.Duration{}
+	all := map[int]procStat{}
 	for _, e := range entries {
 		p, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		ppid, used, ok := readStat(p)
-		if !ok {
-			continue
+		if st, ok := readStat(p); ok {
+			all[p] = st
 		}
-		parent[p], cpu[p] = ppid, used
 	}
-	out := map[int]time.Duration{}
-	for p, used := range cpu {
-		for a := parent[p]; a > 1; a = parent[a] {
+	out := map[int]procStat{}
+	for p, st := range all {
+		for a := st.ppid; a > 1; a = all[a].ppid {
 			if a == pid {
-				out[p] = used
+				out[p] = st
 				break
 			}
 		}
@@ -87,27 +111,28 @@ func descendantCPU(pid int) map[int]time.Duration {
 	return out
 }
 
-// readStat reads a process's parent and user+system CPU from
+// readStat reads a process's command, parent and user+system CPU from
 // /proc/<pid>/stat.
-func readStat(pid int) (ppid int, cpu time.Duration, ok bool) {
+func readStat(pid int) (procStat, bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0, 0, false
+		return procStat{}, false
 	}
-	// The fields after the command name, which may hold spaces and sits in
-	// parentheses: state, ppid, …, utime (the 12th), stime.
+	// "pid (command) state ppid …": the command may hold spaces, so the
+	// fields are counted after its closing parenthesis; utime is the
+	// 12th of them, stime the 13th.
 	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 > len(s) {
-		return 0, 0, false
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open || end+2 > len(s) {
+		return procStat{}, false
 	}
-	fields := strings.Fields(s[i+2:])
+	fields := strings.Fields(s[end+2:])
 	if len(fields) < 13 {
-		return 0, 0, false
+		return procStat{}, false
 	}
-	ppid, _ = strconv.Atoi(fields[1])
+	ppid, _ := strconv.Atoi(fields[1])
 	utime, _ := strconv.ParseInt(fields[11], 10, 64)
 	stime, _ := strconv.ParseInt(fields[12], 10, 64)
 	// USER_HZ is 100 on Linux.
-	return ppid, time.Duration(utime+stime) * 10 * time.Millisecond, true
+	return procStat{command: s[open+1 : end], ppid: ppid, cpu: time.Duration(utime+stime) * 10 * time.Millisecond}, true
 }
