@@ -16,12 +16,14 @@ type Sample struct {
 	descendants  map[int]time.Duration
 }
 
-// Now takes a Sample.
+// Now takes a Sample. This process's own CPU is read after /proc, so that
+// reading /proc is not counted in what Report measures.
 func Now() Sample {
+	descendants := descendantCPU(os.Getpid())
 	return Sample{
 		self:        rusage(syscall.RUSAGE_SELF),
 		waited:      rusage(syscall.RUSAGE_CHILDREN),
-		descendants: descendantCPU(os.Getpid()),
+		descendants: descendants,
 	}
 }
 
@@ -38,7 +40,9 @@ func rusage(who int) time.Duration {
 // counts them). Call it after b.Loop returned false, when b.N is the
 // number of operations measured.
 func Report(b *testing.B, start Sample) {
-	end := Now()
+	// Its own CPU first, for the same reason as in Now.
+	end := Sample{self: rusage(syscall.RUSAGE_SELF), waited: rusage(syscall.RUSAGE_CHILDREN)}
+	end.descendants = descendantCPU(os.Getpid())
 	children := end.waited - start.waited
 	for pid, cpu := range end.descendants {
 		children += cpu - start.descendants[pid]
