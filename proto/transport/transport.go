@@ -8,10 +8,11 @@ import "google.golang.org/grpc"
 //
 // A fixed window turns off gRPC's bandwidth-delay estimator, which on
 // these hops costs more than it gains: on a connection carrying one small
-// call after another it samples every call, adding a window update and a
-// ping each way (four more writes, four more reads and the wake-ups behind
-// them) to every invocation, to size windows for links far longer than a
-// unix socket or a cluster's Pod network.
+// call after another it samples every call, adding a window update, a ping
+// and its acknowledgement each way (about three more writes and six more
+// reads per hop, and the wake-ups behind them) to every invocation, to size
+// windows for links far longer than a unix socket or a cluster's Pod
+// network.
 const window = 2 << 20
 
 // ServerOptions are the options of a gRPC server at the far end of a hop:
