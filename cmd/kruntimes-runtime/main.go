@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -17,6 +18,7 @@ import (
 	"google.golang.org/grpc"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimes/bash"
 	"kruntimes.io/kruntimes/runtimes/language"
 	"kruntimes.io/kruntimes/runtimes/process"
@@ -35,6 +37,8 @@ type options struct {
 	SpareWorkers    int
 	StateDir        string
 	ShutdownTimeout time.Duration
+	// MaxProcs is GOMAXPROCS unless $GOMAXPROCS is set; 0 leaves it to Go.
+	MaxProcs int
 }
 
 func newOptions() *options {
@@ -42,6 +46,11 @@ func newOptions() *options {
 		Listen:          "unix:///run/kruntimes/runtime.sock",
 		SpareWorkers:    2,
 		ShutdownTimeout: 10 * time.Second,
+		// The server's own work per call is small next to its workers'
+		// (separate processes), and handing a call between goroutines on
+		// one thread costs far less CPU than waking a second one for each
+		// step (BenchmarkInvokeFunction*, docs/benchmarks.md).
+		MaxProcs: 1,
 	}
 }
 
@@ -51,6 +60,7 @@ func (o *options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Interpreter, "interpreter", o.Interpreter, "Interpreter binary; defaults to bash or python3 from PATH.")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Private directory for inline scripts and outputs files; a fresh temporary directory when empty.")
 	fs.IntVar(&o.SpareWorkers, "spare-workers", o.SpareWorkers, "Python only: warm workers kept started ahead of registrations, so a registration costs importing its handler instead of starting an interpreter; 0 starts one per registration.")
+	fs.IntVar(&o.MaxProcs, "gomaxprocs", o.MaxProcs, "Most threads executing this server's Go code at once (GOMAXPROCS), unless $GOMAXPROCS is set; 0 leaves it to Go, which takes the CPUs the container may use. User programs and workers are not limited by it.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to let in-flight calls finish on SIGTERM before killing all user processes.")
 }
 
@@ -61,6 +71,9 @@ func (o *options) Validate() error {
 	}
 	if _, err := socketPath(o.Listen); err != nil {
 		errs = append(errs, err)
+	}
+	if o.MaxProcs < 0 {
+		errs = append(errs, fmt.Errorf("--gomaxprocs must not be negative, got %d", o.MaxProcs))
 	}
 	if o.SpareWorkers < 0 || o.SpareWorkers > maxSpareWorkers {
 		errs = append(errs, fmt.Errorf("--spare-workers must be between 0 and %d, got %d", maxSpareWorkers, o.SpareWorkers))
@@ -78,6 +91,9 @@ func socketPath(listen string) (string, error) {
 
 func (o *options) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	if o.MaxProcs > 0 && os.Getenv("GOMAXPROCS") == "" {
+		runtime.GOMAXPROCS(o.MaxProcs)
+	}
 	stateDir := o.StateDir
 	if stateDir == "" {
 		dir, err := os.MkdirTemp("", "kruntimes-runtime-")
@@ -118,7 +134,7 @@ func (o *options) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", path, err)
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(transport.ServerOptions()...)
 	srv.Register(gs)
 
 	serveErr := make(chan error, 1)

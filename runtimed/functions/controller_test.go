@@ -29,6 +29,7 @@ import (
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimed/slots"
 	"kruntimes.io/kruntimes/runtimed/workspace"
 	"kruntimes.io/kruntimes/runtimes/bash"
@@ -72,7 +73,7 @@ type harnessOptions struct {
 	}
 }
 
-func start(t *testing.T, opts harnessOptions) *harness {
+func start(t testing.TB, opts harnessOptions) *harness {
 	t.Helper()
 	if opts.capacity == 0 {
 		opts.capacity = 4
@@ -83,7 +84,8 @@ func start(t *testing.T, opts harnessOptions) *harness {
 	h := &harness{workspace: workspace.Root(t.TempDir()), clock: opts.clock}
 	h.socket = filepath.Join(t.TempDir(), "runtime.sock")
 	h.stopRuntimeServer = h.startRuntimeServer(t, opts.clock)
-	conn, err := grpc.NewClient("unix://"+h.socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+h.socket,
+		append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	h.functions = runtimev1.NewFunctionRuntimeClient(conn)
@@ -96,7 +98,7 @@ func start(t *testing.T, opts harnessOptions) *harness {
 // startRuntimeServer serves Python (the default language) and bash
 // functions: handlers named *.sh are bash scripts. The returned func stops
 // it, as a crash would: every registration is gone.
-func (h *harness) startRuntimeServer(t *testing.T, clk clock.WithDelayedExecution) func() {
+func (h *harness) startRuntimeServer(t testing.TB, clk clock.WithDelayedExecution) func() {
 	t.Helper()
 	srv, err := server.New(server.Options{
 		Language:  python.New(""),
@@ -108,7 +110,7 @@ func (h *harness) startRuntimeServer(t *testing.T, clk clock.WithDelayedExecutio
 	require.NoError(t, err)
 	lis, err := net.Listen("unix", h.socket)
 	require.NoError(t, err)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(transport.ServerOptions()...)
 	srv.Register(gs)
 	go func() { _ = gs.Serve(lis) }()
 	var once sync.Once
@@ -135,7 +137,7 @@ func (l byHandler) LoadFunction(ctx context.Context, spec language.FunctionSpec)
 
 // startController starts a new controller, with a new slot table (as a
 // restarted runtimed would) on the same servers and workspace.
-func (h *harness) startController(t *testing.T) {
+func (h *harness) startController(t testing.TB) {
 	t.Helper()
 	table, err := slots.New(h.capacity)
 	require.NoError(t, err)
@@ -168,7 +170,7 @@ func (h *harness) stopController() {
 }
 
 // scheduled creates a function Run and binds it to the test Pod.
-func (h *harness) scheduled(t *testing.T, name, source, handler string, mutate ...func(*v1alpha1.Run)) *v1alpha1.Run {
+func (h *harness) scheduled(t testing.TB, name, source, handler string, mutate ...func(*v1alpha1.Run)) *v1alpha1.Run {
 	t.Helper()
 	path := "handler.py"
 	if filepath.Ext(handler) == ".sh" {
@@ -191,7 +193,7 @@ func (h *harness) scheduled(t *testing.T, name, source, handler string, mutate .
 }
 
 // bind does what the scheduler does: Pending → Scheduled on the test Pod.
-func (h *harness) bind(t *testing.T, run *v1alpha1.Run) *v1alpha1.Run {
+func (h *harness) bind(t testing.TB, run *v1alpha1.Run) *v1alpha1.Run {
 	t.Helper()
 	now := metav1.NowMicro()
 	run = run.DeepCopy()
@@ -211,7 +213,7 @@ func (h *harness) get(t *testing.T, name string) *v1alpha1.Run {
 
 // waitFor polls the Run until done holds and returns it; a failure shows
 // the last copy seen.
-func (h *harness) waitFor(t *testing.T, name, what string, done func(*v1alpha1.Run) bool) *v1alpha1.Run {
+func (h *harness) waitFor(t testing.TB, name, what string, done func(*v1alpha1.Run) bool) *v1alpha1.Run {
 	t.Helper()
 	var last *v1alpha1.Run
 	var lastErr error

@@ -44,7 +44,9 @@ type Options struct {
 	// function Runs.
 	EndpointBase   string
 	EndpointCAFile string
-	Logs           *logsapi.LoggingConfiguration
+	// MaxProcs is GOMAXPROCS unless $GOMAXPROCS is set; 0 leaves it to Go.
+	MaxProcs int
+	Logs     *logsapi.LoggingConfiguration
 }
 
 // NewOptions returns the defaults, the Pod fields read from the downward API.
@@ -72,7 +74,11 @@ func NewOptions() *Options {
 		KubeAPIQPS:   200,
 		KubeAPIBurst: 400,
 		EndpointBase: functions.DefaultEndpointBase,
-		Logs:         logs,
+		// A proxy that hands each call from goroutine to goroutine spends
+		// less CPU on one thread than waking a second one for every step
+		// (BenchmarkInvoke in runtimed/functions, docs/benchmarks.md).
+		MaxProcs: 1,
+		Logs:     logs,
 	}
 }
 
@@ -95,6 +101,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.InvokeClientCAFile, "invoke-client-ca-file", o.InvokeClientCAFile, "CA whose client certificate for kruntimes-apiserver the invoke server accepts, reloaded when the file changes.")
 	fs.StringVar(&o.EndpointBase, "endpoint-base", o.EndpointBase, "Scheme and host clients reach the Kubernetes API at; Ready function Runs advertise <base>/apis/kruntimes.io/v1alpha1/namespaces/NS/runs/NAME/invoke?uid=UID in status.endpoint.")
 	fs.StringVar(&o.EndpointCAFile, "endpoint-ca-file", o.EndpointCAFile, "PEM bundle clients should trust for --endpoint-base, copied into status.endpoint.caBundle; leave empty when they already trust the cluster's root.")
+	fs.IntVar(&o.MaxProcs, "gomaxprocs", o.MaxProcs, "Most threads executing Go code at once (GOMAXPROCS), unless $GOMAXPROCS is set; 0 leaves it to Go, which takes the CPUs the container may use.")
 	logsapi.AddFlags(o.Logs, fs)
 }
 
@@ -127,6 +134,9 @@ func (o *Options) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.InvokeAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--invoke-address must be host:port: %w", err))
+	}
+	if o.MaxProcs < 0 {
+		errs = append(errs, fmt.Errorf("--gomaxprocs must not be negative, got %d", o.MaxProcs))
 	}
 	if _, _, err := net.SplitHostPort(o.HealthAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--health-address must be host:port: %w", err))

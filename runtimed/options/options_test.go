@@ -49,6 +49,7 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		{"capacity 0 is refused", func(o *Options) { o.Capacity = 0 }, "--capacity must be between 1"},
 		{"a missing Pod UID names the env var", func(o *Options) { o.PodUID = "" }, "$POD_UID"},
 		{"a bad health address is refused", func(o *Options) { o.HealthAddress = "8080" }, "--health-address"},
+		{"a negative GOMAXPROCS is refused", func(o *Options) { o.MaxProcs = -1 }, "--gomaxprocs must not be negative"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

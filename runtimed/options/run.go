@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	goruntime "runtime"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -37,6 +39,7 @@ import (
 	runlisters "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimed/functions"
 	"kruntimes.io/kruntimes/runtimed/health"
 	"kruntimes.io/kruntimes/runtimed/heartbeat"
@@ -89,6 +92,9 @@ records what happened in the Runs' status. It serves /healthz, /readyz and
 // Run starts every part of runtimed and returns when ctx ends or one fails.
 func (o *Options) Run(ctx context.Context) error {
 	logger := klog.FromContext(ctx)
+	if o.MaxProcs > 0 && os.Getenv("GOMAXPROCS") == "" {
+		goruntime.GOMAXPROCS(o.MaxProcs)
+	}
 	restConfig, err := o.restConfig()
 	if err != nil {
 		return err
@@ -103,7 +109,8 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 
 	path, _ := socketPath(o.RuntimeSocket)
-	conn, err := grpc.NewClient("unix://"+path, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+path,
+		append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {
 		return fmt.Errorf("connect to the Runtime Server at %s: %w", o.RuntimeSocket, err)
 	}
@@ -278,7 +285,7 @@ func (o *Options) serveInvoke(ctx context.Context, server *invoke.Server) error 
 	if err != nil {
 		return fmt.Errorf("listen on %s for invocations: %w; pick another --invoke-address", o.InvokeAddress, err)
 	}
-	gs := grpc.NewServer(grpc.Creds(credentials.NewTLS(serverTLS)))
+	gs := grpc.NewServer(append(transport.ServerOptions(), grpc.Creds(credentials.NewTLS(serverTLS)))...)
 	runtimedv1.RegisterRuntimedServer(gs, server)
 	go func() {
 		<-ctx.Done()

@@ -1,6 +1,7 @@
 package framing
 
 import (
+	"bufio"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -48,16 +49,23 @@ func (fw *Writer) WriteFrame(payload []byte) error {
 	return err
 }
 
+// readBufferSize holds a small frame and its header whole: one read from
+// the pipe, not one for the header and one for the payload. A larger
+// payload is read straight into its own buffer.
+const readBufferSize = 4 << 10
+
 // Reader reads frames from an underlying stream.
 type Reader struct {
-	r        io.Reader
+	r        *bufio.Reader
 	maxFrame int
 	header   [HeaderSize]byte
 }
 
 // NewReader returns a Reader that rejects frames larger than maxFrame bytes.
+// It may read ahead of the frame it returns, so r must be read through it
+// alone.
 func NewReader(r io.Reader, maxFrame int) *Reader {
-	return &Reader{r: r, maxFrame: maxFrame}
+	return &Reader{r: bufio.NewReaderSize(r, readBufferSize), maxFrame: maxFrame}
 }
 
 // ReadFrame reads one frame and returns its payload. It returns io.EOF only

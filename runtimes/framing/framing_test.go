@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"testing"
+	"testing/iotest"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -45,6 +46,34 @@ func TestReadFrame(t *testing.T) {
 			}
 			assert.Equal(t, tc.want, got)
 			assert.True(t, errors.Is(err, tc.wantErr), "got error %v, want %v", err, tc.wantErr)
+		})
+	}
+}
+
+// The reader reads ahead through a buffer: frames larger than it, and
+// frames that arrive together or in pieces, come out whole and in order.
+func TestReadFrameAcrossTheReadBuffer(t *testing.T) {
+	large := bytes.Repeat([]byte("x"), 3*readBufferSize+1)
+	payloads := [][]byte{[]byte("{}"), large, []byte("null"), large[:readBufferSize-HeaderSize], []byte("1")}
+	var stream bytes.Buffer
+	w := NewWriter(&stream, len(large))
+	for _, p := range payloads {
+		require.NoError(t, w.WriteFrame(p))
+	}
+	for name, source := range map[string]func() io.Reader{
+		"all at once":  func() io.Reader { return bytes.NewReader(stream.Bytes()) },
+		"byte by byte": func() io.Reader { return iotest.OneByteReader(bytes.NewReader(stream.Bytes())) },
+		"in halves":    func() io.Reader { return iotest.HalfReader(bytes.NewReader(stream.Bytes())) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			r := NewReader(source(), len(large))
+			for i, want := range payloads {
+				got, err := r.ReadFrame()
+				require.NoError(t, err, "frame %d", i)
+				assert.Equal(t, want, got, "frame %d", i)
+			}
+			_, err := r.ReadFrame()
+			assert.ErrorIs(t, err, io.EOF)
 		})
 	}
 }

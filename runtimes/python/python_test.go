@@ -1,10 +1,12 @@
 package python
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +43,10 @@ def echo(event, context):
 	}{
 		{name: "JSON input comes back as JSON", input: `{"a":"é"}`, contentType: language.ContentTypeJSON, want: `{"a":"\u00e9"}`, wantType: language.ContentTypeJSON},
 		{name: "non-JSON input arrives as bytes", input: "\x00\xff", contentType: "application/octet-stream", want: "\x00\xff", wantType: "application/octet-stream"},
+		{name: "quotes, escapes and a frame's worth of bytes pass unchanged", input: `{"a":"\"q\"\\\n","b":[` + strings.Repeat(`"x",`, 20000) + `1]}`, contentType: language.ContentTypeJSON,
+			want: `{"a":"\"q\"\\\n","b":[` + strings.Repeat(`"x",`, 20000) + `1]}`, wantType: language.ContentTypeJSON},
+		{name: "invalid UTF-8 in a JSON string arrives as U+FFFD", input: "\"a\xffb\"", contentType: language.ContentTypeJSON, want: `"a\ufffdb"`, wantType: language.ContentTypeJSON},
+		{name: "an empty JSON input is None", input: "", contentType: language.ContentTypeJSON, want: `null`, wantType: language.ContentTypeJSON},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -55,6 +61,38 @@ def echo(event, context):
 			}
 		})
 	}
+}
+
+func TestSplitHeaded(t *testing.T) {
+	head, body, err := splitHeaded(headed([]byte(`{"a":1}`), []byte("body")))
+	require.NoError(t, err)
+	assert.Equal(t, `{"a":1}`, string(head))
+	assert.Equal(t, "body", string(body))
+
+	for name, payload := range map[string][]byte{
+		"no head length":               {0, 0},
+		"a head longer than the frame": {0, 0, 0, 9, '{', '}'},
+	} {
+		_, _, err := splitHeaded(payload)
+		assert.Error(t, err, name)
+	}
+}
+
+// FuzzSplitHeaded feeds arbitrary worker answers to the head/body split: it
+// must never panic, and what it accepts must be rebuilt exactly.
+func FuzzSplitHeaded(f *testing.F) {
+	f.Add(headed([]byte(`{}`), []byte("null")))
+	f.Add([]byte{0, 0, 0})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, '{'})
+	f.Fuzz(func(t *testing.T, payload []byte) {
+		head, body, err := splitHeaded(payload)
+		if err != nil {
+			return
+		}
+		if got := headed(head, body); !bytes.Equal(got, payload) {
+			t.Fatalf("head %q and body %q rebuild %q, not %q", head, body, got, payload)
+		}
+	})
 }
 
 func TestCloseInterruptsAnInvocation(t *testing.T) {

@@ -2,7 +2,7 @@ package python
 
 import (
 	"context"
-	"encoding/base64"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -272,18 +272,22 @@ func (f *function) replaceWorker(dead *worker) {
 	}()
 }
 
+// An invocation and its answer each travel in one frame: the length of a
+// JSON head (4 bytes, big-endian), the head, then the body as it is — the
+// input, the output — rather than escaped (or base64-encoded) inside the
+// JSON, which both ends would pay for on every byte.
+
+// invokeRequest is the head of an invocation; the input follows it.
 type invokeRequest struct {
 	InvocationID     string `json:"invocation_id"`
 	RunUID           string `json:"run_uid"`
 	ContentType      string `json:"content_type"`
-	Input            string `json:"input,omitempty"`
-	InputB64         string `json:"input_b64,omitempty"`
 	DeadlineUnixNano int64  `json:"deadline_unix_nano,omitempty"`
 }
 
+// invokeResponse is the head of an answer; the output follows it. The
+// worker leaves out what is empty.
 type invokeResponse struct {
-	Output          *string                 `json:"output"`
-	OutputB64       string                  `json:"output_b64"`
 	ContentType     string                  `json:"content_type"`
 	Outputs         map[string]string       `json:"outputs"`
 	Stdout          string                  `json:"stdout"`
@@ -291,6 +295,26 @@ type invokeResponse struct {
 	StdoutTruncated bool                    `json:"stdout_truncated"`
 	StderrTruncated bool                    `json:"stderr_truncated"`
 	Error           *language.FunctionError `json:"error"`
+}
+
+// headed is the payload of a frame carrying head and body.
+func headed(head, body []byte) []byte {
+	payload := make([]byte, 0, framing.HeaderSize+len(head)+len(body))
+	payload = binary.BigEndian.AppendUint32(payload, uint32(len(head)))
+	return append(append(payload, head...), body...)
+}
+
+// splitHeaded is the head and the body of a frame's payload.
+func splitHeaded(payload []byte) (head, body []byte, err error) {
+	if len(payload) < framing.HeaderSize {
+		return nil, nil, fmt.Errorf("a frame of %d bytes has no head length", len(payload))
+	}
+	n := binary.BigEndian.Uint32(payload)
+	if uint64(n) > uint64(len(payload)-framing.HeaderSize) {
+		return nil, nil, fmt.Errorf("the head length %d exceeds the frame's %d bytes", n, len(payload)-framing.HeaderSize)
+	}
+	rest := payload[framing.HeaderSize:]
+	return rest[:n], rest[n:], nil
 }
 
 // Invoke implements language.Function.
@@ -305,18 +329,14 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 		f.mu.Unlock()
 	}()
 	req := invokeRequest{InvocationID: inv.ID, RunUID: inv.RunUID, ContentType: inv.ContentType}
-	if inv.ContentType == language.ContentTypeJSON {
-		req.Input = string(inv.Input)
-	} else {
-		req.InputB64 = base64.StdEncoding.EncodeToString(inv.Input)
-	}
 	if !inv.Deadline.IsZero() {
 		req.DeadlineUnixNano = inv.Deadline.UnixNano()
 	}
-	payload, err := json.Marshal(req)
+	head, err := json.Marshal(req)
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)
 	}
+	payload := headed(head, inv.Input)
 
 	// A Python handler cannot be interrupted safely, so the deadline kills
 	// the worker; the pipe read below then fails and a fresh worker replaces it.
@@ -348,7 +368,11 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 	}
 
 	var resp invokeResponse
-	if err := json.Unmarshal(frame, &resp); err != nil {
+	head, output, err := splitHeaded(frame)
+	if err == nil {
+		err = json.Unmarshal(head, &resp)
+	}
+	if err != nil {
 		f.replaceWorker(w)
 		w.group.Kill()
 		return nil, fmt.Errorf("worker sent an unreadable response: %w", err)
@@ -362,13 +386,8 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 		StderrTruncated: resp.StderrTruncated,
 		Error:           resp.Error,
 	}
-	switch {
-	case resp.Output != nil:
-		res.Output = []byte(*resp.Output)
-	case resp.OutputB64 != "":
-		if res.Output, err = base64.StdEncoding.DecodeString(resp.OutputB64); err != nil {
-			return nil, fmt.Errorf("worker sent undecodable output: %w", err)
-		}
+	if len(output) > 0 {
+		res.Output = output
 	}
 	return res, nil
 }

@@ -4,12 +4,13 @@
 # interpreter and this file are loaded before any registration exists. The
 # first frame it reads says what to serve (working directory, handler and
 # environment); it imports the handler module once, reports readiness, then
-# serves invocations one at a time over length-prefixed JSON frames: requests
-# on fd 3, responses on fd 4. fd 1 and fd 2 stay the worker's own logs;
+# serves invocations one at a time over length-prefixed frames: requests on
+# fd 3, responses on fd 4. An invocation and its answer each carry a JSON
+# head (its length in 4 bytes, then the head) followed by the input or the
+# output as it is. fd 1 and fd 2 stay the worker's own logs;
 # print() inside a handler is captured per invocation instead.
 #
 # argv: worker.py MAX_LOG_BYTES
-import base64
 import importlib
 import json
 import os
@@ -28,14 +29,19 @@ class EndOfRequests(Exception):
     pass
 
 
+# Buffered, so that a frame's header and a small payload arrive in one
+# read from the pipe.
+requests = os.fdopen(REQ_FD, "rb", buffering=64 * 1024, closefd=False)
+
+
 def read_exact(n):
-    buf = bytearray()
+    buf = requests.read(n)
     while len(buf) < n:
-        chunk = os.read(REQ_FD, n - len(buf))
+        chunk = requests.read(n - len(buf))
         if not chunk:
             raise EndOfRequests()
         buf += chunk
-    return bytes(buf)
+    return buf
 
 
 def read_frame():
@@ -43,8 +49,8 @@ def read_frame():
     return read_exact(length)
 
 
-def write_frame(payload):
-    data = memoryview(struct.pack(">I", len(payload)) + payload)
+def write_frame(*parts):
+    data = memoryview(b"".join((struct.pack(">I", sum(len(p) for p in parts)),) + parts))
     while data:
         n = os.write(RESP_FD, data)
         data = data[n:]
@@ -147,13 +153,20 @@ def load_handler(working_dir, handler, env):
     return fn
 
 
-def invoke(fn, req, max_log):
+def split_headed(frame):
+    (head_len,) = struct.unpack_from(">I", frame)
+    return json.loads(frame[4:4 + head_len]), frame[4 + head_len:]
+
+
+def invoke(fn, req, body, max_log):
+    """Runs one invocation: returns the head of the answer and the output."""
     content_type = req.get("content_type") or "application/json"
     is_json = content_type == "application/json"
     if is_json:
-        event = json.loads(req.get("input") or "null")
+        # Invalid UTF-8 in a string becomes U+FFFD, as Go's JSON does.
+        event = json.loads(body.decode("utf-8", "replace")) if body else None
     else:
-        event = base64.b64decode(req.get("input_b64") or "")
+        event = body
     deadline_ns = req.get("deadline_unix_nano") or 0
     ctx = Context(req.get("invocation_id", ""), req.get("run_uid", ""), deadline_ns / 1e9 if deadline_ns else None)
 
@@ -161,14 +174,15 @@ def invoke(fn, req, max_log):
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
     resp = {}
+    output = b""
     try:
         result = fn(event, ctx)
         if isinstance(result, (bytes, bytearray)):
-            resp["output_b64"] = base64.b64encode(bytes(result)).decode("ascii")
+            output = bytes(result)
             resp["content_type"] = "application/octet-stream"
         else:
             try:
-                resp["output"] = json.dumps(result, allow_nan=False, separators=(",", ":"))
+                output = json.dumps(result, allow_nan=False, separators=(",", ":")).encode("utf-8")
             except (TypeError, ValueError) as e:
                 resp["error"] = {"type": "OutputNotSerializable", "message": ("handler returned a value that is not JSON: %s" % e)[:MAX_MESSAGE], "stack": ""}
             resp["content_type"] = "application/json"
@@ -176,12 +190,18 @@ def invoke(fn, req, max_log):
         resp["error"] = describe(e)
     finally:
         sys.stdout, sys.stderr = saved
-    resp["outputs"] = ctx.outputs
-    resp["stdout"] = out.value()
-    resp["stderr"] = err.value()
-    resp["stdout_truncated"] = out.truncated
-    resp["stderr_truncated"] = err.truncated
-    return resp
+    # What is empty is left out: the Runtime Server reads it as empty.
+    if ctx.outputs:
+        resp["outputs"] = ctx.outputs
+    if out.parts:
+        resp["stdout"] = out.value()
+    if err.parts:
+        resp["stderr"] = err.value()
+    if out.truncated:
+        resp["stdout_truncated"] = True
+    if err.truncated:
+        resp["stderr_truncated"] = True
+    return resp, output
 
 
 def main():
@@ -206,8 +226,10 @@ def main():
             frame = read_frame()
         except EndOfRequests:
             return 0
-        req = json.loads(frame)
-        write_frame(json.dumps(invoke(fn, req, max_log), separators=(",", ":")).encode("utf-8"))
+        req, body = split_headed(frame)
+        resp, output = invoke(fn, req, body, max_log)
+        head = json.dumps(resp, separators=(",", ":")).encode("utf-8")
+        write_frame(struct.pack(">I", len(head)), head, output)
 
 
 if __name__ == "__main__":

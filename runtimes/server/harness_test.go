@@ -17,6 +17,7 @@ import (
 	"k8s.io/utils/clock"
 
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimes/bash"
 	"kruntimes.io/kruntimes/runtimes/language"
 	"kruntimes.io/kruntimes/runtimes/python"
@@ -69,14 +70,14 @@ func newHarnessWithClock(t testing.TB, lang string, clk clock.WithDelayedExecuti
 	sock := filepath.Join(dir, "rt.sock")
 	lis, err := net.Listen("unix", sock)
 	require.NoError(t, err)
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(transport.ServerOptions()...)
 	srv.Register(gs)
 	served := make(chan struct{})
 	go func() {
 		defer close(served)
 		_ = gs.Serve(lis)
 	}()
-	conn, err := grpc.NewClient("unix://"+sock, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	conn, err := grpc.NewClient("unix://"+sock, append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		_ = conn.Close()

@@ -14,6 +14,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimed/invoke"
 )
 
@@ -48,7 +49,7 @@ func (d *runtimedConns) client(ip, namespace, runtime string) (runtimedv1.Runtim
 	cfg := d.tls.Clone()
 	cfg.ServerName = key.serverName
 	conn, err := grpc.NewClient(net.JoinHostPort(ip, strconv.Itoa(runtimepod.RuntimedInvokePort)),
-		grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		append(transport.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to runtimed at %s: %w", ip, err)
 	}

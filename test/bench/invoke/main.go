@@ -12,7 +12,8 @@
 //   - get-pod: a GET of a core object (a Runtime Pod) from kube-apiserver.
 //
 // Every client keeps its connections alive, as a service calling functions
-// would.
+// would. Below each line, the CPU each of the local cluster's processes
+// (by command name) spent per request of it.
 //
 //	go run ./test/bench/invoke --kubeconfig .local/kubeconfig --state .local/cluster --requests 3000 --concurrency 32
 package main
@@ -23,6 +24,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -49,7 +51,9 @@ import (
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimed/invoke"
+	"kruntimes.io/kruntimes/test/bench/cputime"
 )
 
 type options struct {
@@ -145,7 +149,7 @@ func run(ctx context.Context, o options) error {
 		t := &target{run: r, pod: pod}
 		cfg := clientTLS.Clone()
 		cfg.ServerName = invoke.ServerName(o.namespace, o.runtime)
-		conn, err := grpc.NewClient(net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(runtimepod.RuntimedInvokePort)), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))
+		conn, err := grpc.NewClient(net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(runtimepod.RuntimedInvokePort)), append(transport.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))...)
 		if err != nil {
 			return err
 		}
@@ -155,7 +159,7 @@ func run(ctx context.Context, o options) error {
 		if err != nil {
 			return err
 		}
-		sconn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		sconn, err := grpc.NewClient("unix://"+socket, append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 		if err != nil {
 			return err
 		}
@@ -172,6 +176,11 @@ func run(ctx context.Context, o options) error {
 		}
 		targets[i] = t
 	}
+
+	// The local cluster's processes are the descendants of the one holding
+	// its state directory's lock; their CPU is reported per request.
+	lock, _ := os.ReadFile(filepath.Join(o.state, "lock"))
+	clusterPID, _ := strconv.Atoi(strings.TrimSpace(string(lock)))
 
 	paths := []struct {
 		name string
@@ -206,13 +215,18 @@ func run(ctx context.Context, o options) error {
 			if _, _, err := measure(ctx, targets[:c], min(100, o.requests), p.call); err != nil {
 				return fmt.Errorf("%s: %w", p.name, err)
 			}
+			before := cputime.ByCommand(clusterPID)
 			latencies, elapsed, err := measure(ctx, targets[:c], o.requests, p.call)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.name, err)
 			}
+			after := cputime.ByCommand(clusterPID)
 			slices.Sort(latencies)
 			fmt.Printf("%-16s %12d %10s %10s %10s %12.0f\n", p.name, c, pct(latencies, 50), pct(latencies, 99),
 				latencies[len(latencies)-1].Round(10*time.Microsecond), float64(len(latencies))/elapsed.Seconds())
+			if clusterPID > 0 {
+				fmt.Printf("%16s cpu per request: %s\n", "", cpuPerRequest(before, after, len(latencies)))
+			}
 		}
 	}
 	return nil
@@ -305,6 +319,18 @@ func runtimeSocket(pod *corev1.Pod) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no runtimed of Pod %s on this machine: run the benchmark on the local cluster's machine", pod.Name)
+}
+
+// cpuPerRequest is the CPU each process (by command name, as the kernel
+// shortens it) used between two samples, divided by the requests made.
+func cpuPerRequest(before, after map[string]time.Duration, requests int) string {
+	var parts []string
+	for _, command := range slices.Sorted(maps.Keys(after)) {
+		if used := after[command] - before[command]; used > 0 {
+			parts = append(parts, fmt.Sprintf("%s %.3f ms", command, float64(used.Microseconds())/1e3/float64(requests)))
+		}
+	}
+	return strings.Join(parts, ", ")
 }
 
 func pct(d []time.Duration, p int) string {
