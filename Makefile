@@ -2,14 +2,14 @@
 SHELL := /usr/bin/env bash
 GO ?= go
 BIN := $(CURDIR)/bin
-# Build tags of every kruntimes binary and test (hack/repobin builds the e2e
+# Build tags of every kruntimes binary and test (test/repobin builds the e2e
 # cluster's binaries with the same): fieldsv1string keeps managedFields as
 # interned strings (k8s.io/apimachinery), so the watch cache holds one copy
 # of the field sets identical Runs share instead of one per Run.
 GO_TAGS := fieldsv1string
 # Tests start real servers; CI machines have 2 cores. -count=1: a test result
 # cached from another checkout proves nothing about this one. Race-built
-# tests also race-build the binaries the e2e cluster runs (hack/repobin).
+# tests also race-build the binaries the e2e cluster runs (test/repobin).
 GOTEST_FLAGS ?= -race -count=1 -timeout 30m
 # go test -json is read by hack/testreport: readable output as tests run, a
 # summary, and a failure for any skip not listed in hack/allowed-skips.txt.
@@ -88,7 +88,7 @@ verify-proto:
 ## a node agent, kruntimes-apiserver behind an APIService) in the foreground;
 ## writes .local/kubeconfig.
 run: kube-binaries
-	$(GO) build -o $(BIN)/localcluster ./hack/localcluster/cmd/localcluster
+	$(GO) build -o $(BIN)/localcluster ./test/localcluster/cmd/localcluster
 	$(BIN)/localcluster
 
 ## run-standalone: kruntimes-apiserver alone on 127.0.0.1:8443, no cluster;

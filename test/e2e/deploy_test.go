@@ -26,8 +26,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
-	"kruntimes.io/kruntimes/hack/localcluster"
 	"kruntimes.io/kruntimes/test/e2e/framework"
+	"kruntimes.io/kruntimes/test/localcluster"
 )
 
 // The production manifests pass kube-apiserver's validation and admission

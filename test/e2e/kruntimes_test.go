@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 
-	"kruntimes.io/kruntimes/hack/localcluster"
 	"kruntimes.io/kruntimes/test/e2e/framework"
+	"kruntimes.io/kruntimes/test/localcluster"
 )
 
 var runsGVR = schema.GroupVersionResource{Group: "kruntimes.io", Version: "v1alpha1", Resource: "runs"}

@@ -22,9 +22,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
-	"kruntimes.io/kruntimes/hack/localcluster"
-	"kruntimes.io/kruntimes/hack/localcluster/nodeagent"
 	"kruntimes.io/kruntimes/test/e2e/framework"
+	"kruntimes.io/kruntimes/test/localcluster"
+	"kruntimes.io/kruntimes/test/localcluster/nodeagent"
 )
 
 // testServerImage maps to bin/e2e-testserver on the local node.

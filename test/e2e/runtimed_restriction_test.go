@@ -21,8 +21,8 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
-	"kruntimes.io/kruntimes/hack/localcluster/nodeagent"
 	"kruntimes.io/kruntimes/test/e2e/framework"
+	"kruntimes.io/kruntimes/test/localcluster/nodeagent"
 )
 
 // sleepingTask is a task Run of runtime that stays Running until its

@@ -13,8 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"kruntimes.io/kruntimes/hack/localcluster/nodeagent"
 	"kruntimes.io/kruntimes/test/e2e/framework"
+	"kruntimes.io/kruntimes/test/localcluster/nodeagent"
 )
 
 // The API-access volume the ServiceAccount admission plugin adds holds a

@@ -20,8 +20,8 @@ import (
 
 	kruntimestestserver "kruntimes.io/kruntimes/apiserver/testserver"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
-	"kruntimes.io/kruntimes/hack/logscan"
-	"kruntimes.io/kruntimes/hack/repobin"
+	"kruntimes.io/kruntimes/test/logscan"
+	"kruntimes.io/kruntimes/test/repobin"
 )
 
 var (

@@ -35,8 +35,8 @@ import (
 
 	"k8s.io/client-go/rest"
 
-	"kruntimes.io/kruntimes/hack/localcluster"
-	"kruntimes.io/kruntimes/hack/repobin"
+	"kruntimes.io/kruntimes/test/localcluster"
+	"kruntimes.io/kruntimes/test/repobin"
 )
 
 var progressOut io.Writer = os.Stderr

@@ -87,7 +87,7 @@ func (f *Framework) startControlPlane(ctx context.Context) (*ControlPlane, error
 		return nil, err
 	}
 
-	// The cluster's PKI (hack/localcluster/pki.go): its serving pair is
+	// The cluster's PKI (test/localcluster/pki.go): its serving pair is
 	// valid for 127.0.0.1 and its CA signed the admin client certificate,
 	// so the admin config works here with only the host changed.
 	pki := filepath.Dir(f.AdminConfig.TLSClientConfig.CAFile)

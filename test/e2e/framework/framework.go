@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"kruntimes.io/kruntimes/hack/localcluster"
-	"kruntimes.io/kruntimes/hack/logscan"
-	"kruntimes.io/kruntimes/hack/repobin"
+	"kruntimes.io/kruntimes/test/localcluster"
+	"kruntimes.io/kruntimes/test/logscan"
+	"kruntimes.io/kruntimes/test/repobin"
 )
 
 // RequireEnv, set to 1, turns every reason to skip into a failure. CI sets it.

@@ -30,8 +30,8 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 
-	"kruntimes.io/kruntimes/hack/repobin"
 	"kruntimes.io/kruntimes/runtimed/invoke"
+	"kruntimes.io/kruntimes/test/repobin"
 )
 
 // Names the kruntimes-apiserver is registered under; artifacts/ uses the same.

@@ -18,8 +18,8 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
-	"kruntimes.io/kruntimes/hack/localcluster"
-	"kruntimes.io/kruntimes/hack/repobin"
+	"kruntimes.io/kruntimes/test/localcluster"
+	"kruntimes.io/kruntimes/test/repobin"
 )
 
 // options are the command's flags.

@@ -24,8 +24,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 
-	"kruntimes.io/kruntimes/hack/localcluster/nodeagent"
-	"kruntimes.io/kruntimes/hack/localcluster/podbinder"
+	"kruntimes.io/kruntimes/test/localcluster/nodeagent"
+	"kruntimes.io/kruntimes/test/localcluster/podbinder"
 )
 
 // DefaultNodeName is the name of the local node.
