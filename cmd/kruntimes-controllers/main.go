@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/controllers/manager"
+	"kruntimes.io/kruntimes/version"
 )
 
 // options are the flags of kruntimes-controllers.
@@ -144,6 +145,7 @@ both compete for one leader Lease, so either or both are safe.`,
 			return o.run(c.Context())
 		},
 		SilenceUsage: true,
+		Version:      version.Get().String(),
 	}
 	cmd.SetContext(ctx)
 	o.addFlags(cmd.Flags())

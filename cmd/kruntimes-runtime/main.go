@@ -24,6 +24,7 @@ import (
 	"kruntimes.io/kruntimes/runtimes/process"
 	"kruntimes.io/kruntimes/runtimes/python"
 	"kruntimes.io/kruntimes/runtimes/server"
+	"kruntimes.io/kruntimes/version"
 )
 
 // maxSpareWorkers bounds --spare-workers: each is an idle interpreter.
@@ -31,6 +32,8 @@ const maxSpareWorkers = 64
 
 // options are the command's flags.
 type options struct {
+	// Version prints the version and exits.
+	Version         bool
 	Language        string
 	Listen          string
 	Interpreter     string
@@ -55,6 +58,7 @@ func newOptions() *options {
 }
 
 func (o *options) AddFlags(fs *pflag.FlagSet) {
+	fs.BoolVar(&o.Version, "version", o.Version, "Print the version and exit.")
 	fs.StringVar(&o.Language, "language", o.Language, "Language to serve: bash or python.")
 	fs.StringVar(&o.Listen, "listen", o.Listen, "Where to serve the Runtime Server API; only unix:// sockets are accepted because user code must never be reachable from the network.")
 	fs.StringVar(&o.Interpreter, "interpreter", o.Interpreter, "Interpreter binary; defaults to bash or python3 from PATH.")
@@ -171,6 +175,10 @@ func main() {
 	klog.InitFlags(klogFlags)
 	fs.AddGoFlagSet(klogFlags)
 	_ = fs.Parse(os.Args[1:])
+	if o.Version {
+		fmt.Println("kruntimes-runtime version " + version.Get().String())
+		return
+	}
 	if err := o.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(2)
