@@ -109,7 +109,7 @@ func TestGoImageFiles(t *testing.T) {
 	require.NoError(t, err)
 	for _, spec := range goImages {
 		t.Run(spec.Name, func(t *testing.T) {
-			files := flatten(t, sharedImage(t, spec.Name).Image)
+			files := unpackShared(t, spec.Name).Files
 			want := append([]string(nil), system...)
 			for _, bin := range spec.binaries() {
 				want = append(want, "usr/local/bin/"+bin)
@@ -161,74 +161,70 @@ func TestGoImagesShareTheirBaseLayer(t *testing.T) {
 }
 
 func TestTwoBuildsOfOneCommitGiveTheSameDigests(t *testing.T) {
-	first := sharedImages(t)
+	sharedImages(t)
+	first, err := os.ReadFile(filepath.Join(sharedDir, "first", "images.txt"))
+	require.NoError(t, err)
 	// Another output directory: every binary is linked again, and the
 	// images are assembled from scratch.
-	second, err := testOptions(filepath.Join(t.TempDir(), "second")).build(context.Background())
+	out := filepath.Join(t.TempDir(), "second")
+	runTool(t, out)
+	second, err := os.ReadFile(filepath.Join(out, "images.txt"))
 	require.NoError(t, err)
-	require.Len(t, second, len(first))
-	for i := range first {
-		want, err := first[i].Image.Digest()
-		require.NoError(t, err)
-		got, err := second[i].Image.Digest()
-		require.NoError(t, err)
-		assert.Equal(t, want, got, "%s: same commit, same digest", first[i].Key)
-	}
+	assert.Equal(t, string(first), string(second), "same commit, same references and digests")
 }
 
 func TestOutputs(t *testing.T) {
-	out := t.TempDir()
-	img := sharedImage(t, "krt")
-	ref := img.Ref("kruntimes.io")
-	require.NoError(t, writeOutputs(out, img, ref))
-	digest, err := img.Image.Digest()
-	require.NoError(t, err)
-
-	t.Run("the OCI layout names the image by its reference", func(t *testing.T) {
-		idx, err := layout.ImageIndexFromPath(filepath.Join(out, "krt"))
-		require.NoError(t, err)
-		m, err := idx.IndexManifest()
-		require.NoError(t, err)
-		require.Len(t, m.Manifests, 1)
-		assert.Equal(t, digest, m.Manifests[0].Digest)
-		assert.Equal(t, ref, m.Manifests[0].Annotations[refNameAnnotation])
-		read, err := idx.Image(digest)
-		require.NoError(t, err)
-		require.NoError(t, validate.Image(read))
-	})
-
-	t.Run("the tarball has the layout docker load reads", func(t *testing.T) {
-		entries := readTar(t, filepath.Join(out, "krt.tar"))
-		var manifest []struct {
-			Config   string
-			RepoTags []string
-			Layers   []string
-		}
-		require.Contains(t, entries, "manifest.json")
-		require.NoError(t, json.Unmarshal(entries["manifest.json"], &manifest))
-		require.Len(t, manifest, 1)
-		assert.Equal(t, []string{ref}, manifest[0].RepoTags, "docker load tags the image with its reference")
-
-		configName, err := img.Image.ConfigName()
-		require.NoError(t, err)
-		require.Contains(t, entries, manifest[0].Config)
-		sum := sha256.Sum256(entries[manifest[0].Config])
-		assert.Equal(t, configName.Hex, hex.EncodeToString(sum[:]), "the config file is the image's config")
-
-		layers, err := img.Image.Layers()
-		require.NoError(t, err)
-		require.Len(t, manifest[0].Layers, len(layers))
-		for i, l := range layers {
-			d, err := l.Digest()
+	out := filepath.Join(sharedDir, "first")
+	for _, img := range sharedImages(t) {
+		t.Run(img.Key, func(t *testing.T) {
+			ref := img.Ref("kruntimes.io")
+			digest, err := img.Image.Digest()
 			require.NoError(t, err)
-			require.Contains(t, entries, manifest[0].Layers[i])
-			sum := sha256.Sum256(entries[manifest[0].Layers[i]])
-			assert.Equal(t, d.Hex, hex.EncodeToString(sum[:]), "layer %d in manifest order", i)
-		}
-		// docker save also writes the pre-1.10 repositories file, which
-		// docker load reads only when manifest.json is missing; RepoTags
-		// above is what tags the image.
-	})
+
+			// The layers' contents are checked against their diff IDs
+			// where the tests unpack them, and against their digests below.
+			require.NoError(t, validate.Image(img.Image, validate.Fast))
+			idx, err := layout.ImageIndexFromPath(filepath.Join(out, img.Key))
+			require.NoError(t, err)
+			m, err := idx.IndexManifest()
+			require.NoError(t, err)
+			require.Len(t, m.Manifests, 1)
+			assert.Equal(t, digest, m.Manifests[0].Digest)
+			assert.Equal(t, ref, m.Manifests[0].Annotations[refNameAnnotation], "the OCI layout names the image by its reference")
+
+			entries := readTar(t, filepath.Join(out, img.Key+".tar"))
+			var manifest []struct {
+				Config   string
+				RepoTags []string
+				Layers   []string
+			}
+			require.Contains(t, entries, "manifest.json", "docker load reads manifest.json")
+			require.NoError(t, json.Unmarshal(entries["manifest.json"], &manifest))
+			require.Len(t, manifest, 1)
+			assert.Equal(t, []string{ref}, manifest[0].RepoTags, "docker load tags the image with its reference")
+			// docker save also writes the pre-1.10 repositories file, which
+			// docker load reads only when manifest.json is missing.
+
+			configName, err := img.Image.ConfigName()
+			require.NoError(t, err)
+			require.Contains(t, entries, manifest[0].Config)
+			assert.Equal(t, configName.Hex, sha256Hex(entries[manifest[0].Config]), "the config file is the image's config")
+			layers, err := img.Image.Layers()
+			require.NoError(t, err)
+			require.Len(t, manifest[0].Layers, len(layers))
+			for i, l := range layers {
+				d, err := l.Digest()
+				require.NoError(t, err)
+				require.Contains(t, entries, manifest[0].Layers[i])
+				assert.Equal(t, d.Hex, sha256Hex(entries[manifest[0].Layers[i]]), "layer %d in manifest order", i)
+			}
+		})
+	}
+}
+
+func sha256Hex(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 // readTar returns every regular file of the tarball at p by name.
@@ -275,7 +271,17 @@ func TestPushAndPullRoundTrip(t *testing.T) {
 		got, err := pulled.Digest()
 		require.NoError(t, err)
 		assert.Equal(t, want, got, "%s pulls back as pushed", ref)
-		require.NoError(t, validate.Image(pulled), "%s: every blob pulled matches its digest", ref)
+		require.NoError(t, validate.Image(pulled, validate.Fast), "%s: manifest and config pulled as pushed", ref)
+		layers, err := pulled.Layers()
+		require.NoError(t, err)
+		for i, l := range layers {
+			// A pulled layer's reader fails unless its bytes match its digest.
+			rc, err := l.Compressed()
+			require.NoError(t, err)
+			_, err = io.Copy(io.Discard, rc)
+			require.NoError(t, err, "%s layer %d pulls whole", ref, i)
+			require.NoError(t, rc.Close())
+		}
 	}
 }
 

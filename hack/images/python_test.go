@@ -42,7 +42,8 @@ func TestPythonImage(t *testing.T) {
 	assert.Equal(t, []string{"/usr/local/bin/kruntimes-runtime"}, cfg.Config.Entrypoint)
 	assert.NotEmpty(t, cfg.Config.Labels["org.opencontainers.image.revision"])
 
-	r := unpack(t, img)
+	r := unpack(t, img, filepath.Join(t.TempDir(), "rootfs"))
+	r.prepareRun(t)
 	code, out := r.run(t, "/usr/bin/python3", "-c", "import os, ssl; print(os.getuid(), os.getgid())")
 	require.Equal(t, 0, code, out)
 	assert.Equal(t, "65532 65532\n", out, "python3 from the base runs as nonroot")
