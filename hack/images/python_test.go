@@ -26,8 +26,8 @@ const pythonImageEnv = "KRUNTIMES_IMAGE_PYTHON"
 // TestPythonImage checks the kruntimes-runtime image on a Python base that
 // `make image-python` builds (a Debian root file system from mmdebstrap,
 // python3 from Debian): from its own root file system, as nonroot, the
-// Runtime Server runs a Python task and serves a Python function, through
-// kruntimes-reaper, and serves bash tasks too.
+// Runtime Server runs a Python task and serves a Python function, and runs
+// bash tasks too, each program under the kruntimes-reaper beside it.
 func TestPythonImage(t *testing.T) {
 	layoutDir := os.Getenv(pythonImageEnv)
 	if layoutDir == "" {
@@ -85,8 +85,8 @@ func TestPythonImage(t *testing.T) {
 
 	t.Run("bash task", func(t *testing.T) {
 		conn := r.startRuntimeServer(t, "bash")
-		status := executeTask(t, runtimev1.NewRuntimeClient(conn), "echo $((6 * 7)) $(id -u)")
-		assert.Equal(t, "42 65532\n", string(status.Stdout))
+		status := executeTask(t, runtimev1.NewRuntimeClient(conn), "echo $((6 * 7)) $(id -u) $(readlink /proc/$PPID/exe)")
+		assert.Equal(t, "42 65532 /usr/local/bin/kruntimes-reaper\n", string(status.Stdout), "the program runs as nonroot under the reaper beside kruntimes-runtime")
 	})
 }
 
@@ -112,7 +112,20 @@ func (r *imageRoot) startRuntimeServer(t *testing.T, language string) *grpc.Clie
 			t.Logf("kruntimes-runtime --language=%s:\n%s", language, log)
 		}
 	})
-	conn, err := grpc.NewClient("unix://"+filepath.Join(r.Dir, socket),
+	// Dial once the socket exists: gRPC logs every refused attempt.
+	hostSocket := filepath.Join(r.Dir, socket)
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		select {
+		case err := <-exited:
+			exited <- err
+			return false, fmt.Errorf("kruntimes-runtime exited: %v", err)
+		default:
+		}
+		_, err := os.Stat(hostSocket)
+		return err == nil, nil
+	})
+	require.NoError(t, err, "kruntimes-runtime --language=%s made no socket", language)
+	conn, err := grpc.NewClient("unix://"+hostSocket,
 		append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	require.NoError(t, err)
 	t.Cleanup(func() { conn.Close() })
