@@ -108,8 +108,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate says what is wrong with the flags and how to fix it.
 func (o *Options) Validate() error {
 	var errs []error
-	if _, err := socketPath(o.RuntimeSocket); err != nil {
-		errs = append(errs, err)
+	if _, err := runtimepod.SocketPath(o.RuntimeSocket); err != nil {
+		errs = append(errs, fmt.Errorf("--runtime-socket %w", err))
 	}
 	if !filepath.IsAbs(o.WorkspaceDir) {
 		errs = append(errs, fmt.Errorf("--workspace-dir must be an absolute path, got %q", o.WorkspaceDir))
@@ -142,15 +142,6 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--health-address must be host:port: %w", err))
 	}
 	return errors.Join(errs...)
-}
-
-// socketPath returns the file of a unix:// address.
-func socketPath(address string) (string, error) {
-	path, ok := strings.CutPrefix(address, "unix://")
-	if !ok || !filepath.IsAbs(path) {
-		return "", fmt.Errorf("--runtime-socket must be unix:///absolute/path.sock, got %q: the Runtime Server never listens on the network", address)
-	}
-	return path, nil
 }
 
 // endpoint reads what Ready function Runs advertise.
