@@ -38,7 +38,7 @@ type ServerOptions struct {
 	RecommendedOptions       *genericoptions.RecommendedOptions
 	Storage                  *StorageOptions
 	Standalone               *StandaloneOptions
-	Controllers              *ControllersOptions
+	Controllers              *HostedControllersOptions
 	Invoke                   *InvokeOptions
 	ComponentGlobalsRegistry basecompatibility.ComponentGlobalsRegistry
 
@@ -59,7 +59,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 		RecommendedOptions: genericoptions.NewRecommendedOptions(etcdPathPrefix,
 			apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
 		Standalone:               &StandaloneOptions{},
-		Controllers:              NewControllersOptions(),
+		Controllers:              NewHostedControllersOptions(),
 		Invoke:                   NewInvokeOptions(),
 		ComponentGlobalsRegistry: basecompatibility.NewComponentGlobalsRegistry(),
 		AlternateDNS:             []string{"kruntimes-apiserver.kruntimes-system.svc"},
@@ -125,8 +125,7 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 // Complete fills in what depends on other flags: standalone mode drops every
 // dependency on a cluster.
 func (o *ServerOptions) Complete() error {
-	o.Controllers.Complete(o.Standalone.Enabled)
-	o.Controllers.RuntimedCAFile = o.Invoke.CAFile
+	o.Controllers.Complete(o.Standalone.Enabled, o.Invoke.CAFile)
 	if o.Standalone.Enabled {
 		r := o.RecommendedOptions
 		r.Authentication, r.Authorization, r.CoreAPI, r.Admission = nil, nil, nil, nil
