@@ -129,7 +129,7 @@ func (o *Options) Validate() error {
 	if u, err := url.Parse(o.EndpointBase); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || strings.TrimSuffix(u.Path, "/") != "" {
 		errs = append(errs, fmt.Errorf("--endpoint-base must be https://host[:port] with no path, got %q", o.EndpointBase))
 	}
-	if set := countSet(o.InvokeCertFile, o.InvokeKeyFile, o.InvokeClientCAFile); set != 0 && set != 3 {
+	if noCert := o.InvokeCertFile == ""; noCert != (o.InvokeKeyFile == "") || noCert != (o.InvokeClientCAFile == "") {
 		errs = append(errs, fmt.Errorf("--invoke-tls-cert-file, --invoke-tls-key-file and --invoke-client-ca-file go together: set all three, or none to turn invoke off"))
 	}
 	if _, _, err := net.SplitHostPort(o.InvokeAddress); err != nil {
@@ -159,14 +159,4 @@ func (o *Options) endpoint() (functions.Endpoint, error) {
 	}
 	e.CABundle = ca
 	return e, nil
-}
-
-func countSet(values ...string) int {
-	n := 0
-	for _, v := range values {
-		if v != "" {
-			n++
-		}
-	}
-	return n
 }
