@@ -1,12 +1,16 @@
 package options
 
 import (
+	"errors"
 	"fmt"
+	"os"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
 
 	"kruntimes.io/kruntimes/controllers/manager"
+	runtimecontroller "kruntimes.io/kruntimes/controllers/runtime"
+	"kruntimes.io/kruntimes/proto/pki"
 )
 
 // ControllersOptions are the settings of the kruntimes controllers (runtime,
@@ -65,10 +69,14 @@ func (o *ControllersOptions) AddManagerFlags(fs *pflag.FlagSet) {
 
 // Validate checks the settings; manager.New checks the rest.
 func (o *ControllersOptions) Validate() []error {
+	var errs []error
 	if o.Manager.HeartbeatGracePeriod < 0 {
-		return []error{fmt.Errorf("--recovery-heartbeat-grace-period must not be negative, got %s", o.Manager.HeartbeatGracePeriod)}
+		errs = append(errs, fmt.Errorf("--recovery-heartbeat-grace-period must not be negative, got %s", o.Manager.HeartbeatGracePeriod))
 	}
-	return nil
+	if o.RuntimedCAKeyFile != "" && o.RuntimedCAFile == "" {
+		errs = append(errs, errors.New("--runtimed-ca-key-file needs --runtimed-ca-file"))
+	}
+	return errs
 }
 
 // Config is the manager's configuration with its clients: kube reaches the
@@ -76,10 +84,35 @@ func (o *ControllersOptions) Validate() []error {
 func (o *ControllersOptions) Config(kube, kruntimes *rest.Config) (manager.Config, error) {
 	cfg := o.Manager
 	cfg.KubeConfig, cfg.KruntimesConfig = kube, kruntimes
-	tls, err := manager.LoadRuntimedTLS(o.RuntimedCAFile, o.RuntimedCAKeyFile)
+	tls, err := o.runtimedTLS()
 	if err != nil {
 		return cfg, err
 	}
 	cfg.RuntimedTLS = tls
 	return cfg, nil
+}
+
+// runtimedTLS reads the kruntimes CA for Runtime Pods: the Pods mount their
+// invoke Secret when RuntimedCAFile is set, and the runtime controller
+// issues those Secrets when RuntimedCAKeyFile is set too.
+func (o *ControllersOptions) runtimedTLS() (*runtimecontroller.RuntimedTLS, error) {
+	if o.RuntimedCAFile == "" {
+		return nil, nil
+	}
+	if o.RuntimedCAKeyFile == "" {
+		return &runtimecontroller.RuntimedTLS{}, nil
+	}
+	certPEM, err := os.ReadFile(o.RuntimedCAFile)
+	if err != nil {
+		return nil, fmt.Errorf("read --runtimed-ca-file: %w", err)
+	}
+	keyPEM, err := os.ReadFile(o.RuntimedCAKeyFile)
+	if err != nil {
+		return nil, fmt.Errorf("read --runtimed-ca-key-file: %w", err)
+	}
+	ca, err := pki.LoadCA(certPEM, keyPEM)
+	if err != nil {
+		return nil, fmt.Errorf("the kruntimes CA in %s and %s: %w", o.RuntimedCAFile, o.RuntimedCAKeyFile, err)
+	}
+	return &runtimecontroller.RuntimedTLS{Issuer: ca}, nil
 }

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"kruntimes.io/kruntimes/controllers/manager"
+	"kruntimes.io/kruntimes/proto/pki"
 )
 
 func TestHealthHandler(t *testing.T) {
@@ -97,6 +100,7 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 	}{
 		{"an argument is refused", []string{"extra"}, func(*Options) {}, "takes no arguments"},
 		{"a negative grace period is refused", nil, func(o *Options) { o.Controllers.Manager.HeartbeatGracePeriod = -time.Second }, "--recovery-heartbeat-grace-period must not be negative"},
+		{"a CA key without its CA is refused", nil, func(o *Options) { o.Controllers.RuntimedCAKeyFile = "ca.key" }, "--runtimed-ca-key-file needs --runtimed-ca-file"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -105,4 +109,45 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 			assert.ErrorContains(t, o.Validate(tc.args), tc.want)
 		})
 	}
+}
+
+func TestRuntimedTLSFollowsTheCAFiles(t *testing.T) {
+	ca, err := pki.NewCA(pki.InvokeCACommonName, time.Hour)
+	require.NoError(t, err)
+	keyPEM, err := ca.KeyPEM()
+	require.NoError(t, err)
+	dir := t.TempDir()
+	caFile, keyFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	require.NoError(t, os.WriteFile(caFile, ca.CertPEM, 0o600))
+	require.NoError(t, os.WriteFile(keyFile, keyPEM, 0o600))
+
+	cases := []struct {
+		name        string
+		caFile, key string
+		wantTLS     bool
+		wantIssuer  bool
+	}{
+		{name: "no CA: Runtime Pods get no invoke TLS"},
+		{name: "a CA alone: Pods mount Secrets provided by others", caFile: caFile, wantTLS: true},
+		{name: "a CA and its key: the runtime controller issues the Secrets", caFile: caFile, key: keyFile, wantTLS: true, wantIssuer: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o := NewControllersOptions()
+			o.RuntimedCAFile, o.RuntimedCAKeyFile = tc.caFile, tc.key
+			cfg, err := o.Config(nil, nil)
+			require.NoError(t, err)
+			if !tc.wantTLS {
+				assert.Nil(t, cfg.RuntimedTLS)
+				return
+			}
+			require.NotNil(t, cfg.RuntimedTLS)
+			assert.Equal(t, tc.wantIssuer, cfg.RuntimedTLS.Issuer != nil)
+		})
+	}
+
+	o := NewControllersOptions()
+	o.RuntimedCAFile, o.RuntimedCAKeyFile = caFile, filepath.Join(dir, "missing.key")
+	_, err = o.Config(nil, nil)
+	assert.ErrorContains(t, err, "read --runtimed-ca-key-file")
 }
