@@ -144,8 +144,8 @@ func checkDeployment(t *testing.T, rendered map[string][]*unstructured.Unstructu
 	var mounted string
 	volumes, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "volumes")
 	for _, v := range volumes {
-		if name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); name != "" {
-			mounted = name
+		if v := v.(map[string]any); v["name"] == "serving-cert" {
+			mounted, _, _ = unstructured.NestedString(v, "secret", "secretName")
 		}
 	}
 	assert.Equal(t, secret, mounted, "the apiserver serves the certificate the APIService trusts")
@@ -190,7 +190,8 @@ func secretName(secrets []*unstructured.Unstructured) string {
 }
 
 // writeServingCertificate writes what docs/deploy.md tells users to make:
-// a CA and a serving pair for the name the aggregator dials.
+// a CA and a serving pair for the name the aggregator dials, and the invoke
+// hop's CA with the apiserver's client pair.
 func writeServingCertificate(t *testing.T, dir string) {
 	t.Helper()
 	newKey := func() *ecdsa.PrivateKey {
@@ -216,10 +217,32 @@ func writeServingCertificate(t *testing.T, dir string) {
 	require.NoError(t, err)
 	keyDER, err := x509.MarshalECPrivateKey(servingKey)
 	require.NoError(t, err)
+	runtimedCAKey, clientKey := newKey(), newKey()
+	runtimedCATemplate := &x509.Certificate{
+		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "kruntimes-runtimed-ca"},
+		NotBefore: now, NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign,
+	}
+	runtimedCADER, err := x509.CreateCertificate(rand.Reader, runtimedCATemplate, runtimedCATemplate, &runtimedCAKey.PublicKey, runtimedCAKey)
+	require.NoError(t, err)
+	clientDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(4), Subject: pkix.Name{CommonName: "kruntimes-apiserver"},
+		NotBefore: now, NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, runtimedCATemplate, &clientKey.PublicKey, runtimedCAKey)
+	require.NoError(t, err)
+	runtimedCAKeyDER, err := x509.MarshalECPrivateKey(runtimedCAKey)
+	require.NoError(t, err)
+	clientKeyDER, err := x509.MarshalECPrivateKey(clientKey)
+	require.NoError(t, err)
 	for name, block := range map[string]*pem.Block{
-		"ca.crt":  {Type: "CERTIFICATE", Bytes: caDER},
-		"tls.crt": {Type: "CERTIFICATE", Bytes: servingDER},
-		"tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER},
+		"ca.crt":              {Type: "CERTIFICATE", Bytes: caDER},
+		"tls.crt":             {Type: "CERTIFICATE", Bytes: servingDER},
+		"tls.key":             {Type: "EC PRIVATE KEY", Bytes: keyDER},
+		"runtimed-ca.crt":     {Type: "CERTIFICATE", Bytes: runtimedCADER},
+		"runtimed-ca.key":     {Type: "EC PRIVATE KEY", Bytes: runtimedCAKeyDER},
+		"runtimed-client.crt": {Type: "CERTIFICATE", Bytes: clientDER},
+		"runtimed-client.key": {Type: "EC PRIVATE KEY", Bytes: clientKeyDER},
 	} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600))
 	}
