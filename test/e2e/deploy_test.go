@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"kruntimes.io/kruntimes/test/chart"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 	"kruntimes.io/kruntimes/test/localcluster"
 )
@@ -119,6 +120,71 @@ func TestDeployManifestsServerDryRun(t *testing.T) {
 		checkDeployment(t, rendered, servingSecret)
 		dryRun(t, "cert-manager")
 	})
+}
+
+// The Helm chart's renderings pass kube-apiserver's validation and
+// admission too, each ci/*-values.yaml scenario as an upgrade renders it
+// (kruntimes.io served, so with the built-in Runtimes, which
+// kruntimes-apiserver dry-runs). As for the overlays, the namespaced objects
+// (the local cluster's own kruntimes-system runs kruntimes) move into a fresh
+// namespace that enforces Pod Security restricted; the
+// cluster has neither cert-manager nor the Prometheus Operator, so their
+// objects are left out (test/chart checks that they fit together).
+func TestChartServerDryRun(t *testing.T) {
+	f := framework.Get(t)
+	f.RequireKruntimes(t)
+	if _, err := os.Stat(chart.HelmPath(f.RepoRoot)); err != nil {
+		if framework.Required() {
+			t.Fatalf("bin/helm is missing (make helm); %s=1 requires this test to run", framework.RequireEnv)
+		}
+		t.Skip("bin/helm is missing: run make helm")
+	}
+	files, err := chart.CIValuesFiles(f.RepoRoot)
+	require.NoError(t, err)
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			ctx := framework.Context(t, 3*time.Minute)
+			rendered, err := chart.Template(ctx, f.RepoRoot, "--values", file, "--api-versions", "kruntimes.io/v1alpha1/Runtime")
+			require.NoError(t, err)
+			ns := f.CreateNamespace(t, "chart-dry-run")
+			_, err = f.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
+				[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`), metav1.PatchOptions{})
+			require.NoError(t, err)
+			var builtIn strings.Builder
+			var runtimes []string
+			for kind, objs := range objectsByKind(t, rendered) {
+				for _, obj := range objs {
+					group, _, _ := strings.Cut(obj.GetAPIVersion(), "/")
+					if group == "cert-manager.io" || group == "monitoring.coreos.com" {
+						continue
+					}
+					if kind == "Runtime" {
+						runtimes = append(runtimes, obj.GetName())
+					}
+					// The chart names the namespace of every namespaced
+					// object, so this moves exactly those.
+					if obj.GetNamespace() != "" {
+						obj.SetNamespace(ns)
+					}
+					data, err := obj.MarshalJSON()
+					require.NoError(t, err)
+					builtIn.Write(data)
+					builtIn.WriteString("\n")
+				}
+			}
+			cmd := f.KubectlCommand(ctx, "apply", "--dry-run=server", "-f", "-")
+			cmd.Stdin = strings.NewReader(builtIn.String())
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Run(), "kubectl apply --dry-run=server:\n%s%s", stdout.String(), stderr.String())
+			assert.NotContains(t, stderr.String(), "would violate PodSecurity", "the apiserver Pod meets Pod Security restricted")
+			assert.Contains(t, stdout.String(), "deployment.apps/kruntimes-apiserver created (server dry run)")
+			assert.Contains(t, stdout.String(), "apiservice.apiregistration.k8s.io/"+localcluster.KruntimesAPIService+" configured (server dry run)")
+			for _, name := range runtimes {
+				assert.Contains(t, stdout.String(), "runtime.kruntimes.io/"+name+" created (server dry run)")
+			}
+		})
+	}
 }
 
 // checkDeployment checks what the server's dry run does not: the image is
