@@ -539,3 +539,52 @@ func pool(certs ...*x509.Certificate) *x509.CertPool {
 	}
 	return p
 }
+
+// TestNotes: what the install notes tell, rendered from a copy of the chart
+// with a template that prints them (helm template leaves NOTES.txt out).
+func TestNotes(t *testing.T) {
+	requireHelm(t)
+	root := t.TempDir()
+	require.NoError(t, os.CopyFS(filepath.Join(root, Dir), os.DirFS(filepath.Join(repoRoot, Dir))))
+	require.NoError(t, os.WriteFile(filepath.Join(root, Dir, "templates", "zz-notes-test.yaml"), []byte(
+		"apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: notes\ndata:\n  notes: {{ include \"kruntimes.notes\" . | quote }}\n"), 0o644))
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "bin"), 0o755))
+	helm, err := filepath.Abs(HelmPath(repoRoot))
+	require.NoError(t, err)
+	require.NoError(t, os.Symlink(helm, HelmPath(root)))
+	notes := func(t *testing.T, args ...string) string {
+		out, err := Template(testContext(t), root, append(args, "--show-only", "templates/zz-notes-test.yaml")...)
+		require.NoError(t, err)
+		objs, err := Decode(out)
+		require.NoError(t, err)
+		require.Len(t, objs, 1)
+		text, _, _ := unstructured.NestedString(objs[0].Object, "data", "notes")
+		return text
+	}
+	for _, tc := range []struct {
+		name          string
+		args          []string
+		want, notWant []string
+	}{
+		{"embedded storage: the PVC is kept on uninstall", nil,
+			[]string{"helm uninstall keeps it (helm.sh/resource-policy: keep)", "kubectl delete pvc kruntimes-data --namespace kruntimes-system"}, nil},
+		{"etcd3: no PVC", []string{"--set", "storage.backend=etcd3", "--set", "storage.etcd3.servers={https://etcd:2379}"},
+			nil, []string{"PersistentVolumeClaim"}},
+		{"built-in Runtimes before kruntimes.io is served", []string{"--set", "runtimes.bash.enabled=true"},
+			[]string{"The built-in Runtimes (runtimes.*) were left out", "--reuse-values"}, nil},
+		{"built-in Runtimes once kruntimes.io is served", []string{"--set", "runtimes.bash.enabled=true", "--api-versions", "kruntimes.io/v1alpha1/Runtime"},
+			nil, []string{"were left out"}},
+		{"invoke off", []string{"--set", "runtimedCA.type=none"}, []string{"runs/invoke answers 503"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			text := notes(t, tc.args...)
+			assert.Contains(t, text, "kubectl wait --for=condition=Available apiservice/v1alpha1.kruntimes.io")
+			for _, want := range tc.want {
+				assert.Contains(t, text, want)
+			}
+			for _, notWant := range tc.notWant {
+				assert.NotContains(t, text, notWant)
+			}
+		})
+	}
+}

@@ -72,3 +72,43 @@ wrong values file fails at helm template/install rather than in the cluster.
 {{- fail (printf "replicas must be at least 1, not %d: without a replica the APIService is unavailable and Runs cannot be read" (int .Values.replicas)) }}
 {{- end }}
 {{- end }}
+
+{{/*
+notes is NOTES.txt's text, a named template so that the tests render it
+(helm template does not render NOTES.txt).
+*/}}
+{{- define "kruntimes.notes" -}}
+kruntimes {{ .Chart.AppVersion }} is installed in {{ include "kruntimes.namespace" . }} (release {{ .Release.Name }}).
+
+The API kruntimes.io/v1alpha1 is served once the APIService is Available:
+
+  kubectl wait --for=condition=Available apiservice/v1alpha1.kruntimes.io --timeout=3m
+  kubectl get runtimes,runs -A
+
+Give people the roles kruntimes-edit, kruntimes-view and kruntimes-invoker
+with a RoleBinding in the namespaces where they work.
+{{- if eq (include "kruntimes.runtimedCAType" .) "none" }}
+
+runtimedCA.type=none: runs/invoke answers 503 and function Runs cannot be
+invoked; task Runs work.
+{{- end }}
+{{- if and (or .Values.runtimes.bash.enabled .Values.runtimes.python.enabled) (not (.Capabilities.APIVersions.Has "kruntimes.io/v1alpha1/Runtime")) }}
+
+The built-in Runtimes (runtimes.*) were left out: the cluster did not serve
+kruntimes.io/v1alpha1 yet. Once the APIService is Available, create them with
+
+  helm upgrade {{ .Release.Name }} <this chart> --namespace {{ .Release.Namespace }} --reuse-values
+{{- end }}
+{{- if eq .Values.storage.backend "embedded" }}
+
+Runs and Runtimes are stored on the PersistentVolumeClaim
+{{ include "kruntimes.namespace" . }}/{{ default "kruntimes-data" .Values.storage.embedded.existingClaim }}.
+{{- if and .Values.storage.embedded.keep (not .Values.storage.embedded.existingClaim) }} helm uninstall keeps it (helm.sh/resource-policy: keep),
+so a reinstall finds them again; delete it with
+
+  kubectl delete pvc kruntimes-data --namespace {{ include "kruntimes.namespace" . }}
+
+to remove them for good.
+{{- end }}
+{{- end }}
+{{- end }}
