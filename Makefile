@@ -55,7 +55,7 @@ testreport:
 	@$(GO) build -o $(BIN)/testreport ./hack/testreport
 
 ## helm: helm (Helm 3) from the hack/tools/helm module into bin/, for the
-## chart tests (test/chart; ~5 min the first time; cached).
+## chart tests (test/chart; ~3 min of CPU the first time; cached).
 helm:
 	hack/build-helm.sh
 
