@@ -1217,7 +1217,8 @@ type InvokeFunctionRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	RunUid         string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
 	RegistrationId string                 `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
-	// At most 128 bytes; generated when empty and always echoed.
+	// 1..128 bytes, always echoed; the apiserver mints it and runtimed
+	// passes it on.
 	InvocationId string `protobuf:"bytes,3,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
 	// At most 1 MiB.
 	Input []byte `protobuf:"bytes,4,opt,name=input,proto3" json:"input,omitempty"`

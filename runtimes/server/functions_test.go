@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -213,6 +214,29 @@ func TestRegisterFunctionSemantics(t *testing.T) {
 	}
 }
 
+func TestInvokeFunctionValidation(t *testing.T) {
+	h := newHarness(t, "python")
+	h.writeFile(t, "handlers.py", pythonHandlers)
+	ctx := testContext(t)
+	reg := h.registerReady(t, "validation", "handlers.noop")
+	tests := []struct {
+		name   string
+		mutate func(*runtimev1.InvokeFunctionRequest)
+	}{
+		{name: "empty invocation ID is rejected: the apiserver mints it, runtimed passes it on", mutate: func(r *runtimev1.InvokeFunctionRequest) { r.InvocationId = "" }},
+		{name: "input that is not JSON from a caller that names no content type is rejected", mutate: func(r *runtimev1.InvokeFunctionRequest) { r.Input = []byte(`{nope`) }},
+		{name: "negative timeout is rejected", mutate: func(r *runtimev1.InvokeFunctionRequest) { r.TimeoutMillis = -1 }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &runtimev1.InvokeFunctionRequest{RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(), InvocationId: "inv-1", Input: []byte(`{}`)}
+			tc.mutate(req)
+			_, err := h.functions.InvokeFunction(ctx, req)
+			requireCode(t, codes.InvalidArgument, err)
+		})
+	}
+}
+
 func TestRegisterFunctionValidation(t *testing.T) {
 	h := newHarness(t, "python")
 	ctx := testContext(t)
@@ -262,18 +286,19 @@ func runInvokeCases(t *testing.T, h *harness, tests []invokeCase) {
 			if input == "" {
 				input = `{}`
 			}
+			id := tc.id
+			if id == "" {
+				id = fmt.Sprintf("inv-%d", i)
+			}
 			resp, err := h.functions.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{
-				RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(), InvocationId: tc.id,
+				RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(), InvocationId: id,
 				Input: []byte(input), TimeoutMillis: tc.timeout.Milliseconds(),
 			})
 			requireCode(t, tc.wantCode, err)
 			if tc.wantCode != codes.OK {
 				return
 			}
-			assert.NotEmpty(t, resp.GetInvocationId())
-			if tc.id != "" {
-				assert.Equal(t, tc.id, resp.GetInvocationId(), "the invocation ID is always echoed")
-			}
+			assert.Equal(t, id, resp.GetInvocationId(), "the invocation ID is always echoed")
 			if tc.wantError != "" {
 				require.NotNil(t, resp.GetError(), "want function error %s", tc.wantError)
 				assert.Equal(t, tc.wantError, resp.GetError().GetType())
@@ -302,8 +327,7 @@ func commonInvokeCases(handler func(string) string) []invokeCase {
 			assert.Contains(t, string(resp.GetStderr()), "to stderr")
 			assert.Equal(t, "application/json", resp.GetContentType())
 		}},
-		{name: "empty invocation ID is generated", handler: handler("noop"), check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
-			assert.Len(t, resp.GetInvocationId(), 32)
+		{name: "a handler that returns nothing outputs null", handler: handler("noop"), check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
 			assert.JSONEq(t, "null", string(resp.GetOutput()))
 		}},
 		{name: "invocation ID of 128 bytes is accepted", handler: handler("noop"), id: strings.Repeat("i", 128)},

@@ -19,11 +19,8 @@ import (
 // InvokeFunction implements runtimev1.FunctionRuntimeServer.
 func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFunctionRequest) (*runtimev1.InvokeFunctionResponse, error) {
 	invocationID := req.GetInvocationId()
-	if len(invocationID) > language.MaxInvocationIDBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "invocation_id has %d bytes; at most %d are allowed", len(invocationID), language.MaxInvocationIDBytes)
-	}
-	if invocationID == "" {
-		invocationID = randomID("", generatedInvocationIDBytes)
+	if invocationID == "" || len(invocationID) > language.MaxInvocationIDBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "invocation_id has %d bytes; it must have 1..%d: pass the ID the apiserver minted", len(invocationID), language.MaxInvocationIDBytes)
 	}
 	if len(req.GetInput()) > language.MaxInputBytes {
 		return nil, status.Errorf(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), language.MaxInputBytes)
