@@ -161,12 +161,18 @@ def split_headed(frame):
 def invoke(fn, req, body, max_log):
     """Runs one invocation: returns the head of the answer and the output."""
     content_type = req.get("content_type") or "application/json"
-    is_json = content_type == "application/json"
-    if is_json:
-        # Invalid UTF-8 in a string becomes U+FFFD, as Go's JSON does.
-        event = json.loads(body.decode("utf-8", "replace")) if body else None
-    else:
-        event = body
+    try:
+        if content_type == "application/json":
+            # The one parse of the input on its way: the apiserver validated
+            # it and nothing between scanned it again. Invalid UTF-8 in a
+            # string becomes U+FFFD, as Go's JSON does.
+            event = json.loads(body.decode("utf-8", "replace")) if body else None
+        else:
+            event = body
+    except ValueError as e:
+        # Only a caller that mislabels its input gets here; the handler did
+        # not run.
+        return {"error": describe(e)}, b""
     deadline_ns = req.get("deadline_unix_nano") or 0
     ctx = Context(req.get("invocation_id", ""), req.get("run_uid", ""), deadline_ns / 1e9 if deadline_ns else None)
 

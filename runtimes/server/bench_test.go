@@ -37,9 +37,10 @@ func BenchmarkInvokeFunction(b *testing.B) {
 			h.writeFile(b, "handlers.py", pythonHandlers)
 			h.writeFile(b, "noop.sh", "exit 0\n")
 			reg := h.registerReady(b, "bench", bc.handler)
-			// As runtimed calls it: with the apiserver's invocation ID.
+			// As runtimed calls it: with the apiserver's invocation ID, and
+			// the content type under which the apiserver validated the input.
 			req := &runtimev1.InvokeFunctionRequest{RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(),
-				InvocationId: "bench", Input: []byte(bc.input)}
+				InvocationId: "bench", Input: []byte(bc.input), ContentType: "application/json"}
 			ctx := context.Background()
 			// Warm the connection and the worker so the first sample is not
 			// an outlier.
@@ -87,7 +88,7 @@ func BenchmarkInvokeFunctionConcurrent(b *testing.B) {
 	for i := range reqs {
 		reg := h.registerReady(b, fmt.Sprintf("bench-%d", i), "handlers.noop")
 		reqs[i] = &runtimev1.InvokeFunctionRequest{RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(),
-			InvocationId: fmt.Sprintf("bench-%d", i), Input: []byte(`{}`)}
+			InvocationId: fmt.Sprintf("bench-%d", i), Input: []byte(`{}`), ContentType: "application/json"}
 		if _, err := h.functions.InvokeFunction(b.Context(), reqs[i]); err != nil {
 			b.Fatal(err)
 		}

@@ -267,14 +267,17 @@ func TestRegisterFunctionValidation(t *testing.T) {
 }
 
 type invokeCase struct {
-	name      string
-	handler   string
-	input     string
-	id        string
-	timeout   time.Duration
-	wantCode  codes.Code
-	wantError string // FunctionError.type
-	check     func(t *testing.T, resp *runtimev1.InvokeFunctionResponse)
+	name    string
+	handler string
+	input   string
+	id      string
+	// contentType is what the caller says the input is; empty for a caller
+	// that does not say.
+	contentType string
+	timeout     time.Duration
+	wantCode    codes.Code
+	wantError   string // FunctionError.type
+	check       func(t *testing.T, resp *runtimev1.InvokeFunctionResponse)
 }
 
 func runInvokeCases(t *testing.T, h *harness, tests []invokeCase) {
@@ -292,7 +295,7 @@ func runInvokeCases(t *testing.T, h *harness, tests []invokeCase) {
 			}
 			resp, err := h.functions.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{
 				RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(), InvocationId: id,
-				Input: []byte(input), TimeoutMillis: tc.timeout.Milliseconds(),
+				Input: []byte(input), ContentType: tc.contentType, TimeoutMillis: tc.timeout.Milliseconds(),
 			})
 			requireCode(t, tc.wantCode, err)
 			if tc.wantCode != codes.OK {
@@ -371,6 +374,10 @@ func TestInvokeFunctionPython(t *testing.T) {
 		invokeCase{name: "worker that dies fails the invocation as a function error", handler: "handlers.die", wantError: "WorkerExited", check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
 			assert.Contains(t, resp.GetError().GetMessage(), "code 7")
 		}},
+		invokeCase{name: "input the caller labels application/json is not scanned again: a mislabelled one fails in the worker's parse, before the handler", handler: "handlers.echo",
+			input: `{nope`, contentType: "application/json", wantError: "JSONDecodeError", check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
+				assert.Empty(t, resp.GetStdout(), "the handler did not run")
+			}},
 	)
 	runInvokeCases(t, h, cases)
 }
@@ -388,6 +395,12 @@ func TestInvokeFunctionBash(t *testing.T) {
 			assert.Contains(t, resp.GetError().GetStack(), "something broke")
 		}},
 		invokeCase{name: "invalid outputs file is an OutputsInvalid function error", handler: "bad_outputs.sh", wantError: "OutputsInvalid"},
+		invokeCase{name: "input the caller labels application/json is not scanned again: it reaches the script as it is", handler: "echo.sh",
+			input: `{nope`, contentType: "application/json", check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
+				var out string
+				require.NoError(t, json.Unmarshal(resp.GetOutput(), &out), "stdout that is not JSON becomes a JSON string")
+				assert.Contains(t, out, `{"event":{nope,`)
+			}},
 	)
 	runInvokeCases(t, h, cases)
 

@@ -27,10 +27,14 @@ func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFuncti
 	}
 	contentType := req.GetContentType()
 	if contentType == "" {
+		// A caller that names no content type has not checked the input:
+		// it is JSON by default, and validated here. application/json named
+		// by the caller was validated by the apiserver and is not scanned
+		// again.
+		if !json.Valid(req.GetInput()) {
+			return nil, status.Error(codes.InvalidArgument, "input is not valid JSON; send a JSON document or another content_type")
+		}
 		contentType = language.ContentTypeJSON
-	}
-	if contentType == language.ContentTypeJSON && !json.Valid(req.GetInput()) {
-		return nil, status.Error(codes.InvalidArgument, "input is not valid JSON; send a JSON document or another content_type")
 	}
 	if req.GetTimeoutMillis() < 0 {
 		return nil, status.Error(codes.InvalidArgument, "timeout_millis must not be negative")
