@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/test/bench/cputime"
 )
@@ -40,7 +41,7 @@ func BenchmarkInvokeFunction(b *testing.B) {
 			// As runtimed calls it: with the apiserver's invocation ID, and
 			// the content type under which the apiserver validated the input.
 			req := &runtimev1.InvokeFunctionRequest{RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(),
-				InvocationId: "bench", Input: []byte(bc.input), ContentType: "application/json"}
+				InvocationId: "bench", Input: []byte(bc.input), ContentType: invocation.ContentTypeJSON}
 			ctx := context.Background()
 			// Warm the connection and the worker so the first sample is not
 			// an outlier.
@@ -88,7 +89,7 @@ func BenchmarkInvokeFunctionConcurrent(b *testing.B) {
 	for i := range reqs {
 		reg := h.registerReady(b, fmt.Sprintf("bench-%d", i), "handlers.noop")
 		reqs[i] = &runtimev1.InvokeFunctionRequest{RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(),
-			InvocationId: fmt.Sprintf("bench-%d", i), Input: []byte(`{}`), ContentType: "application/json"}
+			InvocationId: fmt.Sprintf("bench-%d", i), Input: []byte(`{}`), ContentType: invocation.ContentTypeJSON}
 		if _, err := h.functions.InvokeFunction(b.Context(), reqs[i]); err != nil {
 			b.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 )
 
@@ -375,7 +376,7 @@ func TestInvokeFunctionPython(t *testing.T) {
 			assert.Contains(t, resp.GetError().GetMessage(), "code 7")
 		}},
 		invokeCase{name: "input the caller labels application/json is not scanned again: a mislabelled one fails in the worker's parse, before the handler", handler: "handlers.echo",
-			input: `{nope`, contentType: "application/json", wantError: "JSONDecodeError", check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
+			input: `{nope`, contentType: invocation.ContentTypeJSON, wantError: "JSONDecodeError", check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
 				assert.Empty(t, resp.GetStdout(), "the handler did not run")
 			}},
 	)
@@ -396,7 +397,7 @@ func TestInvokeFunctionBash(t *testing.T) {
 		}},
 		invokeCase{name: "invalid outputs file is an OutputsInvalid function error", handler: "bad_outputs.sh", wantError: "OutputsInvalid"},
 		invokeCase{name: "input the caller labels application/json is not scanned again: it reaches the script as it is", handler: "echo.sh",
-			input: `{nope`, contentType: "application/json", check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
+			input: `{nope`, contentType: invocation.ContentTypeJSON, check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
 				var out string
 				require.NoError(t, json.Unmarshal(resp.GetOutput(), &out), "stdout that is not JSON becomes a JSON string")
 				assert.Contains(t, out, `{"event":{nope,`)

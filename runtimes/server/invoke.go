@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimes/language"
 	"kruntimes.io/kruntimes/runtimes/outputs"
@@ -19,11 +20,11 @@ import (
 // InvokeFunction implements runtimev1.FunctionRuntimeServer.
 func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFunctionRequest) (*runtimev1.InvokeFunctionResponse, error) {
 	invocationID := req.GetInvocationId()
-	if invocationID == "" || len(invocationID) > language.MaxInvocationIDBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "invocation_id has %d bytes; it must have 1..%d: pass the ID the apiserver minted", len(invocationID), language.MaxInvocationIDBytes)
+	if invocationID == "" || len(invocationID) > invocation.MaxIDBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "invocation_id has %d bytes; it must have 1..%d: pass the ID the apiserver minted", len(invocationID), invocation.MaxIDBytes)
 	}
-	if len(req.GetInput()) > language.MaxInputBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), language.MaxInputBytes)
+	if len(req.GetInput()) > invocation.MaxInputBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), invocation.MaxInputBytes)
 	}
 	contentType := req.GetContentType()
 	if contentType == "" {
@@ -34,7 +35,7 @@ func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFuncti
 		if !json.Valid(req.GetInput()) {
 			return nil, status.Error(codes.InvalidArgument, "input is not valid JSON; send a JSON document or another content_type")
 		}
-		contentType = language.ContentTypeJSON
+		contentType = invocation.ContentTypeJSON
 	}
 	if req.GetTimeoutMillis() < 0 {
 		return nil, status.Error(codes.InvalidArgument, "timeout_millis must not be negative")
@@ -140,8 +141,8 @@ func boundResult(invocationID, contentType string, duration time.Duration, res *
 		resp.ContentType = contentType
 	}
 	ferr := res.Error
-	if ferr == nil && len(resp.Output) > language.MaxOutputBytes {
-		ferr = &language.FunctionError{Type: "OutputTooLarge", Message: fmt.Sprintf("the handler returned %d bytes; at most %d are allowed", len(resp.Output), language.MaxOutputBytes)}
+	if ferr == nil && len(resp.Output) > invocation.MaxOutputBytes {
+		ferr = &language.FunctionError{Type: "OutputTooLarge", Message: fmt.Sprintf("the handler returned %d bytes; at most %d are allowed", len(resp.Output), invocation.MaxOutputBytes)}
 	}
 	if ferr == nil {
 		if err := outputs.Validate(resp.Outputs); err != nil {
@@ -152,7 +153,7 @@ func boundResult(invocationID, contentType string, duration time.Duration, res *
 		resp.Output = nil
 		resp.Outputs = nil
 		resp.Error = &runtimev1.FunctionError{
-			Type:    language.Truncate(ferr.Type, maxIDBytes, false),
+			Type:    language.Truncate(ferr.Type, invocation.MaxIDBytes, false),
 			Message: language.Truncate(ferr.Message, language.MaxErrorMessageBytes, false),
 			Stack:   language.Truncate(ferr.Stack, language.MaxErrorStackBytes, true),
 		}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimes/language"
 )
@@ -109,8 +110,8 @@ func (r *registration) status() *runtimev1.RegistrationStatus {
 }
 
 func validateRunUID(uid string) error {
-	if uid == "" || len(uid) > maxIDBytes {
-		return status.Errorf(codes.InvalidArgument, "run_uid must be 1..%d bytes: pass the Run's metadata.uid", maxIDBytes)
+	if uid == "" || len(uid) > invocation.MaxIDBytes {
+		return status.Errorf(codes.InvalidArgument, "run_uid must be 1..%d bytes: pass the Run's metadata.uid", invocation.MaxIDBytes)
 	}
 	return nil
 }
