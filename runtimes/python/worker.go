@@ -286,29 +286,42 @@ type invokeRequest struct {
 	DeadlineUnixNano int64  `json:"deadline_unix_nano,omitempty"`
 }
 
-// decodeAnswer reads the head of an answer straight into the Result its
-// fields belong to, and slices stdout, stderr and the output out of the
-// body, which the frame's buffer holds for the Result alone: nothing is
-// copied on the way. The worker leaves out what is empty.
+// answer is a Result together with the head that decodes into it, so that
+// both take one allocation.
+type answer struct {
+	result language.Result
+	head   answerHead
+}
+
+// answerHead is the head of an answer: its fields point into the Result
+// they belong to, and the lengths of the logs say how the body splits.
+type answerHead struct {
+	ContentType     *string                  `json:"content_type"`
+	Outputs         *map[string]string       `json:"outputs"`
+	StdoutBytes     int                      `json:"stdout_bytes"`
+	StderrBytes     int                      `json:"stderr_bytes"`
+	StdoutTruncated *bool                    `json:"stdout_truncated"`
+	StderrTruncated *bool                    `json:"stderr_truncated"`
+	Error           **language.FunctionError `json:"error"`
+}
+
+// decodeAnswer reads the head of an answer straight into the Result, and
+// slices stdout, stderr and the output out of the body, which the frame's
+// buffer holds for the Result alone: nothing is copied on the way. The
+// worker leaves out what is empty.
 func decodeAnswer(frame []byte) (*language.Result, error) {
 	head, body, err := splitHeaded(frame)
 	if err != nil {
 		return nil, err
 	}
-	res := &language.Result{}
-	var stdoutBytes, stderrBytes int
-	wire := struct {
-		ContentType     *string                  `json:"content_type"`
-		Outputs         *map[string]string       `json:"outputs"`
-		StdoutBytes     *int                     `json:"stdout_bytes"`
-		StderrBytes     *int                     `json:"stderr_bytes"`
-		StdoutTruncated *bool                    `json:"stdout_truncated"`
-		StderrTruncated *bool                    `json:"stderr_truncated"`
-		Error           **language.FunctionError `json:"error"`
-	}{&res.ContentType, &res.Outputs, &stdoutBytes, &stderrBytes, &res.StdoutTruncated, &res.StderrTruncated, &res.Error}
-	if err := json.Unmarshal(head, &wire); err != nil {
+	a := &answer{}
+	res := &a.result
+	a.head = answerHead{ContentType: &res.ContentType, Outputs: &res.Outputs, StdoutTruncated: &res.StdoutTruncated,
+		StderrTruncated: &res.StderrTruncated, Error: &res.Error}
+	if err := json.Unmarshal(head, &a.head); err != nil {
 		return nil, err
 	}
+	stdoutBytes, stderrBytes := a.head.StdoutBytes, a.head.StderrBytes
 	if stdoutBytes < 0 || stderrBytes < 0 || stdoutBytes > len(body) || stderrBytes > len(body)-stdoutBytes {
 		return nil, fmt.Errorf("the head names %d bytes of stdout and %d of stderr, and the body has %d", stdoutBytes, stderrBytes, len(body))
 	}
