@@ -29,7 +29,7 @@ IMAGES_FLAGS = $(if $(VERSION),--version=$(VERSION)) $(if $(REGISTRY),--push=$(R
 PYTHON_BASE_SUITE ?= bookworm
 PYTHON_BASE := _output/images/bases/python-$(PYTHON_BASE_SUITE).tar
 
-.PHONY: all build test unit e2e bench-once testreport images images-tool image-python verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube
+.PHONY: all build test unit e2e bench-once testreport images images-tool image-python verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube helm chart-readme verify-chart-readme
 
 all: build
 
@@ -42,7 +42,7 @@ build:
 ## run every benchmark once. Fails on a test that skips without an entry in
 ## hack/allowed-skips.txt, and on a data race or crash in any cluster component.
 ## Builds the images first (make images), which hack/images' tests check.
-test: verify kube-binaries testreport images
+test: verify kube-binaries helm testreport images
 	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) ./... 2>&1 | $(TESTREPORT)
 	@$(MAKE) --no-print-directory bench-once
 
@@ -99,13 +99,19 @@ $(PYTHON_BASE):
 		$(PYTHON_BASE_SUITE) $@.tmp </dev/null
 	mv $@.tmp $@
 
+## helm: helm (Helm 3) from the hack/tools/helm module into bin/, for the
+## chart tests (test/chart; ~3 min of CPU the first time; cached).
+helm:
+	hack/build-helm.sh
+
 ## kube-binaries: kube-apiserver, kube-controller-manager, kubectl and etcd
 ## from the Kubernetes v1.37.2 modules into bin/ (~15 min the first time; cached).
 kube-binaries:
 	hack/build-kube.sh
 
-## verify: gofmt, go vet, and generated code (API codegen, protobuf) up to date.
-verify: fmt vet verify-codegen verify-proto
+## verify: gofmt, go vet, and generated code (API codegen, protobuf, the
+## chart README's values table) up to date.
+verify: fmt vet verify-codegen verify-proto verify-chart-readme
 
 fmt:
 	@out="$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go'))"; \
@@ -115,10 +121,18 @@ vet:
 	$(GO) vet -tags $(GO_TAGS) ./...
 	$(GO) vet -tags etcdcompare,$(GO_TAGS) ./registry/storage/embedded
 
-## generate: regenerate API and protobuf code.
-generate:
+## generate: regenerate API and protobuf code, and the chart README's values table.
+generate: chart-readme
 	hack/update-codegen.sh
 	hack/update-proto.sh
+
+## chart-readme: the values table of charts/kruntimes/README.md, from the
+## comments of its values.yaml.
+chart-readme:
+	$(GO) run ./hack/chartreadme charts/kruntimes
+
+verify-chart-readme:
+	$(GO) run ./hack/chartreadme --verify charts/kruntimes
 
 verify-codegen:
 	hack/verify-codegen.sh

@@ -9,8 +9,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"kruntimes.io/kruntimes/apis/invocation"
+	"kruntimes.io/kruntimes/proto/pki"
 	"kruntimes.io/kruntimes/registry/run/invoke"
-	runtimedinvoke "kruntimes.io/kruntimes/runtimed/invoke"
 )
 
 // InvokeOptions configure runs/invoke: how this server dials the runtimed
@@ -27,13 +28,13 @@ type InvokeOptions struct {
 
 // NewInvokeOptions returns the defaults: invoke off until the files are set.
 func NewInvokeOptions() *InvokeOptions {
-	return &InvokeOptions{MaxTimeout: invoke.DefaultMaxTimeout}
+	return &InvokeOptions{MaxTimeout: invocation.DefaultMaxTimeout}
 }
 
 // AddFlags registers the invoke flags.
 func (o *InvokeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClientCertFile, "runtimed-client-cert-file", o.ClientCertFile,
-		"Client certificate (CommonName "+runtimedinvoke.ClientCommonName+", signed by --runtimed-ca-file) this server presents to runtimed to invoke functions; reloaded when it changes. Without it runs/invoke answers 503.")
+		"Client certificate (CommonName "+invocation.ClientCommonName+", signed by --runtimed-ca-file) this server presents to runtimed to invoke functions; reloaded when it changes. Without it runs/invoke answers 503.")
 	fs.StringVar(&o.ClientKeyFile, "runtimed-client-key-file", o.ClientKeyFile, "Key of --runtimed-client-cert-file.")
 	fs.StringVar(&o.CAFile, "runtimed-ca-file", o.CAFile,
 		"The kruntimes CA bundle runtimed serving certificates are verified against; reloaded when it changes.")
@@ -44,7 +45,7 @@ func (o *InvokeOptions) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the flags.
 func (o *InvokeOptions) Validate() []error {
 	var errs []error
-	if set := countSet(o.ClientCertFile, o.ClientKeyFile, o.CAFile); set != 0 && set != 3 {
+	if noCert := o.ClientCertFile == ""; noCert != (o.ClientKeyFile == "") || noCert != (o.CAFile == "") {
 		errs = append(errs, fmt.Errorf("--runtimed-client-cert-file, --runtimed-client-key-file and --runtimed-ca-file go together: set all three, or none to turn runs/invoke off"))
 	}
 	if o.MaxTimeout <= 0 || o.MaxTimeout > time.Hour {
@@ -65,21 +66,11 @@ func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config) (invok
 		cfg.Kube = kube
 	}
 	if o.ClientCertFile != "" {
-		clientTLS, err := runtimedinvoke.ClientTLS(ctx, o.ClientCertFile, o.ClientKeyFile, o.CAFile)
+		clientTLS, err := pki.ClientTLS(ctx, o.ClientCertFile, o.ClientKeyFile, o.CAFile)
 		if err != nil {
 			return cfg, err
 		}
 		cfg.ClientTLS = clientTLS
 	}
 	return cfg, nil
-}
-
-func countSet(values ...string) int {
-	n := 0
-	for _, v := range values {
-		if v != "" {
-			n++
-		}
-	}
-	return n
 }

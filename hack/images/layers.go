@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -143,7 +144,7 @@ func binaryEntries(dir string, binaries []string) []layerEntry {
 	for i, name := range binaries {
 		entries[i] = layerEntry{
 			Header: tar.Header{Typeflag: tar.TypeReg, Name: path.Join(strings.TrimPrefix(binDir, "/"), name), Mode: 0o755},
-			Source: path.Join(dir, name),
+			Source: filepath.Join(dir, name),
 		}
 	}
 	return entries

@@ -1,6 +1,7 @@
 package bash
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"strings"
 	"sync"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/runtimes/language"
 	"kruntimes.io/kruntimes/runtimes/outputs"
 	"kruntimes.io/kruntimes/runtimes/process"
@@ -117,7 +119,7 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 		language.EnvDeadlineUnixNano+"="+strconv.FormatInt(deadline, 10),
 	)
 	// One byte past the limit tells "exactly 1 MiB" from "too much".
-	stdout := process.NewHeadCapture(language.MaxOutputBytes + 1)
+	stdout := process.NewHeadCapture(invocation.MaxOutputBytes + 1)
 	stderr := process.NewTailCapture(language.MaxInvocationLogBytes)
 	group, err := process.Start(process.Spec{
 		Argv:   []string{f.interpreter, f.script},
@@ -159,7 +161,7 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 	}
 
 	res := &language.Result{
-		ContentType:     language.ContentTypeJSON,
+		ContentType:     invocation.ContentTypeJSON,
 		Stderr:          stderr.Bytes(),
 		StderrTruncated: stderr.Truncated(),
 	}
@@ -167,12 +169,12 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 		res.Error = &language.FunctionError{
 			Type:    "NonZeroExit",
 			Message: fmt.Sprintf("handler %s exited with code %d", f.spec.Handler, code),
-			Stack:   language.Truncate(string(res.Stderr), language.MaxErrorStackBytes, true),
+			Stack:   string(language.Truncate(res.Stderr, language.MaxErrorStackBytes, true)),
 		}
 		return res, nil
 	}
 	if stdout.Truncated() {
-		res.Error = &language.FunctionError{Type: "OutputTooLarge", Message: fmt.Sprintf("handler wrote more than %d bytes to stdout", language.MaxOutputBytes)}
+		res.Error = &language.FunctionError{Type: "OutputTooLarge", Message: fmt.Sprintf("handler wrote more than %d bytes to stdout", invocation.MaxOutputBytes)}
 		return res, nil
 	}
 	res.Output = jsonOutput(stdout.Bytes())
@@ -189,14 +191,14 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 // string otherwise, so scripts may print either. A trailing newline does not
 // make JSON invalid, and empty stdout is null.
 func jsonOutput(stdout []byte) []byte {
-	trimmed := strings.TrimSpace(string(stdout))
-	if trimmed == "" {
+	trimmed := bytes.TrimSpace(stdout)
+	if len(trimmed) == 0 {
 		return []byte("null")
 	}
-	if json.Valid([]byte(trimmed)) {
-		return []byte(trimmed)
+	if json.Valid(trimmed) {
+		return trimmed
 	}
-	b, _ := json.Marshal(strings.TrimSuffix(string(stdout), "\n"))
+	b, _ := json.Marshal(string(bytes.TrimSuffix(stdout, []byte("\n"))))
 	return b
 }
 

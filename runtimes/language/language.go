@@ -5,19 +5,13 @@ import (
 	"time"
 )
 
-// Bounds of one invocation, from the invoke contract.
+// Bounds of what one invocation returns besides its output (whose bound,
+// with the input's, is in the invoke contract, package invocation).
 const (
-	MaxInvocationIDBytes  = 128
-	MaxInputBytes         = 1 << 20
-	MaxOutputBytes        = 1 << 20
 	MaxInvocationLogBytes = 64 << 10
 	MaxErrorMessageBytes  = 4 << 10
 	MaxErrorStackBytes    = 8 << 10
 )
-
-// ContentTypeJSON is the default, and for the HTTP invoke API the only,
-// content type of inputs and outputs.
-const ContentTypeJSON = "application/json"
 
 // Environment variables every task and invocation sees.
 const (
@@ -103,7 +97,8 @@ type FunctionError struct {
 
 // Truncate bounds s to at most n bytes without splitting a UTF-8 sequence,
 // keeping the end when keepTail is set (where tracebacks put the cause).
-func Truncate(s string, n int, keepTail bool) string {
+// It slices s rather than copying it, so logs bound as bytes stay bytes.
+func Truncate[T ~string | ~[]byte](s T, n int, keepTail bool) T {
 	if len(s) <= n {
 		return s
 	}

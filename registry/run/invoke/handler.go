@@ -25,17 +25,10 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
-	runtimedinvoke "kruntimes.io/kruntimes/runtimed/invoke"
-)
-
-// Headers of the invoke protocol.
-const (
-	HeaderInvocationID  = "X-Kruntime-Invocation-ID"
-	HeaderRunUID        = "X-Kruntime-Run-UID"
-	HeaderFunctionError = "X-Kruntime-Function-Error"
 )
 
 // deadlineMargin is kept between the invocation's deadline and the
@@ -71,14 +64,14 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 // serve answers the invocation and returns the HTTP status it answered.
 func (h *handler) serve(w http.ResponseWriter, req *http.Request) int {
 	ctx := req.Context()
-	invocationID := req.Header.Get(HeaderInvocationID)
-	if len(invocationID) > runtimedinvoke.MaxInvocationIDBytes {
-		return h.fail(w, apierrors.NewBadRequest(fmt.Sprintf("%s has %d bytes; at most %d are allowed", HeaderInvocationID, len(invocationID), runtimedinvoke.MaxInvocationIDBytes)))
+	invocationID := req.Header.Get(invocation.HeaderID)
+	if len(invocationID) > invocation.MaxIDBytes {
+		return h.fail(w, apierrors.NewBadRequest(fmt.Sprintf("%s has %d bytes; at most %d are allowed", invocation.HeaderID, len(invocationID), invocation.MaxIDBytes)))
 	}
 	if invocationID == "" {
 		invocationID = newInvocationID()
 	}
-	w.Header().Set(HeaderInvocationID, invocationID)
+	w.Header().Set(invocation.HeaderID, invocationID)
 
 	if h.rest.cache == nil {
 		return h.fail(w, unavailable(h.rest.off))
@@ -87,9 +80,9 @@ func (h *handler) serve(w http.ResponseWriter, req *http.Request) int {
 		return h.fail(w, err)
 	}
 	uid := h.uid
-	if header := types.UID(req.Header.Get(HeaderRunUID)); header != "" {
+	if header := types.UID(req.Header.Get(invocation.HeaderRunUID)); header != "" {
 		if uid != "" && uid != header {
-			return h.fail(w, apierrors.NewBadRequest(fmt.Sprintf("?uid=%s and %s: %s name different Runs", uid, HeaderRunUID, header)))
+			return h.fail(w, apierrors.NewBadRequest(fmt.Sprintf("?uid=%s and %s: %s name different Runs", uid, invocation.HeaderRunUID, header)))
 		}
 		uid = header
 	}
@@ -188,8 +181,8 @@ func checkContentType(contentType string) error {
 // readInput reads the JSON body, at most MaxInputBytes of it: a larger body
 // is refused without reading the rest.
 func readInput(w http.ResponseWriter, req *http.Request) ([]byte, error) {
-	tooLarge := apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the input of a function is at most %d bytes", runtimedinvoke.MaxInputBytes))
-	if req.ContentLength > runtimedinvoke.MaxInputBytes {
+	tooLarge := apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the input of a function is at most %d bytes", invocation.MaxInputBytes))
+	if req.ContentLength > invocation.MaxInputBytes {
 		return nil, tooLarge
 	}
 	size := 512
@@ -197,7 +190,7 @@ func readInput(w http.ResponseWriter, req *http.Request) ([]byte, error) {
 		size = int(req.ContentLength)
 	}
 	buf := make([]byte, 0, size)
-	body := http.MaxBytesReader(w, req.Body, runtimedinvoke.MaxInputBytes)
+	body := http.MaxBytesReader(w, req.Body, invocation.MaxInputBytes)
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
@@ -288,7 +281,7 @@ func writeResult(w http.ResponseWriter, resp *runtimedv1.InvokeResponse) int {
 	}
 	if e := resp.GetError(); e != nil {
 		result.Error = &v1alpha1.InvokeError{Type: e.GetType(), Message: e.GetMessage()}
-		w.Header().Set(HeaderFunctionError, e.GetType())
+		w.Header().Set(invocation.HeaderFunctionError, e.GetType())
 	}
 	body, err := json.Marshal(&result)
 	if err != nil {

@@ -14,12 +14,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes"
 )
-
-// DefaultMaxTimeout bounds one invocation whatever the request asks: below
-// kube-apiserver's 60 s request timeout for aggregated APIs.
-const DefaultMaxTimeout = 55 * time.Second
 
 // Config wires the invoke subresource.
 type Config struct {
@@ -30,7 +27,7 @@ type Config struct {
 	Kube kubernetes.Interface
 	// ClientTLS dials runtimed (invoke.ClientTLS); nil turns invoke off.
 	ClientTLS *tls.Config
-	// MaxTimeout bounds every invocation; DefaultMaxTimeout when zero.
+	// MaxTimeout bounds every invocation; invocation.DefaultMaxTimeout when zero.
 	MaxTimeout time.Duration
 }
 
@@ -53,7 +50,7 @@ func NewREST(cfg Config) *REST {
 	registerMetrics()
 	r := &REST{maxTimeout: cfg.MaxTimeout}
 	if r.maxTimeout <= 0 {
-		r.maxTimeout = DefaultMaxTimeout
+		r.maxTimeout = invocation.DefaultMaxTimeout
 	}
 	switch {
 	case cfg.Kube == nil:
