@@ -77,7 +77,7 @@ func TestPythonImage(t *testing.T) {
 			return st.State == runtimev1.FunctionState_FUNCTION_STATE_READY, nil
 		})
 		require.NoError(t, err)
-		resp, err := functions.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{RunUid: "run-1", RegistrationId: reg.RegistrationId, Input: []byte(`{"x": 21}`)})
+		resp, err := functions.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{RunUid: "run-1", RegistrationId: reg.RegistrationId, InvocationId: "invocation-1", Input: []byte(`{"x": 21}`)})
 		require.NoError(t, err)
 		require.Nil(t, resp.Error, "the handler ran: %v", resp.Error)
 		assert.JSONEq(t, `{"doubled": 42}`, string(resp.Output))
