@@ -9,7 +9,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	"kruntimes.io/kruntimes/registry/run/invoke"
+	"kruntimes.io/kruntimes/apiserver"
+	runregistry "kruntimes.io/kruntimes/registry/run"
 	runtimedinvoke "kruntimes.io/kruntimes/runtimed/invoke"
 )
 
@@ -27,7 +28,7 @@ type InvokeOptions struct {
 
 // NewInvokeOptions returns the defaults: invoke off until the files are set.
 func NewInvokeOptions() *InvokeOptions {
-	return &InvokeOptions{MaxTimeout: invoke.DefaultMaxTimeout}
+	return &InvokeOptions{MaxTimeout: runregistry.DefaultInvokeMaxTimeout}
 }
 
 // AddFlags registers the invoke flags.
@@ -55,21 +56,21 @@ func (o *InvokeOptions) Validate() []error {
 
 // Config builds the invoke configuration; the certificates are reloaded
 // until ctx ends. coreAPI is nil without a cluster.
-func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config) (invoke.Config, error) {
-	cfg := invoke.Config{MaxTimeout: o.MaxTimeout}
+func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config) (apiserver.InvokeConfig, error) {
+	cfg := apiserver.InvokeConfig{MaxTimeout: o.MaxTimeout}
 	if coreAPI != nil {
 		kube, err := kubernetes.NewForConfig(coreAPI)
 		if err != nil {
 			return cfg, err
 		}
-		cfg.Kube = kube
+		cfg.Router.Kube = kube
 	}
 	if o.ClientCertFile != "" {
 		clientTLS, err := runtimedinvoke.ClientTLS(ctx, o.ClientCertFile, o.ClientKeyFile, o.CAFile)
 		if err != nil {
 			return cfg, err
 		}
-		cfg.ClientTLS = clientTLS
+		cfg.Router.ClientTLS = clientTLS
 	}
 	return cfg, nil
 }
