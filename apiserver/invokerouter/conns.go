@@ -12,10 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	"kruntimes.io/kruntimes/proto/transport"
-	"kruntimes.io/kruntimes/runtimed/invoke"
 )
 
 // runtimedConns keeps one gRPC connection per runtimed, so an invocation
@@ -40,7 +40,7 @@ func newRuntimedConns(clientTLS *tls.Config) *runtimedConns {
 // client returns the client of the runtimed at ip serving the Runtime
 // runtime of namespace.
 func (d *runtimedConns) client(ip, namespace, runtime string) (runtimedv1.RuntimedClient, error) {
-	key := connKey{ip: ip, serverName: invoke.ServerName(namespace, runtime)}
+	key := connKey{ip: ip, serverName: invocation.ServerName(namespace, runtime)}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if conn, ok := d.conns[key]; ok {

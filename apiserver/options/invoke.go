@@ -9,9 +9,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apiserver"
-	runregistry "kruntimes.io/kruntimes/registry/run"
-	runtimedinvoke "kruntimes.io/kruntimes/runtimed/invoke"
+	"kruntimes.io/kruntimes/proto/pki"
 )
 
 // InvokeOptions configure runs/invoke: how this server dials the runtimed
@@ -28,13 +28,13 @@ type InvokeOptions struct {
 
 // NewInvokeOptions returns the defaults: invoke off until the files are set.
 func NewInvokeOptions() *InvokeOptions {
-	return &InvokeOptions{MaxTimeout: runregistry.DefaultInvokeMaxTimeout}
+	return &InvokeOptions{MaxTimeout: invocation.DefaultMaxTimeout}
 }
 
 // AddFlags registers the invoke flags.
 func (o *InvokeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.ClientCertFile, "runtimed-client-cert-file", o.ClientCertFile,
-		"Client certificate (CommonName "+runtimedinvoke.ClientCommonName+", signed by --runtimed-ca-file) this server presents to runtimed to invoke functions; reloaded when it changes. Without it runs/invoke answers 503.")
+		"Client certificate (CommonName "+invocation.ClientCommonName+", signed by --runtimed-ca-file) this server presents to runtimed to invoke functions; reloaded when it changes. Without it runs/invoke answers 503.")
 	fs.StringVar(&o.ClientKeyFile, "runtimed-client-key-file", o.ClientKeyFile, "Key of --runtimed-client-cert-file.")
 	fs.StringVar(&o.CAFile, "runtimed-ca-file", o.CAFile,
 		"The kruntimes CA bundle runtimed serving certificates are verified against; reloaded when it changes.")
@@ -66,7 +66,7 @@ func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config) (apise
 		cfg.Router.Kube = kube
 	}
 	if o.ClientCertFile != "" {
-		clientTLS, err := runtimedinvoke.ClientTLS(ctx, o.ClientCertFile, o.ClientKeyFile, o.CAFile)
+		clientTLS, err := pki.ClientTLS(ctx, o.ClientCertFile, o.ClientKeyFile, o.CAFile)
 		if err != nil {
 			return cfg, err
 		}

@@ -32,7 +32,7 @@ import (
 	"kruntimes.io/kruntimes/controllers/recovery"
 	runtimecontroller "kruntimes.io/kruntimes/controllers/runtime"
 	"kruntimes.io/kruntimes/controllers/scheduler"
-	"kruntimes.io/kruntimes/runtimed/invoke"
+	"kruntimes.io/kruntimes/proto/pki"
 )
 
 // Defaults of the leader election: the Lease every replica competes for,
@@ -368,7 +368,7 @@ func LoadRuntimedTLS(caFile, caKeyFile string) (*runtimecontroller.RuntimedTLS, 
 	if err != nil {
 		return nil, fmt.Errorf("read --runtimed-ca-key-file: %w", err)
 	}
-	ca, err := invoke.LoadCA(certPEM, keyPEM)
+	ca, err := pki.LoadCA(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("the kruntimes CA in %s and %s: %w", caFile, caKeyFile, err)
 	}

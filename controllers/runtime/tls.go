@@ -12,9 +12,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/runtimepod"
-	"kruntimes.io/kruntimes/runtimed/invoke"
+	"kruntimes.io/kruntimes/proto/pki"
 )
 
 // RuntimedTLS is how the Pods of a Runtime get the invoke hop's TLS: a
@@ -23,7 +24,7 @@ type RuntimedTLS struct {
 	// Issuer, when set, makes this controller issue and renew each
 	// Runtime's Secret from the kruntimes CA. Without it the Secrets are
 	// someone else's to provide (cert-manager, an operator).
-	Issuer *invoke.CA
+	Issuer *pki.CA
 }
 
 // Validity of a runtimed serving certificate, and when it is renewed.
@@ -116,5 +117,5 @@ func (c *Controller) needsReissue(rt *v1alpha1.Runtime, s *corev1.Secret) bool {
 	if err != nil || cert.CheckSignatureFrom(c.runtimedTLS.Issuer.Cert) != nil {
 		return true
 	}
-	return !slices.Contains(cert.DNSNames, invoke.ServerName(rt.Namespace, rt.Name)) || c.clock.Now().Add(renewBefore).After(cert.NotAfter)
+	return !slices.Contains(cert.DNSNames, invocation.ServerName(rt.Namespace, rt.Name)) || c.clock.Now().Add(renewBefore).After(cert.NotAfter)
 }

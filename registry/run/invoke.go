@@ -10,13 +10,10 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 )
-
-// DefaultInvokeMaxTimeout bounds one invocation whatever the request asks:
-// below kube-apiserver's 60 s request timeout for aggregated APIs.
-const DefaultInvokeMaxTimeout = 55 * time.Second
 
 // Router finds the runtimed that owns a function Run, as a
 // ConnectionInfoGetter finds a Pod's kubelet for pods/exec. It answers from
@@ -56,11 +53,11 @@ var (
 )
 
 // newInvokeREST serves runs/invoke over router; maxTimeout is
-// DefaultInvokeMaxTimeout when zero.
+// invocation.DefaultMaxTimeout when zero.
 func newInvokeREST(router Router, maxTimeout time.Duration) *InvokeREST {
 	registerInvokeMetrics()
 	if maxTimeout <= 0 {
-		maxTimeout = DefaultInvokeMaxTimeout
+		maxTimeout = invocation.DefaultMaxTimeout
 	}
 	return &InvokeREST{router: router, maxTimeout: maxTimeout}
 }

@@ -24,16 +24,9 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
-	runtimedinvoke "kruntimes.io/kruntimes/runtimed/invoke"
-)
-
-// Headers of the invoke protocol.
-const (
-	HeaderInvocationID  = "X-Kruntime-Invocation-ID"
-	HeaderRunUID        = "X-Kruntime-Run-UID"
-	HeaderFunctionError = "X-Kruntime-Function-Error"
 )
 
 // deadlineMargin is kept between the invocation's deadline and the
@@ -75,22 +68,22 @@ func (h *invokeHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 	ctx := req.Context()
 	// Minted here and nowhere else: every hop after this one is handed it.
-	invocationID := req.Header.Get(HeaderInvocationID)
-	if len(invocationID) > runtimedinvoke.MaxInvocationIDBytes {
-		return h.fail(apierrors.NewBadRequest(fmt.Sprintf("%s has %d bytes; at most %d are allowed", HeaderInvocationID, len(invocationID), runtimedinvoke.MaxInvocationIDBytes)))
+	invocationID := req.Header.Get(invocation.HeaderID)
+	if len(invocationID) > invocation.MaxIDBytes {
+		return h.fail(apierrors.NewBadRequest(fmt.Sprintf("%s has %d bytes; at most %d are allowed", invocation.HeaderID, len(invocationID), invocation.MaxIDBytes)))
 	}
 	if invocationID == "" {
 		invocationID = newInvocationID()
 	}
-	w.Header().Set(HeaderInvocationID, invocationID)
+	w.Header().Set(invocation.HeaderID, invocationID)
 
 	if err := checkContentType(req.Header.Get("Content-Type")); err != nil {
 		return h.fail(err)
 	}
 	uid := h.uid
-	if header := types.UID(req.Header.Get(HeaderRunUID)); header != "" {
+	if header := types.UID(req.Header.Get(invocation.HeaderRunUID)); header != "" {
 		if uid != "" && uid != header {
-			return h.fail(apierrors.NewBadRequest(fmt.Sprintf("?uid=%s and %s: %s name different Runs", uid, HeaderRunUID, header)))
+			return h.fail(apierrors.NewBadRequest(fmt.Sprintf("?uid=%s and %s: %s name different Runs", uid, invocation.HeaderRunUID, header)))
 		}
 		uid = header
 	}
@@ -129,7 +122,7 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 		return h.fail(rpcStatus(err, dispatched.Addr != nil, timeout))
 	}
 	if e := resp.GetError(); e != nil {
-		w.Header().Set(HeaderFunctionError, e.GetType())
+		w.Header().Set(invocation.HeaderFunctionError, e.GetType())
 	}
 	h.responder.Object(http.StatusOK, invokeResult(resp))
 	return http.StatusOK
@@ -175,7 +168,7 @@ func checkContentType(contentType string) error {
 		return nil
 	}
 	media, _, err := mime.ParseMediaType(contentType)
-	if err == nil && media == runtime.ContentTypeJSON {
+	if err == nil && media == invocation.ContentTypeJSON {
 		return nil
 	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
@@ -188,8 +181,8 @@ func checkContentType(contentType string) error {
 // refused without reading the rest), and checks that it is JSON: the one
 // scan of the input on its way to the handler.
 func readInput(w http.ResponseWriter, req *http.Request) ([]byte, error) {
-	tooLarge := apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the input of a function is at most %d bytes", runtimedinvoke.MaxInputBytes))
-	if req.ContentLength > runtimedinvoke.MaxInputBytes {
+	tooLarge := apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the input of a function is at most %d bytes", invocation.MaxInputBytes))
+	if req.ContentLength > invocation.MaxInputBytes {
 		return nil, tooLarge
 	}
 	size := 512
@@ -197,7 +190,7 @@ func readInput(w http.ResponseWriter, req *http.Request) ([]byte, error) {
 		size = int(req.ContentLength)
 	}
 	buf := make([]byte, 0, size)
-	body := http.MaxBytesReader(w, req.Body, runtimedinvoke.MaxInputBytes)
+	body := http.MaxBytesReader(w, req.Body, invocation.MaxInputBytes)
 	for {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]

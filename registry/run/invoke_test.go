@@ -29,6 +29,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/component-base/metrics/testutil"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/kruntimes/install"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
@@ -216,7 +217,7 @@ func TestInvokeAnswers(t *testing.T) {
 				assert.Nil(t, r.Error)
 				assert.Nil(t, r.Logs)
 				assert.Equal(t, "application/json", a.header.Get("Content-Type"))
-				assert.Empty(t, a.header.Get(HeaderFunctionError))
+				assert.Empty(t, a.header.Get(invocation.HeaderFunctionError))
 			},
 		},
 		{
@@ -228,7 +229,7 @@ func TestInvokeAnswers(t *testing.T) {
 			code: http.StatusOK, ran: true,
 			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
 				r := a.result(t)
-				assert.Equal(t, "ValueError", a.header.Get(HeaderFunctionError))
+				assert.Equal(t, "ValueError", a.header.Get(invocation.HeaderFunctionError))
 				assert.Equal(t, &v1alpha1.InvokeError{Type: "ValueError", Message: "no good"}, r.Error)
 				assert.Equal(t, &v1alpha1.InvokeLogs{Stderr: "Traceback …\n", StderrTruncated: true}, r.Logs)
 				assert.Contains(t, string(a.body), `"output":null`, "a failed handler has no output")
@@ -269,7 +270,7 @@ func TestInvokeAnswers(t *testing.T) {
 			name: "an invocation ID is minted when the caller sends none, returned, and handed to runtimed",
 			code: http.StatusOK, ran: true,
 			check: func(t *testing.T, a answer, sent *runtimedv1.InvokeRequest) {
-				id := a.header.Get(HeaderInvocationID)
+				id := a.header.Get(invocation.HeaderID)
 				assert.Regexp(t, `^[0-9a-f]{32}$`, id)
 				assert.Equal(t, id, sent.GetInvocationId())
 				assert.Equal(t, id, a.result(t).InvocationID)
@@ -277,16 +278,16 @@ func TestInvokeAnswers(t *testing.T) {
 		},
 		{
 			name: "the caller's invocation ID of 128 bytes is passed on and returned",
-			inv:  call{headers: map[string]string{HeaderInvocationID: strings.Repeat("i", 128)}},
+			inv:  call{headers: map[string]string{invocation.HeaderID: strings.Repeat("i", 128)}},
 			code: http.StatusOK, ran: true,
 			check: func(t *testing.T, a answer, sent *runtimedv1.InvokeRequest) {
-				assert.Equal(t, strings.Repeat("i", 128), a.header.Get(HeaderInvocationID))
+				assert.Equal(t, strings.Repeat("i", 128), a.header.Get(invocation.HeaderID))
 				assert.Equal(t, strings.Repeat("i", 128), sent.GetInvocationId())
 			},
 		},
 		{
 			name: "an invocation ID of 129 bytes is 400, and not echoed",
-			inv:  call{headers: map[string]string{HeaderInvocationID: strings.Repeat("i", 129)}},
+			inv:  call{headers: map[string]string{invocation.HeaderID: strings.Repeat("i", 129)}},
 			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest, noID: true,
 		},
 		{
@@ -394,13 +395,13 @@ func TestInvokeAnswers(t *testing.T) {
 			require.Equal(t, tc.code, a.code, "%s", a.body)
 			assert.Equal(t, tc.retryAfter, a.header.Get("Retry-After"), "Retry-After only on 429 and 503")
 			if !tc.noID {
-				assert.NotEmpty(t, a.header.Get(HeaderInvocationID), "every other answer carries the invocation ID")
+				assert.NotEmpty(t, a.header.Get(invocation.HeaderID), "every other answer carries the invocation ID")
 			} else {
-				assert.Empty(t, a.header.Get(HeaderInvocationID))
+				assert.Empty(t, a.header.Get(invocation.HeaderID))
 			}
 			if tc.code != http.StatusOK {
 				assert.Equal(t, tc.reason, a.status(t).Reason)
-				assert.Empty(t, a.header.Get(HeaderFunctionError))
+				assert.Empty(t, a.header.Get(invocation.HeaderFunctionError))
 			}
 			if tc.ran {
 				require.NotNil(t, router.runtimed.got, "runtimed was called")
@@ -423,9 +424,9 @@ func TestInvokeRunUIDPrecondition(t *testing.T) {
 	}{
 		{"none routes by name alone", call{}, http.StatusOK, ""},
 		{"?uid= is the router's precondition", call{uid: "u1"}, http.StatusOK, "u1"},
-		{"the X-Kruntime-Run-UID header is the router's precondition", call{headers: map[string]string{HeaderRunUID: "u1"}}, http.StatusOK, "u1"},
-		{"?uid= and the header naming the same Run route by it", call{uid: "u1", headers: map[string]string{HeaderRunUID: "u1"}}, http.StatusOK, "u1"},
-		{"?uid= and the header naming different Runs is 400", call{uid: "u1", headers: map[string]string{HeaderRunUID: "u2"}}, http.StatusBadRequest, ""},
+		{"the X-Kruntime-Run-UID header is the router's precondition", call{headers: map[string]string{invocation.HeaderRunUID: "u1"}}, http.StatusOK, "u1"},
+		{"?uid= and the header naming the same Run route by it", call{uid: "u1", headers: map[string]string{invocation.HeaderRunUID: "u1"}}, http.StatusOK, "u1"},
+		{"?uid= and the header naming different Runs is 400", call{uid: "u1", headers: map[string]string{invocation.HeaderRunUID: "u2"}}, http.StatusBadRequest, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -492,7 +493,7 @@ func TestInvokeTimeout(t *testing.T) {
 	t.Run("no maximum configured is the default of 55s", func(t *testing.T) {
 		router := &fakeRouter{runtimed: &fakeRuntimed{}}
 		require.Equal(t, http.StatusOK, invoke(t, router, 0, call{}).code)
-		assert.Equal(t, DefaultInvokeMaxTimeout.Milliseconds(), router.runtimed.got.GetTimeoutMillis())
+		assert.Equal(t, invocation.DefaultMaxTimeout.Milliseconds(), router.runtimed.got.GetTimeoutMillis())
 	})
 }
 

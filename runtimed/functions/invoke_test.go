@@ -17,8 +17,10 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/proto/pki"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimed/invoke"
@@ -31,7 +33,7 @@ import (
 type invokeHop struct {
 	address string
 	dir     string
-	ca      *invoke.CA
+	ca      *pki.CA
 }
 
 func (h *invokeHop) path(name string) string { return filepath.Join(h.dir, name) }
@@ -46,7 +48,7 @@ func writeFile(t testing.TB, path string, data []byte) {
 
 // issue writes a fresh serving pair for the runtimed and client pair for
 // the apiserver, both of ca, and ca as the bundle both trust.
-func (h *invokeHop) issue(t testing.TB, ca *invoke.CA) {
+func (h *invokeHop) issue(t testing.TB, ca *pki.CA) {
 	t.Helper()
 	cert, key, err := ca.IssueServing(testNamespace, "python", time.Hour)
 	require.NoError(t, err)
@@ -62,13 +64,13 @@ func (h *invokeHop) issue(t testing.TB, ca *invoke.CA) {
 
 func startInvokeHop(t testing.TB, h *harness) *invokeHop {
 	t.Helper()
-	ca, err := invoke.NewCA(time.Hour)
+	ca, err := pki.NewCA(pki.InvokeCACommonName, time.Hour)
 	require.NoError(t, err)
 	hop := &invokeHop{dir: t.TempDir()}
 	hop.issue(t, ca)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	serverTLS, err := invoke.ServerTLS(ctx, hop.path("serving.crt"), hop.path("serving.key"), hop.path("ca.crt"))
+	serverTLS, err := pki.ServerTLS(ctx, hop.path("serving.crt"), hop.path("serving.key"), hop.path("ca.crt"), invocation.ClientCommonName)
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -85,9 +87,9 @@ func (hop *invokeHop) dial(t testing.TB, certFile, keyFile string) runtimedv1.Ru
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	clientTLS, err := invoke.ClientTLS(ctx, certFile, keyFile, hop.path("ca.crt"))
+	clientTLS, err := pki.ClientTLS(ctx, certFile, keyFile, hop.path("ca.crt"))
 	require.NoError(t, err)
-	clientTLS.ServerName = invoke.ServerName(testNamespace, "python")
+	clientTLS.ServerName = invocation.ServerName(testNamespace, "python")
 	conn, err := grpc.NewClient(hop.address, append(transport.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(clientTLS)))...)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
@@ -117,7 +119,7 @@ func TestInvokeHop(t *testing.T) {
 	t.Run("the largest input and output cross both hops whole", func(t *testing.T) {
 		h.scheduled(t, "identity", "def handle(event, context):\n    return event\n", "handler.handle")
 		identity := h.waitFor(t, "identity", "Ready", phaseIs(lifecycle.Ready))
-		input := `"` + strings.Repeat("x", invoke.MaxInputBytes-2) + `"`
+		input := `"` + strings.Repeat("x", invocation.MaxInputBytes-2) + `"`
 		resp, err := client.Invoke(ctx, invokeRequest(identity, input))
 		require.NoError(t, err)
 		require.Nil(t, resp.GetError())
@@ -146,7 +148,7 @@ func TestInvokeHop(t *testing.T) {
 
 	t.Run("a certificate rotated on disk is used for new connections, and a new CA too", func(t *testing.T) {
 		oldCA := hop.ca
-		newCA, err := invoke.NewCA(time.Hour)
+		newCA, err := pki.NewCA(pki.InvokeCACommonName, time.Hour)
 		require.NoError(t, err)
 		hop.issue(t, newCA)
 		// First the CA files list both CAs while the leaves move over, then
@@ -166,7 +168,7 @@ func TestInvokeHop(t *testing.T) {
 	})
 
 	t.Run("a client certificate of another CA, or of another name, is refused", func(t *testing.T) {
-		other, err := invoke.NewCA(time.Hour)
+		other, err := pki.NewCA(pki.InvokeCACommonName, time.Hour)
 		require.NoError(t, err)
 		dir := t.TempDir()
 		cert, key, err := other.IssueClient(time.Hour)

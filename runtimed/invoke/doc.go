@@ -1,6 +1,5 @@
-// Package invoke is the hop from kruntimes-apiserver to the runtimed that
-// owns a function Run: runtimed's gRPC server (proto/runtimed.proto), which
-// checks the fencing tuple against its own live registration before it
-// calls the local Runtime Server, and the mutual TLS both ends of the hop
-// speak, with certificates reloaded from disk when they change.
+// Package invoke is runtimed's end of the hop from kruntimes-apiserver to
+// the runtimed that owns a function Run: the gRPC server of
+// proto/runtimed.proto, which checks the fencing tuple against its own live
+// registration before it calls the local Runtime Server.
 package invoke

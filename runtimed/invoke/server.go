@@ -10,16 +10,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimed/metrics"
-)
-
-// Bounds of one invocation, from the invoke contract; the apiserver checks
-// them first, runtimed again.
-const (
-	MaxInvocationIDBytes = 128
-	MaxInputBytes        = 1 << 20
 )
 
 // Gate says which registration, if any, may serve an invocation: the
@@ -61,10 +55,10 @@ func (s *Server) Invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*ru
 
 func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*runtimedv1.InvokeResponse, error) {
 	switch {
-	case req.GetInvocationId() == "" || len(req.GetInvocationId()) > MaxInvocationIDBytes:
-		return nil, status.Errorf(codes.InvalidArgument, "invocation_id must be 1..%d bytes", MaxInvocationIDBytes)
-	case len(req.GetInput()) > MaxInputBytes:
-		return nil, status.Errorf(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), MaxInputBytes)
+	case req.GetInvocationId() == "" || len(req.GetInvocationId()) > invocation.MaxIDBytes:
+		return nil, status.Errorf(codes.InvalidArgument, "invocation_id must be 1..%d bytes", invocation.MaxIDBytes)
+	case len(req.GetInput()) > invocation.MaxInputBytes:
+		return nil, status.Errorf(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), invocation.MaxInputBytes)
 	case req.GetTimeoutMillis() < 0:
 		return nil, status.Error(codes.InvalidArgument, "timeout_millis must not be negative")
 	}

@@ -31,12 +31,14 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	kruntimesscheme "kruntimes.io/kruntimes/client/clientset/versioned/scheme"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
 	runlisters "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/proto/pki"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/proto/transport"
@@ -277,7 +279,7 @@ func sweepWorkspaces(ctx context.Context, root workspace.Root, runs runlisters.R
 
 // serveInvoke serves the apiserver's invocations until ctx ends.
 func (o *Options) serveInvoke(ctx context.Context, server *invoke.Server) error {
-	serverTLS, err := invoke.ServerTLS(ctx, o.InvokeCertFile, o.InvokeKeyFile, o.InvokeClientCAFile)
+	serverTLS, err := pki.ServerTLS(ctx, o.InvokeCertFile, o.InvokeKeyFile, o.InvokeClientCAFile, invocation.ClientCommonName)
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/runtimes/language"
 	"kruntimes.io/kruntimes/runtimes/outputs"
 	"kruntimes.io/kruntimes/runtimes/process"
@@ -117,7 +118,7 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 		language.EnvDeadlineUnixNano+"="+strconv.FormatInt(deadline, 10),
 	)
 	// One byte past the limit tells "exactly 1 MiB" from "too much".
-	stdout := process.NewHeadCapture(language.MaxOutputBytes + 1)
+	stdout := process.NewHeadCapture(invocation.MaxOutputBytes + 1)
 	stderr := process.NewTailCapture(language.MaxInvocationLogBytes)
 	group, err := process.Start(process.Spec{
 		Argv:   []string{f.interpreter, f.script},
@@ -159,7 +160,7 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 	}
 
 	res := &language.Result{
-		ContentType:     language.ContentTypeJSON,
+		ContentType:     invocation.ContentTypeJSON,
 		Stderr:          stderr.Bytes(),
 		StderrTruncated: stderr.Truncated(),
 	}
@@ -172,7 +173,7 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 		return res, nil
 	}
 	if stdout.Truncated() {
-		res.Error = &language.FunctionError{Type: "OutputTooLarge", Message: fmt.Sprintf("handler wrote more than %d bytes to stdout", language.MaxOutputBytes)}
+		res.Error = &language.FunctionError{Type: "OutputTooLarge", Message: fmt.Sprintf("handler wrote more than %d bytes to stdout", invocation.MaxOutputBytes)}
 		return res, nil
 	}
 	res.Output = jsonOutput(stdout.Bytes())

@@ -5,19 +5,13 @@ import (
 	"time"
 )
 
-// Bounds of one invocation, from the invoke contract.
+// Bounds of what one invocation returns besides its output (whose bound,
+// with the input's, is in the invoke contract, package invocation).
 const (
-	MaxInvocationIDBytes  = 128
-	MaxInputBytes         = 1 << 20
-	MaxOutputBytes        = 1 << 20
 	MaxInvocationLogBytes = 64 << 10
 	MaxErrorMessageBytes  = 4 << 10
 	MaxErrorStackBytes    = 8 << 10
 )
-
-// ContentTypeJSON is the default, and for the HTTP invoke API the only,
-// content type of inputs and outputs.
-const ContentTypeJSON = "application/json"
 
 // Environment variables every task and invocation sees.
 const (

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/runtimes/language"
 )
 
@@ -41,12 +42,12 @@ def echo(event, context):
 		want        string
 		wantType    string
 	}{
-		{name: "JSON input comes back as JSON", input: `{"a":"é"}`, contentType: language.ContentTypeJSON, want: `{"a":"\u00e9"}`, wantType: language.ContentTypeJSON},
+		{name: "JSON input comes back as JSON", input: `{"a":"é"}`, contentType: invocation.ContentTypeJSON, want: `{"a":"\u00e9"}`, wantType: invocation.ContentTypeJSON},
 		{name: "non-JSON input arrives as bytes", input: "\x00\xff", contentType: "application/octet-stream", want: "\x00\xff", wantType: "application/octet-stream"},
-		{name: "quotes, escapes and a frame's worth of bytes pass unchanged", input: `{"a":"\"q\"\\\n","b":[` + strings.Repeat(`"x",`, 20000) + `1]}`, contentType: language.ContentTypeJSON,
-			want: `{"a":"\"q\"\\\n","b":[` + strings.Repeat(`"x",`, 20000) + `1]}`, wantType: language.ContentTypeJSON},
-		{name: "invalid UTF-8 in a JSON string arrives as U+FFFD", input: "\"a\xffb\"", contentType: language.ContentTypeJSON, want: `"a\ufffdb"`, wantType: language.ContentTypeJSON},
-		{name: "an empty JSON input is None", input: "", contentType: language.ContentTypeJSON, want: `null`, wantType: language.ContentTypeJSON},
+		{name: "quotes, escapes and a frame's worth of bytes pass unchanged", input: `{"a":"\"q\"\\\n","b":[` + strings.Repeat(`"x",`, 20000) + `1]}`, contentType: invocation.ContentTypeJSON,
+			want: `{"a":"\"q\"\\\n","b":[` + strings.Repeat(`"x",`, 20000) + `1]}`, wantType: invocation.ContentTypeJSON},
+		{name: "invalid UTF-8 in a JSON string arrives as U+FFFD", input: "\"a\xffb\"", contentType: invocation.ContentTypeJSON, want: `"a\ufffdb"`, wantType: invocation.ContentTypeJSON},
+		{name: "an empty JSON input is None", input: "", contentType: invocation.ContentTypeJSON, want: `null`, wantType: invocation.ContentTypeJSON},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -54,7 +55,7 @@ def echo(event, context):
 			require.NoError(t, err)
 			require.Nil(t, res.Error)
 			assert.Equal(t, tc.wantType, res.ContentType)
-			if tc.contentType == language.ContentTypeJSON {
+			if tc.contentType == invocation.ContentTypeJSON {
 				assert.JSONEq(t, tc.want, string(res.Output))
 			} else {
 				assert.Equal(t, tc.want, string(res.Output))
@@ -102,7 +103,7 @@ func TestCloseInterruptsAnInvocation(t *testing.T) {
 	fn := load(t, fmt.Sprintf("import time\ndef sleep(event, context):\n    open(%q, 'w').close()\n    time.sleep(60)\n", started), "mod.sleep")
 	done := make(chan error, 1)
 	go func() {
-		_, err := fn.Invoke(context.Background(), language.Invocation{ID: "i", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
+		_, err := fn.Invoke(context.Background(), language.Invocation{ID: "i", Input: []byte(`{}`), ContentType: invocation.ContentTypeJSON})
 		done <- err
 	}()
 	err := wait.PollUntilContextTimeout(context.Background(), 5*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
@@ -117,7 +118,7 @@ func TestCloseInterruptsAnInvocation(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("Invoke did not return after Close")
 	}
-	_, err = fn.Invoke(context.Background(), language.Invocation{ID: "j", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
+	_, err = fn.Invoke(context.Background(), language.Invocation{ID: "j", Input: []byte(`{}`), ContentType: invocation.ContentTypeJSON})
 	assert.ErrorIs(t, err, errClosed)
 }
 

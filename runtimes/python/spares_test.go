@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/runtimes/language"
 )
 
@@ -58,7 +59,7 @@ func TestSpareWorkerServesARegistration(t *testing.T) {
 	f.mu.Lock()
 	assert.Equal(t, spare, f.worker.group.Pid(), "the spare serves the registration")
 	f.mu.Unlock()
-	res, err := fn.Invoke(t.Context(), language.Invocation{ID: "1", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
+	res, err := fn.Invoke(t.Context(), language.Invocation{ID: "1", Input: []byte(`{}`), ContentType: invocation.ContentTypeJSON})
 	require.NoError(t, err)
 	require.Nil(t, res.Error)
 	assert.JSONEq(t, `{"x":"from-the-run","base":null,"cwd":"`+dir+`"}`, string(res.Output),

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/runtimes/language"
 )
 
@@ -18,7 +19,7 @@ import (
 // registration reports why instead of quietly starting a fresh worker.
 func TestWorkerDeathWhileIdleFailsTheRegistration(t *testing.T) {
 	fn := load(t, "counter = 0\ndef count(event, context):\n    global counter\n    counter += 1\n    return counter\n", "mod.count")
-	res, err := fn.Invoke(context.Background(), language.Invocation{ID: "1", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
+	res, err := fn.Invoke(context.Background(), language.Invocation{ID: "1", Input: []byte(`{}`), ContentType: invocation.ContentTypeJSON})
 	require.NoError(t, err)
 	require.Equal(t, "1", string(res.Output))
 
@@ -33,7 +34,7 @@ func TestWorkerDeathWhileIdleFailsTheRegistration(t *testing.T) {
 	})
 	require.NoError(t, err, "the registration fails once its idle worker is gone")
 	assert.Contains(t, fn.Failure().Error(), "died while idle")
-	_, err = fn.Invoke(context.Background(), language.Invocation{ID: "2", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
+	_, err = fn.Invoke(context.Background(), language.Invocation{ID: "2", Input: []byte(`{}`), ContentType: invocation.ContentTypeJSON})
 	assert.Error(t, err, "a failed registration serves nothing")
 }
 
@@ -42,12 +43,12 @@ func TestWorkerDeathWhileIdleFailsTheRegistration(t *testing.T) {
 // usable with a fresh worker.
 func TestWorkerDeathDuringAnInvocationIsThatInvocationsFailure(t *testing.T) {
 	fn := load(t, "import os\ndef run(event, context):\n    if event.get('die'):\n        os._exit(3)\n    return 'ok'\n", "mod.run")
-	res, err := fn.Invoke(context.Background(), language.Invocation{ID: "1", Input: []byte(`{"die":true}`), ContentType: language.ContentTypeJSON})
+	res, err := fn.Invoke(context.Background(), language.Invocation{ID: "1", Input: []byte(`{"die":true}`), ContentType: invocation.ContentTypeJSON})
 	require.NoError(t, err)
 	require.NotNil(t, res.Error)
 	assert.Equal(t, "WorkerExited", res.Error.Type)
 
-	res, err = fn.Invoke(context.Background(), language.Invocation{ID: "2", Input: []byte(`{}`), ContentType: language.ContentTypeJSON})
+	res, err = fn.Invoke(context.Background(), language.Invocation{ID: "2", Input: []byte(`{}`), ContentType: invocation.ContentTypeJSON})
 	require.NoError(t, err)
 	require.Nil(t, res.Error)
 	assert.Equal(t, `"ok"`, string(res.Output))

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimes/language"
 	"kruntimes.io/kruntimes/runtimes/outputs"
@@ -112,8 +113,8 @@ func (r *registration) status() *runtimev1.RegistrationStatus {
 }
 
 func validateRunUID(uid string) error {
-	if uid == "" || len(uid) > maxIDBytes {
-		return status.Errorf(codes.InvalidArgument, "run_uid must be 1..%d bytes: pass the Run's metadata.uid", maxIDBytes)
+	if uid == "" || len(uid) > invocation.MaxIDBytes {
+		return status.Errorf(codes.InvalidArgument, "run_uid must be 1..%d bytes: pass the Run's metadata.uid", invocation.MaxIDBytes)
 	}
 	return nil
 }
@@ -289,20 +290,20 @@ func (s *Server) FunctionStatus(_ context.Context, req *runtimev1.FunctionStatus
 // InvokeFunction implements runtimev1.FunctionRuntimeServer.
 func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFunctionRequest) (*runtimev1.InvokeFunctionResponse, error) {
 	invocationID := req.GetInvocationId()
-	if len(invocationID) > language.MaxInvocationIDBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "invocation_id has %d bytes; at most %d are allowed", len(invocationID), language.MaxInvocationIDBytes)
+	if len(invocationID) > invocation.MaxIDBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "invocation_id has %d bytes; at most %d are allowed", len(invocationID), invocation.MaxIDBytes)
 	}
 	if invocationID == "" {
 		invocationID = randomID("", generatedInvocationIDBytes)
 	}
-	if len(req.GetInput()) > language.MaxInputBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), language.MaxInputBytes)
+	if len(req.GetInput()) > invocation.MaxInputBytes {
+		return nil, status.Errorf(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), invocation.MaxInputBytes)
 	}
 	contentType := req.GetContentType()
 	if contentType == "" {
-		contentType = language.ContentTypeJSON
+		contentType = invocation.ContentTypeJSON
 	}
-	if contentType == language.ContentTypeJSON && !json.Valid(req.GetInput()) {
+	if contentType == invocation.ContentTypeJSON && !json.Valid(req.GetInput()) {
 		return nil, status.Error(codes.InvalidArgument, "input is not valid JSON; send a JSON document or another content_type")
 	}
 	if req.GetTimeoutMillis() < 0 {
@@ -409,8 +410,8 @@ func boundResult(invocationID, contentType string, duration time.Duration, res *
 		resp.ContentType = contentType
 	}
 	ferr := res.Error
-	if ferr == nil && len(resp.Output) > language.MaxOutputBytes {
-		ferr = &language.FunctionError{Type: "OutputTooLarge", Message: fmt.Sprintf("the handler returned %d bytes; at most %d are allowed", len(resp.Output), language.MaxOutputBytes)}
+	if ferr == nil && len(resp.Output) > invocation.MaxOutputBytes {
+		ferr = &language.FunctionError{Type: "OutputTooLarge", Message: fmt.Sprintf("the handler returned %d bytes; at most %d are allowed", len(resp.Output), invocation.MaxOutputBytes)}
 	}
 	if ferr == nil {
 		if err := outputs.Validate(resp.Outputs); err != nil {
@@ -421,7 +422,7 @@ func boundResult(invocationID, contentType string, duration time.Duration, res *
 		resp.Output = nil
 		resp.Outputs = nil
 		resp.Error = &runtimev1.FunctionError{
-			Type:    language.Truncate(ferr.Type, maxIDBytes, false),
+			Type:    language.Truncate(ferr.Type, invocation.MaxIDBytes, false),
 			Message: language.Truncate(ferr.Message, language.MaxErrorMessageBytes, false),
 			Stack:   language.Truncate(ferr.Stack, language.MaxErrorStackBytes, true),
 		}

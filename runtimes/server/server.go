@@ -52,7 +52,6 @@ const (
 	DefaultDrainTimeout        = 30 * time.Second
 	maxRetiredRegistrations    = 4096
 	maxMessageBytes            = 4 << 10
-	maxIDBytes                 = 128
 	invocationIDRandomBytes    = 16
 	registrationIDRandomBytes  = 16
 	registrationIDPrefix       = "reg-"

@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimes/language"
@@ -75,8 +76,8 @@ func (t *task) snapshot(includeLogs bool) *runtimev1.TaskStatus {
 }
 
 func validateTaskID(id string) error {
-	if id == "" || len(id) > maxIDBytes {
-		return status.Errorf(codes.InvalidArgument, "task_id must be 1..%d bytes; runtimed uses the Run UID and attempt", maxIDBytes)
+	if id == "" || len(id) > invocation.MaxIDBytes {
+		return status.Errorf(codes.InvalidArgument, "task_id must be 1..%d bytes; runtimed uses the Run UID and attempt", invocation.MaxIDBytes)
 	}
 	return nil
 }

@@ -30,12 +30,13 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
-	"kruntimes.io/kruntimes/runtimed/invoke"
+	"kruntimes.io/kruntimes/proto/pki"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 )
 
@@ -386,7 +387,7 @@ func TestInvoke(t *testing.T) {
 		require.NoError(t, err)
 		keyPEM, err := os.ReadFile(caKey)
 		require.NoError(t, err)
-		ca, err := invoke.LoadCA(certPEM, keyPEM)
+		ca, err := pki.LoadCA(certPEM, keyPEM)
 		require.NoError(t, err)
 		cert, key, err := ca.IssueClient(time.Hour)
 		require.NoError(t, err)
@@ -402,7 +403,7 @@ func TestInvoke(t *testing.T) {
 			assert.Equal(t, http.StatusOK, admin.post(ctx, t, invokePath(ns, "echo"), []byte(`{}`), nil).code)
 		}
 
-		other, err := invoke.NewCA(time.Hour)
+		other, err := pki.NewCA(pki.InvokeCACommonName, time.Hour)
 		require.NoError(t, err)
 		foreignCert, foreignKey, err := other.IssueClient(time.Hour)
 		require.NoError(t, err)
@@ -411,7 +412,7 @@ func TestInvoke(t *testing.T) {
 		roots := x509.NewCertPool()
 		roots.AppendCertsFromPEM(certPEM)
 		conn, err := tls.Dial("tcp", net.JoinHostPort(python.pod.Status.PodIP, strconv.Itoa(runtimepod.RuntimedInvokePort)), &tls.Config{
-			Certificates: []tls.Certificate{pair}, RootCAs: roots, ServerName: invoke.ServerName(ns, "python"), NextProtos: []string{"h2"},
+			Certificates: []tls.Certificate{pair}, RootCAs: roots, ServerName: invocation.ServerName(ns, "python"), NextProtos: []string{"h2"},
 		})
 		if err == nil {
 			// TLS 1.3 reports a refused client certificate on first read.

@@ -30,7 +30,7 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/utils/ptr"
 
-	"kruntimes.io/kruntimes/runtimed/invoke"
+	"kruntimes.io/kruntimes/proto/pki"
 	"kruntimes.io/kruntimes/test/repobin"
 )
 
@@ -93,11 +93,11 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 	}
 	svcName := KruntimesService + "." + KruntimesNamespace + ".svc"
 	servingCert, servingKey := filepath.Join(dir, "serving.crt"), filepath.Join(dir, "serving.key")
-	if err := ca.issue(servingCert, servingKey, leafSpec{
-		commonName: svcName,
-		dnsNames:   []string{svcName, svcName + ".cluster.local", KruntimesService + "." + KruntimesNamespace, "localhost"},
-		ips:        []net.IP{net.ParseIP("127.0.0.1")},
-		usages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	if err := issueFiles(ca, servingCert, servingKey, pki.Leaf{
+		CommonName: svcName,
+		DNSNames:   []string{svcName, svcName + ".cluster.local", KruntimesService + "." + KruntimesNamespace, "localhost"},
+		IPs:        []net.IP{net.ParseIP("127.0.0.1")},
+		Usages:     []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 	}); err != nil {
 		return err
 	}
@@ -190,7 +190,7 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 	return WaitAPIServiceAvailable(ctx, dyn, KruntimesAPIService, 3*time.Minute, proc.running)
 }
 
-func (c *Cluster) loadClusterCA() (*authority, error) {
+func (c *Cluster) loadClusterCA() (*pki.CA, error) {
 	certPEM, err := os.ReadFile(c.pki.clusterCA())
 	if err != nil {
 		return nil, err
@@ -199,7 +199,7 @@ func (c *Cluster) loadClusterCA() (*authority, error) {
 	if err != nil {
 		return nil, err
 	}
-	return parseAuthority(certPEM, keyPEM)
+	return pki.LoadCA(certPEM, keyPEM)
 }
 
 // applyArtifacts creates the namespace, ServiceAccount, RBAC and admission
@@ -408,7 +408,7 @@ func (c *Cluster) ensureInvokePKI() (invokePKI, error) {
 	if _, err := os.Stat(p.clientKey); err == nil {
 		return p, nil
 	}
-	ca, err := invoke.NewCA(certValidity)
+	ca, err := pki.NewCA(pki.InvokeCACommonName, certValidity)
 	if err != nil {
 		return p, err
 	}

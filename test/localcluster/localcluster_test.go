@@ -63,7 +63,7 @@ func TestEnsurePKI(t *testing.T) {
 
 	ca, err := (&Cluster{pki: p}).loadClusterCA()
 	require.NoError(t, err)
-	assert.True(t, ca.cert.IsCA)
+	assert.True(t, ca.Cert.IsCA)
 }
 
 func TestReadArtifacts(t *testing.T) {

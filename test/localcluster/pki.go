@@ -1,39 +1,29 @@
 package localcluster
 
 import (
-	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"k8s.io/client-go/util/keyutil"
+
+	"kruntimes.io/kruntimes/proto/pki"
 )
 
-// certValidity is long enough for a development cluster that lives for weeks.
-const certValidity = 365 * 24 * time.Hour
-
-// authority is a CA that signs leaf certificates for the local cluster.
-type authority struct {
-	cert *x509.Certificate
-	key  crypto.Signer
-}
-
-// leafSpec describes one leaf certificate.
-type leafSpec struct {
-	commonName    string
-	organizations []string
-	dnsNames      []string
-	ips           []net.IP
-	usages        []x509.ExtKeyUsage
-}
+// certValidity is long enough for a development cluster that lives for
+// weeks; its CAs outlive their leaves.
+const (
+	certValidity = 365 * 24 * time.Hour
+	caValidity   = 10 * certValidity
+)
 
 // pkiFiles are the paths of every certificate and key the cluster uses.
 type pkiFiles struct {
@@ -80,44 +70,48 @@ func ensurePKI(dir, nodeName string) (pkiFiles, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return p, err
 	}
-	clusterCA, err := newAuthority("kruntimes-local-ca")
+	clusterCA, err := pki.NewCA("kruntimes-local-ca", caValidity)
 	if err != nil {
 		return p, err
 	}
-	frontProxyCA, err := newAuthority("kruntimes-local-front-proxy-ca")
+	frontProxyCA, err := pki.NewCA("kruntimes-local-front-proxy-ca", caValidity)
 	if err != nil {
 		return p, err
 	}
-	if err := writeCert(p.clusterCA(), clusterCA.cert); err != nil {
+	if err := os.WriteFile(p.clusterCA(), clusterCA.CertPEM, 0o644); err != nil {
 		return p, err
 	}
-	if err := writeCert(p.frontProxyCA(), frontProxyCA.cert); err != nil {
+	if err := os.WriteFile(p.frontProxyCA(), frontProxyCA.CertPEM, 0o644); err != nil {
 		return p, err
 	}
 	// The cluster CA key stays so later steps can sign serving certificates.
-	if err := writeKey(p.path("ca.key"), clusterCA.key.(*ecdsa.PrivateKey)); err != nil {
+	caKey, err := clusterCA.KeyPEM()
+	if err != nil {
+		return p, err
+	}
+	if err := os.WriteFile(p.path("ca.key"), caKey, 0o600); err != nil {
 		return p, err
 	}
 	loopback := []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("10.0.0.1")}
 	client := []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
 	serving := []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	leaves := []struct {
-		ca   *authority
+		ca   *pki.CA
 		name string
-		spec leafSpec
+		leaf pki.Leaf
 	}{
-		{clusterCA, pairAPIServer, leafSpec{commonName: "kube-apiserver", usages: serving, ips: loopback,
-			dnsNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}}},
-		{clusterCA, pairAdmin, leafSpec{commonName: "kubernetes-admin", organizations: []string{"system:masters"}, usages: client}},
-		{clusterCA, pairControllerMgr, leafSpec{commonName: "system:kube-controller-manager", usages: client}},
-		{clusterCA, pairScheduler, leafSpec{commonName: "system:kube-scheduler", usages: client}},
-		{clusterCA, pairKubeletClient, leafSpec{commonName: "kube-apiserver-kubelet-client", organizations: []string{"kubeadm:cluster-admins"}, usages: client}},
-		{clusterCA, nodePair(nodeName, "client"), leafSpec{commonName: "system:node:" + nodeName, organizations: []string{"system:nodes"}, usages: client}},
-		{clusterCA, nodePair(nodeName, "serving"), leafSpec{commonName: "system:node:" + nodeName, usages: serving, ips: loopback, dnsNames: []string{"localhost", nodeName}}},
-		{frontProxyCA, pairFrontProxyClient, leafSpec{commonName: frontProxyClientCN, usages: client}},
+		{clusterCA, pairAPIServer, pki.Leaf{CommonName: "kube-apiserver", Usages: serving, IPs: loopback,
+			DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"}}},
+		{clusterCA, pairAdmin, pki.Leaf{CommonName: "kubernetes-admin", Organizations: []string{"system:masters"}, Usages: client}},
+		{clusterCA, pairControllerMgr, pki.Leaf{CommonName: "system:kube-controller-manager", Usages: client}},
+		{clusterCA, pairScheduler, pki.Leaf{CommonName: "system:kube-scheduler", Usages: client}},
+		{clusterCA, pairKubeletClient, pki.Leaf{CommonName: "kube-apiserver-kubelet-client", Organizations: []string{"kubeadm:cluster-admins"}, Usages: client}},
+		{clusterCA, nodePair(nodeName, "client"), pki.Leaf{CommonName: "system:node:" + nodeName, Organizations: []string{"system:nodes"}, Usages: client}},
+		{clusterCA, nodePair(nodeName, "serving"), pki.Leaf{CommonName: "system:node:" + nodeName, Usages: serving, IPs: loopback, DNSNames: []string{"localhost", nodeName}}},
+		{frontProxyCA, pairFrontProxyClient, pki.Leaf{CommonName: frontProxyClientCN, Usages: client}},
 	}
 	for _, l := range leaves {
-		if err := l.ca.issue(p.cert(l.name), p.key(l.name), l.spec); err != nil {
+		if err := issueFiles(l.ca, p.cert(l.name), p.key(l.name), l.leaf); err != nil {
 			return p, fmt.Errorf("issuing %s: %w", l.name, err)
 		}
 	}
@@ -125,7 +119,11 @@ func ensurePKI(dir, nodeName string) (pkiFiles, error) {
 	if err != nil {
 		return p, err
 	}
-	if err := writeKey(p.saKey(), saKey); err != nil {
+	saKeyDER, err := x509.MarshalECPrivateKey(saKey)
+	if err != nil {
+		return p, err
+	}
+	if err := os.WriteFile(p.saKey(), pem.EncodeToMemory(&pem.Block{Type: keyutil.ECPrivateKeyBlockType, Bytes: saKeyDER}), 0o600); err != nil {
 		return p, err
 	}
 	pub, err := x509.MarshalPKIXPublicKey(saKey.Public())
@@ -136,97 +134,16 @@ func ensurePKI(dir, nodeName string) (pkiFiles, error) {
 	return p, os.WriteFile(p.saPubKey(), pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o600)
 }
 
-func newAuthority(cn string) (*authority, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial(),
-		Subject:               pkix.Name{CommonName: cn},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(10 * certValidity),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		return nil, err
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	return &authority{cert: cert, key: key}, nil
-}
-
-func (a *authority) issue(certPath, keyPath string, spec leafSpec) error {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// issueFiles writes a leaf pair signed by ca to certPath and keyPath.
+func issueFiles(ca *pki.CA, certPath, keyPath string, leaf pki.Leaf) error {
+	cert, key, err := ca.Issue(leaf, certValidity)
 	if err != nil {
 		return err
 	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber: serial(),
-		Subject:      pkix.Name{CommonName: spec.commonName, Organization: spec.organizations},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(certValidity),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-		ExtKeyUsage:  spec.usages,
-		DNSNames:     spec.dnsNames,
-		IPAddresses:  spec.ips,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, a.cert, key.Public(), a.key)
-	if err != nil {
+	if err := os.WriteFile(keyPath, key, 0o600); err != nil {
 		return err
 	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return err
-	}
-	if err := writeKey(keyPath, key); err != nil {
-		return err
-	}
-	return writeCert(certPath, cert)
-}
-
-func serial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		panic(err)
-	}
-	return n
-}
-
-func writeCert(path string, cert *x509.Certificate) error {
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: cert.Raw}), 0o644)
-}
-
-func writeKey(path string, key *ecdsa.PrivateKey) error {
-	der, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), 0o600)
-}
-
-func parseAuthority(certPEM, keyPEM []byte) (*authority, error) {
-	certBlock, _ := pem.Decode(certPEM)
-	keyBlock, _ := pem.Decode(keyPEM)
-	if certBlock == nil || keyBlock == nil {
-		return nil, fmt.Errorf("CA certificate or key is not PEM")
-	}
-	cert, err := x509.ParseCertificate(certBlock.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	key, err := x509.ParseECPrivateKey(keyBlock.Bytes)
-	if err != nil {
-		return nil, err
-	}
-	return &authority{cert: cert, key: key}, nil
+	return os.WriteFile(certPath, cert, 0o644)
 }
 
 func tlsWithRoots(pool *x509.CertPool) *tls.Config {

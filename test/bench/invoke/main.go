@@ -45,14 +45,15 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
+	"kruntimes.io/kruntimes/proto/pki"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/proto/transport"
-	"kruntimes.io/kruntimes/runtimed/invoke"
 	"kruntimes.io/kruntimes/test/bench/cputime"
 )
 
@@ -128,7 +129,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}
 	}
-	clientTLS, err := invoke.ClientTLS(ctx, filepath.Join(o.state, "kruntimes-apiserver", "invoke-client.crt"),
+	clientTLS, err := pki.ClientTLS(ctx, filepath.Join(o.state, "kruntimes-apiserver", "invoke-client.crt"),
 		filepath.Join(o.state, "kruntimes-apiserver", "invoke-client.key"), filepath.Join(o.state, "kruntimes-apiserver", "invoke-ca.crt"))
 	if err != nil {
 		return err
@@ -148,7 +149,7 @@ func run(ctx context.Context, o options) error {
 		}
 		t := &target{run: r, pod: pod}
 		cfg := clientTLS.Clone()
-		cfg.ServerName = invoke.ServerName(o.namespace, o.runtime)
+		cfg.ServerName = invocation.ServerName(o.namespace, o.runtime)
 		conn, err := grpc.NewClient(net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(runtimepod.RuntimedInvokePort)), append(transport.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))...)
 		if err != nil {
 			return err

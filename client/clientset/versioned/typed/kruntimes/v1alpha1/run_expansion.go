@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	kruntimesv1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 )
 
@@ -19,7 +20,7 @@ type InvokeOptions struct {
 	// the invocation is stopped a little before it. Zero means the
 	// server's default (60 s).
 	Timeout time.Duration
-	// InvocationID identifies the invocation (at most 128 bytes); one is
+	// InvocationID identifies the invocation (at most invocation.MaxIDBytes bytes); one is
 	// generated when empty. The result carries it either way.
 	InvocationID string
 }
@@ -43,8 +44,8 @@ func (c *runs) Invoke(ctx context.Context, name string, input []byte, opts Invok
 		Resource("runs").
 		Name(name).
 		SubResource("invoke").
-		SetHeader("Content-Type", "application/json").
-		SetHeader("Accept", "application/json").
+		SetHeader("Content-Type", invocation.ContentTypeJSON).
+		SetHeader("Accept", invocation.ContentTypeJSON).
 		Body(input).
 		MaxRetries(0)
 	if opts.UID != "" {
@@ -54,7 +55,7 @@ func (c *runs) Invoke(ctx context.Context, name string, input []byte, opts Invok
 		req = req.Timeout(opts.Timeout)
 	}
 	if opts.InvocationID != "" {
-		req = req.SetHeader("X-Kruntime-Invocation-ID", opts.InvocationID)
+		req = req.SetHeader(invocation.HeaderID, opts.InvocationID)
 	}
 	res := req.Do(ctx)
 	// Error, not Raw's error: it decodes the server's Status (reason,

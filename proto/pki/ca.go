@@ -1,4 +1,4 @@
-package invoke
+package pki
 
 import (
 	"crypto"
@@ -11,13 +11,17 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"net"
 	"time"
 
 	"k8s.io/client-go/util/keyutil"
+
+	"kruntimes.io/kruntimes/apis/invocation"
 )
 
-// CA is the kruntimes CA of the invoke hop: it signs runtimed serving
-// certificates and the apiserver's client certificate.
+// CA signs leaf certificates: the kruntimes CA of the invoke hop signs
+// runtimed serving certificates and the apiserver's client certificate;
+// the local cluster's CAs sign its components' pairs.
 type CA struct {
 	Cert *x509.Certificate
 	Key  crypto.Signer
@@ -25,8 +29,12 @@ type CA struct {
 	CertPEM []byte
 }
 
-// NewCA makes a new CA valid for validity.
-func NewCA(validity time.Duration) (*CA, error) {
+// InvokeCACommonName is the CommonName of the kruntimes CA of the invoke
+// hop.
+const InvokeCACommonName = "kruntimes-invoke-ca"
+
+// NewCA makes a new CA named commonName, valid for validity.
+func NewCA(commonName string, validity time.Duration) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -38,7 +46,7 @@ func NewCA(validity time.Duration) (*CA, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "kruntimes-invoke-ca"},
+		Subject:               pkix.Name{CommonName: commonName},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(validity),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
@@ -80,19 +88,31 @@ func LoadCA(certPEM, keyPEM []byte) (*CA, error) {
 	return &CA{Cert: cert, Key: key, CertPEM: certPEM}, nil
 }
 
+// Leaf describes a leaf certificate.
+type Leaf struct {
+	CommonName    string
+	Organizations []string
+	DNSNames      []string
+	IPs           []net.IP
+	// Usages are the extended key usages: server or client authentication.
+	Usages []x509.ExtKeyUsage
+}
+
 // IssueServing makes the serving pair of the runtimed of a Runtime, for
-// ServerName(namespace, runtime).
+// invocation.ServerName(namespace, runtime).
 func (ca *CA) IssueServing(namespace, runtime string, validity time.Duration) (certPEM, keyPEM []byte, err error) {
-	return ca.issue(pkix.Name{CommonName: ServerName(namespace, runtime)}, []string{ServerName(namespace, runtime)},
-		x509.ExtKeyUsageServerAuth, validity)
+	name := invocation.ServerName(namespace, runtime)
+	return ca.Issue(Leaf{CommonName: name, DNSNames: []string{name}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, validity)
 }
 
-// IssueClient makes the apiserver's client pair.
+// IssueClient makes the apiserver's client pair for the invoke hop.
 func (ca *CA) IssueClient(validity time.Duration) (certPEM, keyPEM []byte, err error) {
-	return ca.issue(pkix.Name{CommonName: ClientCommonName}, nil, x509.ExtKeyUsageClientAuth, validity)
+	return ca.Issue(Leaf{CommonName: invocation.ClientCommonName, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, validity)
 }
 
-func (ca *CA) issue(subject pkix.Name, dnsNames []string, usage x509.ExtKeyUsage, validity time.Duration) (certPEM, keyPEM []byte, err error) {
+// Issue makes a leaf pair signed by ca, valid for validity (from an hour
+// ago, so that a clock a little behind accepts it).
+func (ca *CA) Issue(leaf Leaf, validity time.Duration) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -104,12 +124,13 @@ func (ca *CA) issue(subject pkix.Name, dnsNames []string, usage x509.ExtKeyUsage
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
-		Subject:      subject,
-		DNSNames:     dnsNames,
+		Subject:      pkix.Name{CommonName: leaf.CommonName, Organization: leaf.Organizations},
+		DNSNames:     leaf.DNSNames,
+		IPAddresses:  leaf.IPs,
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{usage},
+		ExtKeyUsage:  leaf.Usages,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, key.Public(), ca.Key)
 	if err != nil {

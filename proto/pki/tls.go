@@ -1,4 +1,4 @@
-package invoke
+package pki
 
 import (
 	"bytes"
@@ -12,22 +12,11 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 )
 
-// ClientCommonName is the CommonName of the only client certificate
-// runtimed accepts: the apiserver's, issued by the kruntimes CA for client
-// authentication.
-const ClientCommonName = "kruntimes-apiserver"
-
-// ServerName is the name the serving certificate of the runtimed of a
-// Runtime is made for, and what the apiserver verifies when it dials one of
-// its Pods: a certificate of another Runtime does not pass.
-func ServerName(namespace, runtime string) string {
-	return runtime + "." + namespace + ".runtimed.kruntimes.io"
-}
-
-// ServerTLS is the TLS of runtimed's invoke server: its serving pair, and
-// the CA whose client certificates (of CommonName ClientCommonName) it
-// accepts. Both are read again whenever their files change, until ctx ends.
-func ServerTLS(ctx context.Context, certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+// ServerTLS is the TLS of a server that serves one client, as runtimed's
+// invoke server serves the apiserver: its serving pair, and the CA whose
+// client certificates of CommonName clientCommonName it accepts. Both are
+// read again whenever their files change, until ctx ends.
+func ServerTLS(ctx context.Context, certFile, keyFile, clientCAFile, clientCommonName string) (*tls.Config, error) {
 	serving, err := dynamiccertificates.NewDynamicServingContentFromFiles("runtimed-invoke-serving", certFile, keyFile)
 	if err != nil {
 		return nil, fmt.Errorf("load the invoke serving certificate: %w", err)
@@ -42,7 +31,7 @@ func ServerTLS(ctx context.Context, certFile, keyFile, clientCAFile string) (*tl
 		// gRPC negotiates HTTP/2 by ALPN; the per-client configs derive
 		// from this one.
 		NextProtos:            []string{"h2"},
-		VerifyPeerCertificate: requireCommonName(ClientCommonName),
+		VerifyPeerCertificate: requireCommonName(clientCommonName),
 	}
 	controller := dynamiccertificates.NewDynamicServingCertificateController(base, clientCA, serving, nil, nil)
 	serving.AddListener(controller)
@@ -57,15 +46,15 @@ func ServerTLS(ctx context.Context, certFile, keyFile, clientCAFile string) (*tl
 }
 
 // requireCommonName accepts only a verified client certificate of that
-// CommonName: another certificate of the same CA (a runtimed's own) is no
-// apiserver.
+// CommonName: another certificate of the same CA (a runtimed's own) is not
+// the client.
 func requireCommonName(name string) func([][]byte, [][]*x509.Certificate) error {
 	return func(_ [][]byte, chains [][]*x509.Certificate) error {
 		if len(chains) == 0 || len(chains[0]) == 0 {
 			return errors.New("no verified client certificate")
 		}
 		if cn := chains[0][0].Subject.CommonName; cn != name {
-			return fmt.Errorf("client certificate %q is not the apiserver's (%q)", cn, name)
+			return fmt.Errorf("client certificate %q is not %q", cn, name)
 		}
 		return nil
 	}

@@ -1,0 +1,46 @@
+package invocation
+
+import "time"
+
+// Bounds of one invocation. The apiserver checks them where the request
+// enters; runtimed and the Runtime Server check them again.
+const (
+	// MaxIDBytes bounds an invocation ID, and every other ID a Runtime
+	// Server is handed (a Run UID, a task ID, an error type).
+	MaxIDBytes = 128
+	// MaxInputBytes bounds the body of an invoke request.
+	MaxInputBytes = 1 << 20
+	// MaxOutputBytes bounds a handler's output.
+	MaxOutputBytes = 1 << 20
+)
+
+// DefaultMaxTimeout bounds one invocation whatever the request asks: below
+// kube-apiserver's 60 s request timeout for aggregated APIs.
+const DefaultMaxTimeout = 55 * time.Second
+
+// ContentTypeJSON is the content type of invoke inputs and outputs.
+const ContentTypeJSON = "application/json"
+
+// Headers of the HTTP invoke protocol.
+const (
+	// HeaderID carries the invocation ID: sent by the caller or minted by
+	// the apiserver, always returned.
+	HeaderID = "X-Kruntime-Invocation-ID"
+	// HeaderRunUID is the UID precondition, as ?uid= is.
+	HeaderRunUID = "X-Kruntime-Run-UID"
+	// HeaderFunctionError names the type of the error the handler raised,
+	// on a 200.
+	HeaderFunctionError = "X-Kruntime-Function-Error"
+)
+
+// ClientCommonName is the CommonName of the only client certificate
+// runtimed accepts: the apiserver's, issued by the kruntimes CA for client
+// authentication.
+const ClientCommonName = "kruntimes-apiserver"
+
+// ServerName is the name the serving certificate of the runtimed of a
+// Runtime is made for, and what the apiserver verifies when it dials one of
+// its Pods: a certificate of another Runtime does not pass.
+func ServerName(namespace, runtime string) string {
+	return runtime + "." + namespace + ".runtimed.kruntimes.io"
+}
