@@ -40,7 +40,12 @@ type InvokeRequest struct {
 	// deadline.
 	TimeoutMillis int64 `protobuf:"varint,6,opt,name=timeout_millis,json=timeoutMillis,proto3" json:"timeout_millis,omitempty"`
 	// The authenticated caller, for runtimed's audit line; never a credential.
-	Caller        string `protobuf:"bytes,7,opt,name=caller,proto3" json:"caller,omitempty"`
+	Caller string `protobuf:"bytes,7,opt,name=caller,proto3" json:"caller,omitempty"`
+	// The media type of input, passed on to the Runtime Server. When it is
+	// application/json the apiserver validated the body as JSON, and nothing
+	// downstream scans it again; empty means application/json that nobody
+	// checked, which the Runtime Server then validates.
+	ContentType   string `protobuf:"bytes,8,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -120,6 +125,13 @@ func (x *InvokeRequest) GetTimeoutMillis() int64 {
 func (x *InvokeRequest) GetCaller() string {
 	if x != nil {
 		return x.Caller
+	}
+	return ""
+}
+
+func (x *InvokeRequest) GetContentType() string {
+	if x != nil {
+		return x.ContentType
 	}
 	return ""
 }
@@ -289,7 +301,7 @@ var File_runtimed_proto protoreflect.FileDescriptor
 
 const file_runtimed_proto_rawDesc = "" +
 	"\n" +
-	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\"\xd5\x01\n" +
+	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\"\xf8\x01\n" +
 	"\rInvokeRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
@@ -297,7 +309,8 @@ const file_runtimed_proto_rawDesc = "" +
 	"\rinvocation_id\x18\x04 \x01(\tR\finvocationId\x12\x14\n" +
 	"\x05input\x18\x05 \x01(\fR\x05input\x12%\n" +
 	"\x0etimeout_millis\x18\x06 \x01(\x03R\rtimeoutMillis\x12\x16\n" +
-	"\x06caller\x18\a \x01(\tR\x06caller\"\xc0\x03\n" +
+	"\x06caller\x18\a \x01(\tR\x06caller\x12!\n" +
+	"\fcontent_type\x18\b \x01(\tR\vcontentType\"\xc0\x03\n" +
 	"\x0eInvokeResponse\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\tR\finvocationId\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\fR\x06output\x12L\n" +

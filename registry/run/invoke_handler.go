@@ -112,6 +112,7 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 		PodUid:        string(route.PodUID),
 		InvocationId:  invocationID,
 		Input:         input,
+		ContentType:   invocation.ContentTypeJSON, // readInput validated it: nothing downstream scans it again
 		TimeoutMillis: timeout.Milliseconds(),
 		Caller:        caller,
 	}, grpc.Peer(&dispatched))

@@ -255,7 +255,7 @@ func TestInvokeAnswers(t *testing.T) {
 			},
 		},
 		{
-			name: "the fencing tuple, the caller and the input go to runtimed",
+			name: "the fencing tuple, the caller and the input, validated as JSON, go to runtimed",
 			inv:  call{body: []byte(`{"x": [1, 2]}`)},
 			code: http.StatusOK, ran: true,
 			check: func(t *testing.T, a answer, sent *runtimedv1.InvokeRequest) {
@@ -264,6 +264,7 @@ func TestInvokeAnswers(t *testing.T) {
 				assert.Equal(t, "pod-uid", sent.GetPodUid())
 				assert.Equal(t, "alice", sent.GetCaller())
 				assert.Equal(t, `{"x": [1, 2]}`, string(sent.GetInput()), "the input is passed on as it came")
+				assert.Equal(t, "application/json", sent.GetContentType(), "and says it is JSON that was checked")
 			},
 		},
 		{
