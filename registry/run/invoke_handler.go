@@ -264,7 +264,7 @@ func rpcStatus(err error, dispatched bool, timeout time.Duration) error {
 func invokeResult(resp *runtimedv1.InvokeResponse) *kruntimes.InvokeResult {
 	result := &kruntimes.InvokeResult{
 		InvocationID:   resp.GetInvocationId(),
-		Output:         runtime.RawExtension{Raw: jsonOutput(resp.GetOutput())},
+		Output:         runtime.RawExtension{Raw: jsonOutput(resp.GetOutput(), resp.GetContentType())},
 		Outputs:        resp.GetOutputs(),
 		DurationMillis: resp.GetDurationNanos() / int64(time.Millisecond),
 	}
@@ -279,16 +279,18 @@ func invokeResult(resp *runtimedv1.InvokeResponse) *kruntimes.InvokeResult {
 }
 
 // jsonOutput is the handler's output as one JSON value; nil (null) when it
-// returned nothing.
-func jsonOutput(output []byte) []byte {
-	if len(output) == 0 {
+// returned nothing. Output that runtimed says is JSON is not scanned here:
+// the serializer's encoding is then its one scan in this server.
+func jsonOutput(output []byte, contentType string) []byte {
+	switch {
+	case len(output) == 0:
 		return nil
+	case contentType == invocation.ContentTypeJSON, json.Valid(output):
+		return output
 	}
-	if !json.Valid(output) {
-		// A handler that returned bytes: they arrive as a JSON string, the
-		// body staying one JSON document.
-		output, _ = json.Marshal(string(output))
-	}
+	// A handler that returned bytes: they arrive as a JSON string, the body
+	// staying one JSON document.
+	output, _ = json.Marshal(string(output))
 	return output
 }
 

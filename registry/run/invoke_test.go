@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -127,9 +128,10 @@ type call struct {
 
 // answer is what the handler wrote, and the code it counted.
 type answer struct {
-	code   int
-	header http.Header
-	body   []byte
+	code    int
+	written int
+	header  http.Header
+	body    []byte
 }
 
 func (a answer) status(t *testing.T) metav1.Status {
@@ -179,7 +181,7 @@ func invoke(t *testing.T, router Router, maxTimeout time.Duration, inv call) ans
 		&kruntimes.RunInvokeOptions{UID: inv.uid}, responder{w: rec, req: req})
 	require.NoError(t, err)
 	code := handler.(*invokeHandler).serve(rec, req)
-	return answer{code: code, header: rec.Header(), body: rec.Body.Bytes()}
+	return answer{code: code, written: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
 }
 
 func runtimedAnswers(resp *runtimedv1.InvokeResponse) *fakeRuntimed {
@@ -196,8 +198,10 @@ func TestInvokeAnswers(t *testing.T) {
 		inv      call
 		router   *fakeRouter
 		runtimed *fakeRuntimed
-		// code is the answer; retryAfter its Retry-After header.
+		// code is the answer counted; written the one on the wire, when
+		// another; retryAfter its Retry-After header.
 		code       int
+		written    int
 		retryAfter string
 		reason     metav1.StatusReason
 		// ran says the request reached runtimed.
@@ -247,11 +251,43 @@ func TestInvokeAnswers(t *testing.T) {
 			},
 		},
 		{
-			name:     "output that is not JSON arrives as a JSON string",
-			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte("plain \"text\"\n")}),
+			name:     "output runtimed says is JSON is written as it is, compacted",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte(`{ "a": [1, 2] }`), ContentType: "application/json"}),
+			code:     http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				assert.Equal(t, `{"a":[1,2]}`, string(a.result(t).Output.Raw))
+			},
+		},
+		{
+			name:     "output that is not JSON, of another type, arrives as a JSON string",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte("plain \"text\"\n"), ContentType: "application/octet-stream"}),
 			code:     http.StatusOK, ran: true,
 			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
 				assert.JSONEq(t, `"plain \"text\"\n"`, string(a.result(t).Output.Raw))
+			},
+		},
+		{
+			name:     "output that is not JSON, from a runtimed that names no type, arrives as a JSON string",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte("plain")}),
+			code:     http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				assert.JSONEq(t, `"plain"`, string(a.result(t).Output.Raw))
+			},
+		},
+		{
+			name:     "output of another type that is JSON stays JSON",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte(`{"a":1}`), ContentType: "application/octet-stream"}),
+			code:     http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				assert.JSONEq(t, `{"a":1}`, string(a.result(t).Output.Raw))
+			},
+		},
+		{
+			name:     "output mislabelled as JSON never reaches the wire: the encoder's scan refuses it with a 500",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte(`{not json`), ContentType: "application/json"}),
+			code:     http.StatusOK, written: http.StatusInternalServerError, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				assert.NotContains(t, string(a.body), "not json")
 			},
 		},
 		{
@@ -394,6 +430,10 @@ func TestInvokeAnswers(t *testing.T) {
 			}
 			a := invoke(t, router, time.Minute, tc.inv)
 			require.Equal(t, tc.code, a.code, "%s", a.body)
+			if tc.written == 0 {
+				tc.written = tc.code
+			}
+			require.Equal(t, tc.written, a.written, "the code written")
 			assert.Equal(t, tc.retryAfter, a.header.Get("Retry-After"), "Retry-After only on 429 and 503")
 			if !tc.noID {
 				assert.NotEmpty(t, a.header.Get(invocation.HeaderID), "every other answer carries the invocation ID")
@@ -548,4 +588,28 @@ func FuzzInvokeInput(f *testing.F) {
 			require.Equal(t, body, router.runtimed.got.GetInput())
 		}
 	})
+}
+
+// BenchmarkInvokeOutput writes a 256 KiB output: as runtimed labels it
+// (written without a scan before the encoder's) and unlabelled (checked
+// first, as every output was before runtimed said).
+func BenchmarkInvokeOutput(b *testing.B) {
+	output, err := json.Marshal(map[string]string{"data": strings.Repeat("0123456789abcdef", 1<<14)})
+	require.NoError(b, err)
+	for _, contentType := range []string{"application/json", ""} {
+		b.Run("content type "+strconv.Quote(contentType), func(b *testing.B) {
+			rest := newInvokeREST(&fakeRouter{runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: output, ContentType: contentType})}, time.Minute)
+			ctx := genericapirequest.WithNamespace(b.Context(), "ns")
+			b.SetBytes(int64(len(output)))
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequestWithContext(b.Context(), http.MethodPost, "/invoke", strings.NewReader(`{}`))
+				rec := httptest.NewRecorder()
+				handler, err := rest.Connect(ctx, "fn", nil, responder{w: rec, req: req})
+				require.NoError(b, err)
+				handler.ServeHTTP(rec, req)
+				require.Equal(b, http.StatusOK, rec.Code)
+			}
+		})
+	}
 }
