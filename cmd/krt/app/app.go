@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"time"
 
@@ -73,9 +72,11 @@ func newInvokeCommand(flags *genericclioptions.ConfigFlags, streams genericioopt
 		Long: `Invoke a Ready function Run once through the runs/invoke subresource and
 print the JSON its handler returned. The invocation is sent once and never
 retried. Exit codes: 0 success, 3 the handler failed (its error is printed),
-4 busy (429: another invocation is in flight), 5 unavailable (503: not Ready,
-recovering or unreachable), 6 timed out (504), 7 outcome unknown (502), 1 any
-other error, 2 bad usage. Codes 4 and 5 guarantee the handler did not run.`,
+4 busy (429: another invocation is in flight), 5 unavailable (kruntimes' 503
+with Retry-After: not Ready, recovering or unreachable), 6 timed out (504),
+7 outcome unknown (502, any other 5xx such as a proxy's plain 503, or a
+connection that broke after the request was sent), 1 any other error, 2 bad
+usage. Codes 4 and 5 guarantee the handler did not run; after 7 it may have.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			*code = invoke(cmd.Context(), flags, streams, args[0], o)
@@ -176,20 +177,18 @@ func (o *invokeOptions) valid(data []byte, from string) ([]byte, error) {
 	return data, nil
 }
 
-// exitCodeOf maps an error of Invoke to krt's exit code.
+// exitCodeOf maps an error of Invoke to krt's exit code: 4 and 5 only
+// where kruntimes promised the handler did not run.
 func exitCodeOf(err error) int {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return ExitError
-	}
-	switch status.Status().Code {
-	case http.StatusTooManyRequests:
-		return ExitBusy
-	case http.StatusServiceUnavailable:
+	switch typedv1alpha1.ClassifyInvokeError(err) {
+	case typedv1alpha1.InvokeNotRun:
+		if apierrors.IsTooManyRequests(err) {
+			return ExitBusy
+		}
 		return ExitUnavailable
-	case http.StatusGatewayTimeout:
+	case typedv1alpha1.InvokeTimedOut:
 		return ExitTimeout
-	case http.StatusBadGateway:
+	case typedv1alpha1.InvokeOutcomeUnknown:
 		return ExitUnknown
 	}
 	return ExitError

@@ -88,6 +88,13 @@ func (b *Backend) commitLoop() {
 }
 
 func (b *Backend) commit(batch []*writeOp) {
+	if err := b.halted(); err != nil {
+		for _, op := range batch {
+			op.err = err
+			close(op.done)
+		}
+		return
+	}
 	start := time.Now()
 	base := b.rev.Load()
 	next := base
@@ -147,14 +154,7 @@ func (b *Backend) commit(batch []*writeOp) {
 	}
 	b.recordFileSize()
 	if err != nil {
-		commitFailures.Inc()
-		b.writeHealth.set(err)
-		klog.Background().Error(err, "Embedded storage commit failed", "path", b.path, "writes", len(batch))
-		for _, op := range batch {
-			op.succeeded, op.current = false, nil
-			op.err = fmt.Errorf("writing to %s failed (check free disk space and file permissions): %w", b.path, err)
-			close(op.done)
-		}
+		b.commitFailed(batch, base, err)
 		return
 	}
 	for _, op := range batch {
@@ -173,4 +173,64 @@ func (b *Backend) commit(batch []*writeOp) {
 	for _, op := range batch {
 		close(op.done)
 	}
+}
+
+// commitFailed fails every write of a batch whose transaction did not
+// commit. A transaction that failed before it wrote its meta page left
+// nothing behind, and writes may be tried again (a full disk is reported
+// by CheckWritable until it has room). One whose meta page reached the
+// file before its fsync failed is visible all the same, at revisions the
+// server has not published: the next batch would reuse them and watchers
+// would never see these. Then the backend stops, as etcd does, and only a
+// restart, which reads the revision from the file, serves it again.
+func (b *Backend) commitFailed(batch []*writeOp, base uint64, err error) {
+	commitFailures.Inc()
+	b.writeHealth.set(err)
+	klog.Background().Error(err, "Embedded storage commit failed", "path", b.path, "writes", len(batch))
+	opErr := fmt.Errorf("writing to %s failed (check free disk space and file permissions): %w", b.path, err)
+	visible, readErr := b.fileRevision()
+	switch {
+	case readErr != nil:
+		opErr = b.halt(fmt.Errorf("after a failed commit, the revision of %s cannot be read (%v): restart kruntimes-apiserver to read the file again: %w", b.path, readErr, err))
+	case visible != base:
+		opErr = b.halt(fmt.Errorf("a failed commit reached %s, which holds revision %d while this server published %d: "+
+			"restart kruntimes-apiserver to serve the file as it is: %w", b.path, visible, base, err))
+	}
+	for _, op := range batch {
+		op.succeeded, op.current = false, nil
+		op.err = opErr
+		close(op.done)
+	}
+}
+
+// fileRevision reads the last committed revision from the data file.
+func (b *Backend) fileRevision() (uint64, error) {
+	var rev uint64
+	err := b.db.View(func(tx *bolt.Tx) error {
+		var ok bool
+		if rev, ok = decodeUint(tx.Bucket(bucketMeta).Get(metaRev)); !ok {
+			return errors.New("its revision is missing or malformed")
+		}
+		return nil
+	})
+	return rev, err
+}
+
+// halt stops every later write with err and tells Options.OnHalt; it
+// returns err.
+func (b *Backend) halt(err error) error {
+	if b.haltErr.CompareAndSwap(nil, &err) {
+		klog.Background().Error(err, "Embedded storage stopped: no write is accepted until the server restarts", "path", b.path)
+		commitHalts.Inc()
+		b.opts.OnHalt(err)
+	}
+	return *b.haltErr.Load()
+}
+
+// halted returns the error that stopped the backend, or nil.
+func (b *Backend) halted() error {
+	if p := b.haltErr.Load(); p != nil {
+		return *p
+	}
+	return nil
 }

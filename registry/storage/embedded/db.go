@@ -72,6 +72,10 @@ type Options struct {
 	// NoSync skips fsync. Only for tests and benchmarks: an acknowledged write
 	// may be lost on power failure.
 	NoSync bool
+	// OnHalt is told, once, that the backend stopped accepting writes (a
+	// failed commit reached the file). Default: exit the process, as etcd
+	// does, so that it is restarted and reads the file again.
+	OnHalt func(error)
 }
 
 func (o *Options) setDefaults() {
@@ -86,6 +90,9 @@ func (o *Options) setDefaults() {
 	}
 	if o.ProgressNotifyInterval <= 0 {
 		o.ProgressNotifyInterval = 5 * time.Second
+	}
+	if o.OnHalt == nil {
+		o.OnHalt = exitOnHalt
 	}
 	if o.MaxBatchSize <= 0 {
 		o.MaxBatchSize = 256
@@ -120,6 +127,14 @@ type Backend struct {
 	ttl    *expiryQueue
 
 	writeHealth writeHealth
+	// haltErr, once set, fails every write: see commitFailed.
+	haltErr atomic.Pointer[error]
+}
+
+// exitOnHalt ends the process with the error that stopped the storage.
+func exitOnHalt(err error) {
+	klog.Background().Error(err, "Exiting: the embedded storage cannot accept writes until the server restarts")
+	klog.FlushAndExit(klog.ExitFlushTimeout, 1)
 }
 
 // Open opens (creating if needed) the data file DataFileName in dir. It fails

@@ -27,6 +27,11 @@ var (
 		Help:           "Group commits of the embedded storage that failed (disk full, I/O errors); their writes were reported as errors.",
 		StabilityLevel: compbasemetrics.ALPHA,
 	})
+	commitHalts = compbasemetrics.NewCounter(&compbasemetrics.CounterOpts{
+		Name:           "kruntimes_storage_halts_total",
+		Help:           "Times the embedded storage stopped accepting writes because a failed commit reached the data file; the server must be restarted.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	})
 	historyRevisions = compbasemetrics.NewGauge(&compbasemetrics.GaugeOpts{
 		Name:           "kruntimes_storage_history_revisions",
 		Help:           "Revisions between the compacted and the current revision of the embedded storage: how far back watches can resume.",
@@ -43,7 +48,7 @@ var (
 
 func registerStorageMetrics() {
 	registerMetrics.Do(func() {
-		legacyregistry.MustRegister(commitDuration, commitWrites, commitFailures, historyRevisions, dataFileSize)
+		legacyregistry.MustRegister(commitDuration, commitWrites, commitFailures, commitHalts, historyRevisions, dataFileSize)
 	})
 }
 

@@ -49,6 +49,9 @@ func (h *writeHealth) set(err error) {
 // check probes itself by writing and fsyncing a file of writeProbeSize
 // bytes beside the data file, at most once per writeProbeInterval.
 func (b *Backend) CheckWritable() error {
+	if err := b.halted(); err != nil {
+		return err
+	}
 	h := &b.writeHealth
 	h.mu.Lock()
 	err, failures := h.err, h.failures

@@ -3,9 +3,14 @@ package v1alpha1
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
+	"net/http"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"kruntimes.io/kruntimes/apis/invocation"
@@ -29,9 +34,8 @@ type InvokeOptions struct {
 type RunExpansion interface {
 	// Invoke runs the function Run name once with input, a JSON document,
 	// and returns its result. A handler error is a result whose Error is
-	// set; an error is returned when the invocation did not complete:
-	// apierrors tells them apart (IsTooManyRequests and IsServiceUnavailable
-	// promise the handler did not run; IsTimeout and a 502 do not). It is
+	// set; an error is returned when the invocation did not complete, and
+	// ClassifyInvokeError says whether the handler may have run. It is
 	// sent once: client-go's retries of answers with Retry-After are off,
 	// because a retried invocation would run again.
 	Invoke(ctx context.Context, name string, input []byte, opts InvokeOptions) (*kruntimesv1alpha1.InvokeResult, error)
@@ -72,4 +76,100 @@ func (c *runs) Invoke(ctx context.Context, name string, input []byte, opts Invok
 		return nil, fmt.Errorf("decode the result of invoking Run %s: %w", name, err)
 	}
 	return result, nil
+}
+
+// InvokeOutcome is what an error of Invoke tells about the handler.
+type InvokeOutcome int
+
+const (
+	// InvokeRefused: the request was refused for what it is (400, 403,
+	// 404, 413, 415, 422 …) or could not be sent; the handler did not run,
+	// and sending it again unchanged will not help.
+	InvokeRefused InvokeOutcome = iota
+	// InvokeNotRun: kruntimes promised the handler did not run — a 429, or
+	// kruntimes' own 503 carrying retryAfterSeconds — and the same
+	// invocation may be sent again after RetryAfter.
+	InvokeNotRun
+	// InvokeTimedOut: a 504; the handler ran and was stopped at its
+	// deadline, or may still be running.
+	InvokeTimedOut
+	// InvokeOutcomeUnknown: the request was sent and no answer says what
+	// happened — a 502, any other 5xx (a plain 503 from a proxy on the way
+	// included), a connection that broke. The handler may have run.
+	InvokeOutcomeUnknown
+)
+
+// String names the outcome as docs/invoke.md does.
+func (o InvokeOutcome) String() string {
+	switch o {
+	case InvokeNotRun:
+		return "did not run"
+	case InvokeTimedOut:
+		return "timed out"
+	case InvokeOutcomeUnknown:
+		return "outcome unknown"
+	}
+	return "refused"
+}
+
+// ClassifyInvokeError tells what an error of Invoke says about the handler.
+// Only kruntimes-apiserver's own answers promise that it did not run: a 503
+// that kube-apiserver's aggregation proxy writes when kruntimes-apiserver
+// is down or its connection breaks is plain text without Retry-After, and
+// may come after the invocation was dispatched.
+func ClassifyInvokeError(err error) InvokeOutcome {
+	if err == nil {
+		return InvokeRefused
+	}
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		if notSent(err) {
+			return InvokeRefused
+		}
+		return InvokeOutcomeUnknown
+	}
+	st := status.Status()
+	switch {
+	case st.Code == http.StatusTooManyRequests:
+		return InvokeNotRun
+	case st.Code == http.StatusServiceUnavailable && fromServer(st) && st.Details.RetryAfterSeconds > 0:
+		return InvokeNotRun
+	case st.Code == http.StatusGatewayTimeout:
+		return InvokeTimedOut
+	case st.Code == http.StatusNotImplemented:
+		return InvokeRefused
+	case st.Code >= http.StatusInternalServerError:
+		return InvokeOutcomeUnknown
+	case st.Code == 0:
+		// Not an HTTP answer: client-go's own error, e.g. a body it
+		// could not read.
+		return InvokeOutcomeUnknown
+	}
+	return InvokeRefused
+}
+
+// fromServer says whether st was decoded from a Status the server wrote,
+// not made by client-go from a body that was no Status (what it marks with
+// an UnexpectedServerResponse cause).
+func fromServer(st metav1.Status) bool {
+	if st.Details == nil {
+		return false
+	}
+	for _, c := range st.Details.Causes {
+		if c.Type == metav1.CauseTypeUnexpectedServerResponse {
+			return false
+		}
+	}
+	return true
+}
+
+// notSent says whether err is a failure to connect: nothing reached the
+// server.
+func notSent(err error) bool {
+	var opErr *net.OpError
+	if errors.As(err, &opErr) && opErr.Op == "dial" {
+		return true
+	}
+	var dnsErr *net.DNSError
+	return errors.As(err, &dnsErr)
 }
