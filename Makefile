@@ -20,7 +20,7 @@ TESTREPORT = $(BIN)/testreport --allowed-skips hack/allowed-skips.txt
 BENCH_PKGS = $(sort $(patsubst %/,./%,$(dir $(shell git grep --untracked -l '^func Benchmark' -- '*_test.go'))))
 BENCH_FLAGS ?= -count=1 -timeout 15m
 
-.PHONY: all build test unit e2e bench-once testreport verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube
+.PHONY: all build test unit e2e bench-once testreport verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube helm chart-readme verify-chart-readme
 
 all: build
 
@@ -32,7 +32,7 @@ build:
 ## included: it needs the Kubernetes binaries, built once and cached), then
 ## run every benchmark once. Fails on a test that skips without an entry in
 ## hack/allowed-skips.txt, and on a data race or crash in any cluster component.
-test: verify kube-binaries testreport
+test: verify kube-binaries helm testreport
 	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) ./... 2>&1 | $(TESTREPORT)
 	@$(MAKE) --no-print-directory bench-once
 
@@ -54,13 +54,19 @@ bench-once: testreport
 testreport:
 	@$(GO) build -o $(BIN)/testreport ./hack/testreport
 
+## helm: helm (Helm 3) from the hack/tools/helm module into bin/, for the
+## chart tests (test/chart; ~3 min of CPU the first time; cached).
+helm:
+	hack/build-helm.sh
+
 ## kube-binaries: kube-apiserver, kube-controller-manager, kubectl and etcd
 ## from the Kubernetes v1.37.2 modules into bin/ (~15 min the first time; cached).
 kube-binaries:
 	hack/build-kube.sh
 
-## verify: gofmt, go vet, and generated code (API codegen, protobuf) up to date.
-verify: fmt vet verify-codegen verify-proto
+## verify: gofmt, go vet, and generated code (API codegen, protobuf, the
+## chart README's values table) up to date.
+verify: fmt vet verify-codegen verify-proto verify-chart-readme
 
 fmt:
 	@out="$$(gofmt -l $$(git ls-files --cached --others --exclude-standard '*.go'))"; \
@@ -70,10 +76,18 @@ vet:
 	$(GO) vet -tags $(GO_TAGS) ./...
 	$(GO) vet -tags etcdcompare,$(GO_TAGS) ./registry/storage/embedded
 
-## generate: regenerate API and protobuf code.
-generate:
+## generate: regenerate API and protobuf code, and the chart README's values table.
+generate: chart-readme
 	hack/update-codegen.sh
 	hack/update-proto.sh
+
+## chart-readme: the values table of charts/kruntimes/README.md, from the
+## comments of its values.yaml.
+chart-readme:
+	$(GO) run ./hack/chartreadme charts/kruntimes
+
+verify-chart-readme:
+	$(GO) run ./hack/chartreadme --verify charts/kruntimes
 
 verify-codegen:
 	hack/verify-codegen.sh

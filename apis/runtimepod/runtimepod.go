@@ -1,6 +1,8 @@
 package runtimepod
 
 import (
+	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -85,6 +87,19 @@ const (
 	// HeartbeatRenewInterval is how often runtimed renews its Lease.
 	HeartbeatRenewInterval = 3 * time.Second
 )
+
+// SocketPath returns the file of a Runtime Server address such as
+// RuntimeSocket. Only unix:// sockets at absolute paths are accepted: user
+// code must never be reachable from the network, and gRPC dials unix://
+// addresses by absolute path. The error completes a sentence that begins
+// with the flag's name.
+func SocketPath(address string) (string, error) {
+	path, ok := strings.CutPrefix(address, "unix://")
+	if !ok || !filepath.IsAbs(path) {
+		return "", fmt.Errorf("must be unix:///absolute/path.sock, got %q: the Runtime Server never listens on the network", address)
+	}
+	return path, nil
+}
 
 // LeaseName is the name of the heartbeat Lease of a Runtime Pod, in the
 // Pod's namespace; its holderIdentity is the Pod's UID.

@@ -56,3 +56,29 @@ func TestRuntimeOfServiceAccount(t *testing.T) {
 		})
 	}
 }
+
+func TestSocketPath(t *testing.T) {
+	cases := []struct {
+		name    string
+		address string
+		want    string
+		wantErr bool
+	}{
+		{name: "the Runtime Pod's socket is its file", address: RuntimeSocket, want: SocketDir + "/runtime.sock"},
+		{name: "a TCP address is refused", address: "tcp://127.0.0.1:9000", wantErr: true},
+		{name: "an empty socket path is refused", address: "unix://", wantErr: true},
+		{name: "a relative socket path is refused", address: "unix://runtime.sock", wantErr: true},
+		{name: "a bare path is refused", address: "/run/kruntimes/runtime.sock", wantErr: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path, err := SocketPath(tc.address)
+			if tc.wantErr {
+				assert.ErrorContains(t, err, "never listens on the network")
+				return
+			}
+			assert.NoError(t, err)
+			assert.Equal(t, tc.want, path)
+		})
+	}
+}

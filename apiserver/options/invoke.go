@@ -45,7 +45,7 @@ func (o *InvokeOptions) AddFlags(fs *pflag.FlagSet) {
 // Validate checks the flags.
 func (o *InvokeOptions) Validate() []error {
 	var errs []error
-	if set := countSet(o.ClientCertFile, o.ClientKeyFile, o.CAFile); set != 0 && set != 3 {
+	if noCert := o.ClientCertFile == ""; noCert != (o.ClientKeyFile == "") || noCert != (o.CAFile == "") {
 		errs = append(errs, fmt.Errorf("--runtimed-client-cert-file, --runtimed-client-key-file and --runtimed-ca-file go together: set all three, or none to turn runs/invoke off"))
 	}
 	if o.MaxTimeout <= 0 || o.MaxTimeout > time.Hour {
@@ -73,14 +73,4 @@ func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config) (apise
 		cfg.Router.ClientTLS = clientTLS
 	}
 	return cfg, nil
-}
-
-func countSet(values ...string) int {
-	n := 0
-	for _, v := range values {
-		if v != "" {
-			n++
-		}
-	}
-	return n
 }

@@ -38,7 +38,7 @@ type ServerOptions struct {
 	RecommendedOptions       *genericoptions.RecommendedOptions
 	Storage                  *StorageOptions
 	Standalone               *StandaloneOptions
-	Controllers              *ControllersOptions
+	Controllers              *HostedControllersOptions
 	Invoke                   *InvokeOptions
 	ComponentGlobalsRegistry basecompatibility.ComponentGlobalsRegistry
 
@@ -59,7 +59,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 		RecommendedOptions: genericoptions.NewRecommendedOptions(etcdPathPrefix,
 			apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion)),
 		Standalone:               &StandaloneOptions{},
-		Controllers:              NewControllersOptions(),
+		Controllers:              NewHostedControllersOptions(),
 		Invoke:                   NewInvokeOptions(),
 		ComponentGlobalsRegistry: basecompatibility.NewComponentGlobalsRegistry(),
 		AlternateDNS:             []string{"kruntimes-apiserver.kruntimes-system.svc"},
@@ -122,11 +122,17 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 		"The Go runtime's soft memory limit, under which it collects garbage harder rather than let the heap grow to twice its live size: \"auto\" (90% of the container's memory limit, when it has one), \"off\", or a quantity such as 900Mi. The GOMEMLIMIT environment variable, when set, wins.")
 }
 
-// Complete fills in what depends on other flags: standalone mode drops every
-// dependency on a cluster.
+// Complete fills in what depends on other flags: the generic options keep
+// etcd only when it is the backend (Storage keeps the etcd options, whose
+// storage settings the embedded backend uses too), and standalone mode drops
+// every dependency on a cluster.
 func (o *ServerOptions) Complete() error {
-	o.Controllers.Complete(o.Standalone.Enabled)
-	o.Controllers.RuntimedCAFile = o.Invoke.CAFile
+	if o.Storage.Backend() != BackendEtcd3 {
+		// --etcd-servers is required, and etcd dialed, only when etcd is
+		// the backend.
+		o.RecommendedOptions.Etcd = nil
+	}
+	o.Controllers.Complete(o.Standalone.Enabled, o.Invoke.CAFile)
 	if o.Standalone.Enabled {
 		r := o.RecommendedOptions
 		r.Authentication, r.Authorization, r.CoreAPI, r.Admission = nil, nil, nil, nil
@@ -135,19 +141,13 @@ func (o *ServerOptions) Complete() error {
 	return nil
 }
 
-// Validate checks the flags.
+// Validate checks the completed flags; it changes nothing.
 func (o *ServerOptions) Validate(args []string) error {
 	var errs []error
 	if len(args) > 0 {
 		errs = append(errs, fmt.Errorf("kruntimes-apiserver takes no arguments, got %q", args))
 	}
-	etcd := o.RecommendedOptions.Etcd
-	if o.Storage.Backend() != BackendEtcd3 {
-		// --etcd-servers is required only when etcd is the backend.
-		o.RecommendedOptions.Etcd = nil
-	}
 	errs = append(errs, o.RecommendedOptions.Validate()...)
-	o.RecommendedOptions.Etcd = etcd
 	errs = append(errs, o.Storage.Validate()...)
 	errs = append(errs, o.Invoke.Validate()...)
 	errs = append(errs, o.Controllers.Validate()...)
@@ -182,7 +182,7 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 	serverConfig.EffectiveVersion = o.ComponentGlobalsRegistry.EffectiveVersionFor(basecompatibility.DefaultKubeComponent)
 
 	embeddedBackend := o.Storage.Backend() == BackendEmbedded
-	etcd := o.RecommendedOptions.Etcd
+	etcd := o.Storage.Etcd
 	// The generic options pass StorageConfig.Codec through unchanged (only
 	// kube-apiserver's storage factory honours --storage-media-type), so
 	// both backends get a codec for it here.
@@ -191,12 +191,9 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 		return nil, nil, err
 	}
 	etcd.StorageConfig.Codec, etcd.StorageConfig.EncodeVersioner = codec, encodeVersioner
-	if embeddedBackend {
-		o.RecommendedOptions.Etcd = nil
-	}
-	err = o.RecommendedOptions.ApplyTo(serverConfig)
-	o.RecommendedOptions.Etcd = etcd
-	if err != nil {
+	// Without etcd as the backend, Complete dropped the etcd options from
+	// the generic ones, so ApplyTo configures no etcd storage.
+	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
 		return nil, nil, err
 	}
 

@@ -32,7 +32,6 @@ import (
 	"kruntimes.io/kruntimes/controllers/recovery"
 	runtimecontroller "kruntimes.io/kruntimes/controllers/runtime"
 	"kruntimes.io/kruntimes/controllers/scheduler"
-	"kruntimes.io/kruntimes/proto/pki"
 )
 
 // Defaults of the leader election: the Lease every replica competes for,
@@ -345,32 +344,4 @@ func (m *Manager) runtimeOptions() []runtimecontroller.Option {
 		opts = append(opts, runtimecontroller.WithEndpointBase(m.cfg.EndpointBase))
 	}
 	return opts
-}
-
-// LoadRuntimedTLS reads the kruntimes CA for Runtime Pods: the Pods mount
-// their invoke Secret when caFile is set, and the runtime controller issues
-// those Secrets when caKeyFile is set too.
-func LoadRuntimedTLS(caFile, caKeyFile string) (*runtimecontroller.RuntimedTLS, error) {
-	if caFile == "" {
-		if caKeyFile != "" {
-			return nil, errors.New("--runtimed-ca-key-file needs --runtimed-ca-file")
-		}
-		return nil, nil
-	}
-	if caKeyFile == "" {
-		return &runtimecontroller.RuntimedTLS{}, nil
-	}
-	certPEM, err := os.ReadFile(caFile)
-	if err != nil {
-		return nil, fmt.Errorf("read --runtimed-ca-file: %w", err)
-	}
-	keyPEM, err := os.ReadFile(caKeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("read --runtimed-ca-key-file: %w", err)
-	}
-	ca, err := pki.LoadCA(certPEM, keyPEM)
-	if err != nil {
-		return nil, fmt.Errorf("the kruntimes CA in %s and %s: %w", caFile, caKeyFile, err)
-	}
-	return &runtimecontroller.RuntimedTLS{Issuer: ca}, nil
 }

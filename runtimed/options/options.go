@@ -108,8 +108,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 // Validate says what is wrong with the flags and how to fix it.
 func (o *Options) Validate() error {
 	var errs []error
-	if _, err := socketPath(o.RuntimeSocket); err != nil {
-		errs = append(errs, err)
+	if _, err := runtimepod.SocketPath(o.RuntimeSocket); err != nil {
+		errs = append(errs, fmt.Errorf("--runtime-socket %w", err))
 	}
 	if !filepath.IsAbs(o.WorkspaceDir) {
 		errs = append(errs, fmt.Errorf("--workspace-dir must be an absolute path, got %q", o.WorkspaceDir))
@@ -129,7 +129,7 @@ func (o *Options) Validate() error {
 	if u, err := url.Parse(o.EndpointBase); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || strings.TrimSuffix(u.Path, "/") != "" {
 		errs = append(errs, fmt.Errorf("--endpoint-base must be https://host[:port] with no path, got %q", o.EndpointBase))
 	}
-	if set := countSet(o.InvokeCertFile, o.InvokeKeyFile, o.InvokeClientCAFile); set != 0 && set != 3 {
+	if noCert := o.InvokeCertFile == ""; noCert != (o.InvokeKeyFile == "") || noCert != (o.InvokeClientCAFile == "") {
 		errs = append(errs, fmt.Errorf("--invoke-tls-cert-file, --invoke-tls-key-file and --invoke-client-ca-file go together: set all three, or none to turn invoke off"))
 	}
 	if _, _, err := net.SplitHostPort(o.InvokeAddress); err != nil {
@@ -142,15 +142,6 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--health-address must be host:port: %w", err))
 	}
 	return errors.Join(errs...)
-}
-
-// socketPath returns the file of a unix:// address.
-func socketPath(address string) (string, error) {
-	path, ok := strings.CutPrefix(address, "unix://")
-	if !ok || !filepath.IsAbs(path) {
-		return "", fmt.Errorf("--runtime-socket must be unix:///absolute/path.sock, got %q: the Runtime Server never listens on the network", address)
-	}
-	return path, nil
 }
 
 // endpoint reads what Ready function Runs advertise.
@@ -168,14 +159,4 @@ func (o *Options) endpoint() (functions.Endpoint, error) {
 	}
 	e.CABundle = ca
 	return e, nil
-}
-
-func countSet(values ...string) int {
-	n := 0
-	for _, v := range values {
-		if v != "" {
-			n++
-		}
-	}
-	return n
 }

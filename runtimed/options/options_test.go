@@ -50,6 +50,8 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		{"a missing Pod UID names the env var", func(o *Options) { o.PodUID = "" }, "$POD_UID"},
 		{"a bad health address is refused", func(o *Options) { o.HealthAddress = "8080" }, "--health-address"},
 		{"a negative GOMAXPROCS is refused", func(o *Options) { o.MaxProcs = -1 }, "--gomaxprocs must not be negative"},
+		{"an invoke certificate without its key and CA is refused", func(o *Options) { o.InvokeCertFile = "tls.crt" }, "go together"},
+		{"an invoke key and CA without the certificate are refused", func(o *Options) { o.InvokeKeyFile, o.InvokeClientCAFile = "tls.key", "ca.crt" }, "go together"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -110,7 +110,7 @@ func (o *Options) Run(ctx context.Context) error {
 		return err
 	}
 
-	path, _ := socketPath(o.RuntimeSocket)
+	path, _ := runtimepod.SocketPath(o.RuntimeSocket)
 	conn, err := grpc.NewClient("unix://"+path,
 		append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	if err != nil {

@@ -26,6 +26,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 
+	"kruntimes.io/kruntimes/test/chart"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 	"kruntimes.io/kruntimes/test/localcluster"
 )
@@ -121,6 +122,71 @@ func TestDeployManifestsServerDryRun(t *testing.T) {
 	})
 }
 
+// The Helm chart's renderings pass kube-apiserver's validation and
+// admission too, each ci/*-values.yaml scenario as an upgrade renders it
+// (kruntimes.io served, so with the built-in Runtimes, which
+// kruntimes-apiserver dry-runs). As for the overlays, the namespaced objects
+// (the local cluster's own kruntimes-system runs kruntimes) move into a fresh
+// namespace that enforces Pod Security restricted; the
+// cluster has neither cert-manager nor the Prometheus Operator, so their
+// objects are left out (test/chart checks that they fit together).
+func TestChartServerDryRun(t *testing.T) {
+	f := framework.Get(t)
+	f.RequireKruntimes(t)
+	if _, err := os.Stat(chart.HelmPath(f.RepoRoot)); err != nil {
+		if framework.Required() {
+			t.Fatalf("bin/helm is missing (make helm); %s=1 requires this test to run", framework.RequireEnv)
+		}
+		t.Skip("bin/helm is missing: run make helm")
+	}
+	files, err := chart.CIValuesFiles(f.RepoRoot)
+	require.NoError(t, err)
+	for _, file := range files {
+		t.Run(filepath.Base(file), func(t *testing.T) {
+			ctx := framework.Context(t, 3*time.Minute)
+			rendered, err := chart.Template(ctx, f.RepoRoot, "--values", file, "--api-versions", "kruntimes.io/v1alpha1/Runtime")
+			require.NoError(t, err)
+			ns := f.CreateNamespace(t, "chart-dry-run")
+			_, err = f.Client.CoreV1().Namespaces().Patch(ctx, ns, types.MergePatchType,
+				[]byte(`{"metadata":{"labels":{"pod-security.kubernetes.io/enforce":"restricted"}}}`), metav1.PatchOptions{})
+			require.NoError(t, err)
+			var builtIn strings.Builder
+			var runtimes []string
+			for kind, objs := range objectsByKind(t, rendered) {
+				for _, obj := range objs {
+					group, _, _ := strings.Cut(obj.GetAPIVersion(), "/")
+					if group == "cert-manager.io" || group == "monitoring.coreos.com" {
+						continue
+					}
+					if kind == "Runtime" {
+						runtimes = append(runtimes, obj.GetName())
+					}
+					// The chart names the namespace of every namespaced
+					// object, so this moves exactly those.
+					if obj.GetNamespace() != "" {
+						obj.SetNamespace(ns)
+					}
+					data, err := obj.MarshalJSON()
+					require.NoError(t, err)
+					builtIn.Write(data)
+					builtIn.WriteString("\n")
+				}
+			}
+			cmd := f.KubectlCommand(ctx, "apply", "--dry-run=server", "-f", "-")
+			cmd.Stdin = strings.NewReader(builtIn.String())
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Run(), "kubectl apply --dry-run=server:\n%s%s", stdout.String(), stderr.String())
+			assert.NotContains(t, stderr.String(), "would violate PodSecurity", "the apiserver Pod meets Pod Security restricted")
+			assert.Contains(t, stdout.String(), "deployment.apps/kruntimes-apiserver created (server dry run)")
+			assert.Contains(t, stdout.String(), "apiservice.apiregistration.k8s.io/"+localcluster.KruntimesAPIService+" configured (server dry run)")
+			for _, name := range runtimes {
+				assert.Contains(t, stdout.String(), "runtime.kruntimes.io/"+name+" created (server dry run)")
+			}
+		})
+	}
+}
+
 // checkDeployment checks what the server's dry run does not: the image is
 // pinned, the APIService verifies, and the serving certificate comes from
 // secret.
@@ -144,8 +210,8 @@ func checkDeployment(t *testing.T, rendered map[string][]*unstructured.Unstructu
 	var mounted string
 	volumes, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "volumes")
 	for _, v := range volumes {
-		if name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); name != "" {
-			mounted = name
+		if v := v.(map[string]any); v["name"] == "serving-cert" {
+			mounted, _, _ = unstructured.NestedString(v, "secret", "secretName")
 		}
 	}
 	assert.Equal(t, secret, mounted, "the apiserver serves the certificate the APIService trusts")
@@ -190,7 +256,8 @@ func secretName(secrets []*unstructured.Unstructured) string {
 }
 
 // writeServingCertificate writes what docs/deploy.md tells users to make:
-// a CA and a serving pair for the name the aggregator dials.
+// a CA and a serving pair for the name the aggregator dials, and the invoke
+// hop's CA with the apiserver's client pair.
 func writeServingCertificate(t *testing.T, dir string) {
 	t.Helper()
 	newKey := func() *ecdsa.PrivateKey {
@@ -216,10 +283,32 @@ func writeServingCertificate(t *testing.T, dir string) {
 	require.NoError(t, err)
 	keyDER, err := x509.MarshalECPrivateKey(servingKey)
 	require.NoError(t, err)
+	runtimedCAKey, clientKey := newKey(), newKey()
+	runtimedCATemplate := &x509.Certificate{
+		SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "kruntimes-runtimed-ca"},
+		NotBefore: now, NotAfter: now.Add(time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign,
+	}
+	runtimedCADER, err := x509.CreateCertificate(rand.Reader, runtimedCATemplate, runtimedCATemplate, &runtimedCAKey.PublicKey, runtimedCAKey)
+	require.NoError(t, err)
+	clientDER, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(4), Subject: pkix.Name{CommonName: "kruntimes-apiserver"},
+		NotBefore: now, NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}, runtimedCATemplate, &clientKey.PublicKey, runtimedCAKey)
+	require.NoError(t, err)
+	runtimedCAKeyDER, err := x509.MarshalECPrivateKey(runtimedCAKey)
+	require.NoError(t, err)
+	clientKeyDER, err := x509.MarshalECPrivateKey(clientKey)
+	require.NoError(t, err)
 	for name, block := range map[string]*pem.Block{
-		"ca.crt":  {Type: "CERTIFICATE", Bytes: caDER},
-		"tls.crt": {Type: "CERTIFICATE", Bytes: servingDER},
-		"tls.key": {Type: "EC PRIVATE KEY", Bytes: keyDER},
+		"ca.crt":              {Type: "CERTIFICATE", Bytes: caDER},
+		"tls.crt":             {Type: "CERTIFICATE", Bytes: servingDER},
+		"tls.key":             {Type: "EC PRIVATE KEY", Bytes: keyDER},
+		"runtimed-ca.crt":     {Type: "CERTIFICATE", Bytes: runtimedCADER},
+		"runtimed-ca.key":     {Type: "EC PRIVATE KEY", Bytes: runtimedCAKeyDER},
+		"runtimed-client.crt": {Type: "CERTIFICATE", Bytes: clientDER},
+		"runtimed-client.key": {Type: "EC PRIVATE KEY", Bytes: clientKeyDER},
 	} {
 		require.NoError(t, os.WriteFile(filepath.Join(dir, name), pem.EncodeToMemory(block), 0o600))
 	}

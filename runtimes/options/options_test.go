@@ -1,4 +1,4 @@
-package main
+package options
 
 import (
 	"context"
@@ -18,14 +18,14 @@ import (
 func TestOptionsValidate(t *testing.T) {
 	tests := []struct {
 		name    string
-		opts    options
+		opts    Options
 		wantErr bool
 	}{
-		{name: "bash on a unix socket is valid", opts: options{Language: "bash", Listen: "unix:///tmp/x.sock"}},
-		{name: "python on a unix socket is valid", opts: options{Language: "python", Listen: "unix:///tmp/x.sock"}},
-		{name: "unknown language is rejected", opts: options{Language: "ruby", Listen: "unix:///tmp/x.sock"}, wantErr: true},
-		{name: "TCP listen address is rejected", opts: options{Language: "bash", Listen: "tcp://127.0.0.1:9000"}, wantErr: true},
-		{name: "empty socket path is rejected", opts: options{Language: "bash", Listen: "unix://"}, wantErr: true},
+		{name: "bash on a unix socket is valid", opts: Options{Language: "bash", Listen: "unix:///tmp/x.sock"}},
+		{name: "python on a unix socket is valid", opts: Options{Language: "python", Listen: "unix:///tmp/x.sock"}},
+		{name: "unknown language is rejected", opts: Options{Language: "ruby", Listen: "unix:///tmp/x.sock"}, wantErr: true},
+		{name: "TCP listen address is rejected", opts: Options{Language: "bash", Listen: "tcp://127.0.0.1:9000"}, wantErr: true},
+		{name: "empty socket path is rejected", opts: Options{Language: "bash", Listen: "unix://"}, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -44,7 +44,7 @@ func TestOptionsValidate(t *testing.T) {
 func TestRunServesUntilCancelled(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "run", "runtime.sock")
-	o := &options{Language: "python", Listen: "unix://" + sock, StateDir: filepath.Join(dir, "state"), ShutdownTimeout: 5 * time.Second}
+	o := &Options{Language: "python", Listen: "unix://" + sock, StateDir: filepath.Join(dir, "state"), ShutdownTimeout: 5 * time.Second}
 	require.NoError(t, o.Validate())
 
 	ctx, cancel := context.WithCancel(context.Background())

@@ -1,0 +1,95 @@
+package options
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"kruntimes.io/kruntimes/apis/runtimepod"
+	"kruntimes.io/kruntimes/runtimes/bash"
+	"kruntimes.io/kruntimes/runtimes/language"
+	"kruntimes.io/kruntimes/runtimes/python"
+	"kruntimes.io/kruntimes/runtimes/server"
+)
+
+// maxSpareWorkers bounds --spare-workers: each is an idle interpreter.
+const maxSpareWorkers = 64
+
+// Options are the flags of kruntimes-runtime. The Runtime's Pod template
+// sets --language and --listen.
+type Options struct {
+	Language        string
+	Listen          string
+	Interpreter     string
+	SpareWorkers    int
+	StateDir        string
+	ShutdownTimeout time.Duration
+	// MaxProcs is GOMAXPROCS unless $GOMAXPROCS is set; 0 leaves it to Go.
+	MaxProcs int
+}
+
+// NewOptions returns the defaults: the Runtime Pod's socket, two spare
+// Python workers, one Go thread.
+func NewOptions() *Options {
+	return &Options{
+		Listen:          runtimepod.RuntimeSocket,
+		SpareWorkers:    2,
+		ShutdownTimeout: 10 * time.Second,
+		// The server's own work per call is small next to its workers'
+		// (separate processes), and handing a call between goroutines on
+		// one thread costs far less CPU than waking a second one for each
+		// step (BenchmarkInvokeFunction*, docs/benchmarks.md).
+		MaxProcs: 1,
+	}
+}
+
+// AddFlags registers the flags on fs.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Language, "language", o.Language, "Language to serve: bash or python.")
+	fs.StringVar(&o.Listen, "listen", o.Listen, "Where to serve the Runtime Server API; only unix:// sockets are accepted because user code must never be reachable from the network.")
+	fs.StringVar(&o.Interpreter, "interpreter", o.Interpreter, "Interpreter binary; defaults to bash or python3 from PATH.")
+	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Private directory for inline scripts and outputs files; a fresh temporary directory when empty.")
+	fs.IntVar(&o.SpareWorkers, "spare-workers", o.SpareWorkers, "Python only: warm workers kept started ahead of registrations, so a registration costs importing its handler instead of starting an interpreter; 0 starts one per registration.")
+	fs.IntVar(&o.MaxProcs, "gomaxprocs", o.MaxProcs, "Most threads executing this server's Go code at once (GOMAXPROCS), unless $GOMAXPROCS is set; 0 leaves it to Go, which takes the CPUs the container may use. User programs and workers are not limited by it.")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to let in-flight calls finish on SIGTERM before killing all user processes.")
+}
+
+// Validate says what is wrong with the flags and how to fix it.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Language != "bash" && o.Language != "python" {
+		errs = append(errs, fmt.Errorf("--language must be bash or python, got %q", o.Language))
+	}
+	if _, err := runtimepod.SocketPath(o.Listen); err != nil {
+		errs = append(errs, fmt.Errorf("--listen %w", err))
+	}
+	if o.MaxProcs < 0 {
+		errs = append(errs, fmt.Errorf("--gomaxprocs must not be negative, got %d", o.MaxProcs))
+	}
+	if o.SpareWorkers < 0 || o.SpareWorkers > maxSpareWorkers {
+		errs = append(errs, fmt.Errorf("--spare-workers must be between 0 and %d, got %d", maxSpareWorkers, o.SpareWorkers))
+	}
+	return errors.Join(errs...)
+}
+
+// Config builds the Runtime Server's options: the language adapter of
+// --language, keeping its files in stateDir.
+func (o *Options) Config(stateDir string) server.Options {
+	var lang language.Language
+	var functions language.FunctionLoader
+	switch o.Language {
+	case "bash":
+		l := bash.New(o.Interpreter, stateDir)
+		lang, functions = l, l
+	case "python":
+		l := python.New(o.Interpreter)
+		if o.SpareWorkers > 0 {
+			l.KeepSpares(o.SpareWorkers, os.Environ(), stateDir)
+		}
+		lang, functions = l, l
+	}
+	return server.Options{Language: lang, Functions: functions, StateDir: stateDir, BaseEnv: os.Environ()}
+}
