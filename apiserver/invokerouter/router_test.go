@@ -89,10 +89,14 @@ func (f *fakeRuns) add(run *kruntimes.Run) {
 	}
 }
 
-// functionRun is a Ready function Run on Pod pod-a, started a minute ago
+// startedAt is when the Runs of the tests started: a minute before the
+// tests did.
+var startedAt = time.Now().Add(-time.Minute).Truncate(time.Microsecond)
+
+// functionRun is a Ready function Run on Pod pod-a, started at startedAt
 // with an hour to live.
 func functionRun(name string, mutate ...func(*kruntimes.Run)) *kruntimes.Run {
-	started := metav1.NewMicroTime(time.Now().Add(-time.Minute))
+	started := metav1.NewMicroTime(startedAt)
 	run := &kruntimes.Run{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name + "-uid"), ResourceVersion: "1"},
 		Spec: kruntimes.RunSpec{
@@ -199,7 +203,7 @@ func TestRoute(t *testing.T) {
 			assert.Equal(t, types.UID("ready-uid"), route.RunUID)
 			assert.Equal(t, int32(2), route.Attempt)
 			assert.Equal(t, types.UID("pod-a-uid"), route.PodUID)
-			assert.WithinDuration(t, time.Now().Add(time.Hour-time.Minute), route.Deadline, 5*time.Second, "the Run's spec.timeout from its start")
+			assert.Equal(t, startedAt.Add(time.Hour), route.Deadline, "the Run's spec.timeout from its start")
 			assert.NotNil(t, route.Runtimed)
 		})
 	}
