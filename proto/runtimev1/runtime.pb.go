@@ -1217,11 +1217,14 @@ type InvokeFunctionRequest struct {
 	state          protoimpl.MessageState `protogen:"open.v1"`
 	RunUid         string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
 	RegistrationId string                 `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
-	// At most 128 bytes; generated when empty and always echoed.
+	// 1..128 bytes, always echoed; the apiserver mints it and runtimed
+	// passes it on.
 	InvocationId string `protobuf:"bytes,3,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
 	// At most 1 MiB.
 	Input []byte `protobuf:"bytes,4,opt,name=input,proto3" json:"input,omitempty"`
-	// Defaults to application/json, in which case input must be JSON.
+	// application/json when the caller vouches that input is JSON (runtimed
+	// passes on what the apiserver validated): it is not scanned again.
+	// Empty means application/json unchecked, and input is validated here.
 	ContentType string `protobuf:"bytes,5,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// Per-invocation limit in addition to the call's own deadline; 0 for none.
 	TimeoutMillis int64 `protobuf:"varint,6,opt,name=timeout_millis,json=timeoutMillis,proto3" json:"timeout_millis,omitempty"`

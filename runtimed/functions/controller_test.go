@@ -257,7 +257,8 @@ func (h *harness) invoke(t *testing.T, run *v1alpha1.Run, input string) *runtime
 	t.Helper()
 	id, err := h.controller.Admit(run.UID, run.Status.Attempt, testPodUID)
 	require.NoError(t, err)
-	resp, err := h.functions.InvokeFunction(t.Context(), &runtimev1.InvokeFunctionRequest{RunUid: string(run.UID), RegistrationId: id, Input: []byte(input)})
+	resp, err := h.functions.InvokeFunction(t.Context(), &runtimev1.InvokeFunctionRequest{RunUid: string(run.UID), RegistrationId: id,
+		InvocationId: "inv-" + string(run.UID), Input: []byte(input)})
 	require.NoError(t, err)
 	return resp
 }

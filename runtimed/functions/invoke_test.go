@@ -126,6 +126,17 @@ func TestInvokeHop(t *testing.T) {
 		assert.Equal(t, input, string(resp.GetOutput()))
 	})
 
+	t.Run("the content type goes on to the Runtime Server: application/json is not scanned again, and no content type is", func(t *testing.T) {
+		req := invokeRequest(run, `{nope`)
+		req.ContentType = invocation.ContentTypeJSON
+		resp, err := client.Invoke(ctx, req)
+		require.NoError(t, err, "the apiserver vouched for the input")
+		assert.Equal(t, "JSONDecodeError", resp.GetError().GetType(), "only the worker's parse, before the handler, reads it")
+
+		_, err = client.Invoke(ctx, invokeRequest(run, `{nope`))
+		assert.Equal(t, codes.InvalidArgument, status.Code(err), "without a content type the Runtime Server checks the input")
+	})
+
 	t.Run("a tuple that is not runtimed's live registration is refused before dispatch", func(t *testing.T) {
 		for name, mutate := range map[string]func(*runtimedv1.InvokeRequest){
 			"another attempt": func(r *runtimedv1.InvokeRequest) { r.Attempt = 2 },
@@ -217,6 +228,8 @@ func BenchmarkInvoke(b *testing.B) {
 	run := h.waitFor(b, "noop", "Ready", phaseIs(lifecycle.Ready))
 	client := hop.dial(b, hop.path("client.crt"), hop.path("client.key"))
 	req := invokeRequest(run, `{}`)
+	// As the apiserver sends it: the input validated as JSON.
+	req.ContentType = invocation.ContentTypeJSON
 	ctx := b.Context()
 	// The first calls set up the connection and warm the worker.
 	for range 10 {

@@ -66,11 +66,14 @@ func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*ru
 	if err != nil {
 		return nil, status.Error(codes.FailedPrecondition, err.Error())
 	}
+	// The content type goes on as it came: application/json says the
+	// apiserver validated the input, so the Runtime Server does not scan it.
 	out, err := s.runtimeServer.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{
 		RunUid:         req.GetRunUid(),
 		RegistrationId: id,
 		InvocationId:   req.GetInvocationId(),
 		Input:          req.GetInput(),
+		ContentType:    req.GetContentType(),
 		TimeoutMillis:  req.GetTimeoutMillis(),
 	})
 	if err != nil {

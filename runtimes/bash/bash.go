@@ -1,6 +1,7 @@
 package bash
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -168,7 +169,7 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 		res.Error = &language.FunctionError{
 			Type:    "NonZeroExit",
 			Message: fmt.Sprintf("handler %s exited with code %d", f.spec.Handler, code),
-			Stack:   language.Truncate(string(res.Stderr), language.MaxErrorStackBytes, true),
+			Stack:   string(language.Truncate(res.Stderr, language.MaxErrorStackBytes, true)),
 		}
 		return res, nil
 	}
@@ -190,14 +191,14 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 // string otherwise, so scripts may print either. A trailing newline does not
 // make JSON invalid, and empty stdout is null.
 func jsonOutput(stdout []byte) []byte {
-	trimmed := strings.TrimSpace(string(stdout))
-	if trimmed == "" {
+	trimmed := bytes.TrimSpace(stdout)
+	if len(trimmed) == 0 {
 		return []byte("null")
 	}
-	if json.Valid([]byte(trimmed)) {
-		return []byte(trimmed)
+	if json.Valid(trimmed) {
+		return trimmed
 	}
-	b, _ := json.Marshal(strings.TrimSuffix(string(stdout), "\n"))
+	b, _ := json.Marshal(string(bytes.TrimSuffix(stdout, []byte("\n"))))
 	return b
 }
 

@@ -27,19 +27,25 @@ func NewWriter(w io.Writer, maxFrame int) *Writer {
 	return &Writer{w: w, maxFrame: maxFrame}
 }
 
-// WriteFrame writes one frame with a single Write call, so a frame is never
-// interleaved with a partial one on a pipe.
-func (fw *Writer) WriteFrame(payload []byte) error {
-	if len(payload) > fw.maxFrame {
-		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, len(payload), fw.maxFrame)
+// WriteFrame writes one frame whose payload is parts one after the other,
+// with a single Write call, so a frame is never interleaved with a partial
+// one on a pipe. Each part is copied once, into the frame.
+func (fw *Writer) WriteFrame(parts ...[]byte) error {
+	size := 0
+	for _, p := range parts {
+		size += len(p)
 	}
-	need := HeaderSize + len(payload)
+	if size > fw.maxFrame {
+		return fmt.Errorf("%w: %d > %d bytes", ErrFrameTooLarge, size, fw.maxFrame)
+	}
+	need := HeaderSize + size
 	if cap(fw.buf) < need {
-		fw.buf = make([]byte, need)
+		fw.buf = make([]byte, 0, need)
 	}
-	buf := fw.buf[:need]
-	binary.BigEndian.PutUint32(buf, uint32(len(payload)))
-	copy(buf[HeaderSize:], payload)
+	buf := binary.BigEndian.AppendUint32(fw.buf[:0], uint32(size))
+	for _, p := range parts {
+		buf = append(buf, p...)
+	}
 	_, err := fw.w.Write(buf)
 	// Large one-off buffers are dropped so one big invocation does not pin
 	// memory for the life of the worker.

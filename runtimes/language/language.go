@@ -97,7 +97,8 @@ type FunctionError struct {
 
 // Truncate bounds s to at most n bytes without splitting a UTF-8 sequence,
 // keeping the end when keepTail is set (where tracebacks put the cause).
-func Truncate(s string, n int, keepTail bool) string {
+// It slices s rather than copying it, so logs bound as bytes stay bytes.
+func Truncate[T ~string | ~[]byte](s T, n int, keepTail bool) T {
 	if len(s) <= n {
 		return s
 	}

@@ -273,9 +273,10 @@ func (f *function) replaceWorker(dead *worker) {
 }
 
 // An invocation and its answer each travel in one frame: the length of a
-// JSON head (4 bytes, big-endian), the head, then the body as it is — the
-// input, the output — rather than escaped (or base64-encoded) inside the
-// JSON, which both ends would pay for on every byte.
+// JSON head (4 bytes, big-endian), the head, then the bodies as they are —
+// the input; or stdout, stderr and the output — rather than escaped (or
+// base64-encoded) inside the JSON, which both ends would pay for on every
+// byte.
 
 // invokeRequest is the head of an invocation; the input follows it.
 type invokeRequest struct {
@@ -285,23 +286,51 @@ type invokeRequest struct {
 	DeadlineUnixNano int64  `json:"deadline_unix_nano,omitempty"`
 }
 
-// invokeResponse is the head of an answer; the output follows it. The
-// worker leaves out what is empty.
-type invokeResponse struct {
-	ContentType     string                  `json:"content_type"`
-	Outputs         map[string]string       `json:"outputs"`
-	Stdout          string                  `json:"stdout"`
-	Stderr          string                  `json:"stderr"`
-	StdoutTruncated bool                    `json:"stdout_truncated"`
-	StderrTruncated bool                    `json:"stderr_truncated"`
-	Error           *language.FunctionError `json:"error"`
+// answer is a Result together with the head that decodes into it, so that
+// both take one allocation.
+type answer struct {
+	result language.Result
+	head   answerHead
 }
 
-// headed is the payload of a frame carrying head and body.
-func headed(head, body []byte) []byte {
-	payload := make([]byte, 0, framing.HeaderSize+len(head)+len(body))
-	payload = binary.BigEndian.AppendUint32(payload, uint32(len(head)))
-	return append(append(payload, head...), body...)
+// answerHead is the head of an answer: its fields point into the Result
+// they belong to, and the lengths of the logs say how the body splits.
+type answerHead struct {
+	ContentType     *string                  `json:"content_type"`
+	Outputs         *map[string]string       `json:"outputs"`
+	StdoutBytes     int                      `json:"stdout_bytes"`
+	StderrBytes     int                      `json:"stderr_bytes"`
+	StdoutTruncated *bool                    `json:"stdout_truncated"`
+	StderrTruncated *bool                    `json:"stderr_truncated"`
+	Error           **language.FunctionError `json:"error"`
+}
+
+// decodeAnswer reads the head of an answer straight into the Result, and
+// slices stdout, stderr and the output out of the body, which the frame's
+// buffer holds for the Result alone: nothing is copied on the way. The
+// worker leaves out what is empty.
+func decodeAnswer(frame []byte) (*language.Result, error) {
+	head, body, err := splitHeaded(frame)
+	if err != nil {
+		return nil, err
+	}
+	a := &answer{}
+	res := &a.result
+	a.head = answerHead{ContentType: &res.ContentType, Outputs: &res.Outputs, StdoutTruncated: &res.StdoutTruncated,
+		StderrTruncated: &res.StderrTruncated, Error: &res.Error}
+	if err := json.Unmarshal(head, &a.head); err != nil {
+		return nil, err
+	}
+	stdoutBytes, stderrBytes := a.head.StdoutBytes, a.head.StderrBytes
+	if stdoutBytes < 0 || stderrBytes < 0 || stdoutBytes > len(body) || stderrBytes > len(body)-stdoutBytes {
+		return nil, fmt.Errorf("the head names %d bytes of stdout and %d of stderr, and the body has %d", stdoutBytes, stderrBytes, len(body))
+	}
+	res.Stdout, body = body[:stdoutBytes:stdoutBytes], body[stdoutBytes:]
+	res.Stderr, body = body[:stderrBytes:stderrBytes], body[stderrBytes:]
+	if len(body) > 0 {
+		res.Output = body
+	}
+	return res, nil
 }
 
 // splitHeaded is the head and the body of a frame's payload.
@@ -336,13 +365,15 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 	if err != nil {
 		return nil, fmt.Errorf("encode request: %w", err)
 	}
-	payload := headed(head, inv.Input)
+	var headLength [framing.HeaderSize]byte
+	binary.BigEndian.PutUint32(headLength[:], uint32(len(head)))
 
 	// A Python handler cannot be interrupted safely, so the deadline kills
 	// the worker; the pipe read below then fails and a fresh worker replaces it.
 	stop := context.AfterFunc(ctx, w.group.Kill)
 	frame, err := func() ([]byte, error) {
-		if err := w.writer.WriteFrame(payload); err != nil {
+		// The input goes into the frame as it is, copied once.
+		if err := w.writer.WriteFrame(headLength[:], head, inv.Input); err != nil {
 			return nil, err
 		}
 		return w.reader.ReadFrame()
@@ -367,27 +398,11 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 		}}, nil
 	}
 
-	var resp invokeResponse
-	head, output, err := splitHeaded(frame)
-	if err == nil {
-		err = json.Unmarshal(head, &resp)
-	}
+	res, err := decodeAnswer(frame)
 	if err != nil {
 		f.replaceWorker(w)
 		w.group.Kill()
 		return nil, fmt.Errorf("worker sent an unreadable response: %w", err)
-	}
-	res := &language.Result{
-		ContentType:     resp.ContentType,
-		Outputs:         resp.Outputs,
-		Stdout:          []byte(resp.Stdout),
-		Stderr:          []byte(resp.Stderr),
-		StdoutTruncated: resp.StdoutTruncated,
-		StderrTruncated: resp.StderrTruncated,
-		Error:           resp.Error,
-	}
-	if len(output) > 0 {
-		res.Output = output
 	}
 	return res, nil
 }

@@ -6,9 +6,11 @@
 # environment); it imports the handler module once, reports readiness, then
 # serves invocations one at a time over length-prefixed frames: requests on
 # fd 3, responses on fd 4. An invocation and its answer each carry a JSON
-# head (its length in 4 bytes, then the head) followed by the input or the
-# output as it is. fd 1 and fd 2 stay the worker's own logs;
-# print() inside a handler is captured per invocation instead.
+# head (its length in 4 bytes, then the head) followed by the input, or by
+# the handler's stdout, its stderr and the output, as they are: the head
+# says how many bytes of stdout and stderr come first. fd 1 and fd 2 stay
+# the worker's own logs; print() inside a handler is captured per
+# invocation instead.
 #
 # argv: worker.py MAX_LOG_BYTES
 import importlib
@@ -109,7 +111,13 @@ class BoundedWriter:
         return True
 
     def value(self):
-        return b"".join(self.parts).decode("utf-8", "replace")
+        """What was kept, as UTF-8."""
+        data = b"".join(self.parts)
+        if self.truncated:
+            # Each part was encoded whole; only the cut can split a
+            # character, and a split one becomes U+FFFD.
+            data = data.decode("utf-8", "replace").encode("utf-8")
+        return data
 
 
 class Context:
@@ -155,18 +163,25 @@ def load_handler(working_dir, handler, env):
 
 def split_headed(frame):
     (head_len,) = struct.unpack_from(">I", frame)
-    return json.loads(frame[4:4 + head_len]), frame[4 + head_len:]
+    # A view, so the body is not copied out of the frame.
+    return json.loads(frame[4:4 + head_len]), memoryview(frame)[4 + head_len:]
 
 
 def invoke(fn, req, body, max_log):
-    """Runs one invocation: returns the head of the answer and the output."""
+    """Runs one invocation: returns the head of the answer and its bodies."""
     content_type = req.get("content_type") or "application/json"
-    is_json = content_type == "application/json"
-    if is_json:
-        # Invalid UTF-8 in a string becomes U+FFFD, as Go's JSON does.
-        event = json.loads(body.decode("utf-8", "replace")) if body else None
-    else:
-        event = body
+    try:
+        if content_type == "application/json":
+            # The one parse of the input on its way: the apiserver validated
+            # it and nothing between scanned it again. Invalid UTF-8 in a
+            # string becomes U+FFFD, as Go's JSON does.
+            event = json.loads(str(body, "utf-8", "replace")) if body else None
+        else:
+            event = bytes(body)
+    except ValueError as e:
+        # Only a caller that mislabels its input gets here; the handler did
+        # not run.
+        return {"error": describe(e)}, b"", b"", b""
     deadline_ns = req.get("deadline_unix_nano") or 0
     ctx = Context(req.get("invocation_id", ""), req.get("run_uid", ""), deadline_ns / 1e9 if deadline_ns else None)
 
@@ -193,15 +208,16 @@ def invoke(fn, req, body, max_log):
     # What is empty is left out: the Runtime Server reads it as empty.
     if ctx.outputs:
         resp["outputs"] = ctx.outputs
-    if out.parts:
-        resp["stdout"] = out.value()
-    if err.parts:
-        resp["stderr"] = err.value()
+    stdout, stderr = out.value(), err.value()
+    if stdout:
+        resp["stdout_bytes"] = len(stdout)
+    if stderr:
+        resp["stderr_bytes"] = len(stderr)
     if out.truncated:
         resp["stdout_truncated"] = True
     if err.truncated:
         resp["stderr_truncated"] = True
-    return resp, output
+    return resp, stdout, stderr, output
 
 
 def main():
@@ -227,9 +243,9 @@ def main():
         except EndOfRequests:
             return 0
         req, body = split_headed(frame)
-        resp, output = invoke(fn, req, body, max_log)
+        resp, stdout, stderr, output = invoke(fn, req, body, max_log)
         head = json.dumps(resp, separators=(",", ":")).encode("utf-8")
-        write_frame(struct.pack(">I", len(head)), head, output)
+        write_frame(struct.pack(">I", len(head)), head, stdout, stderr, output)
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sync/errgroup"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/test/bench/cputime"
 )
@@ -37,7 +38,10 @@ func BenchmarkInvokeFunction(b *testing.B) {
 			h.writeFile(b, "handlers.py", pythonHandlers)
 			h.writeFile(b, "noop.sh", "exit 0\n")
 			reg := h.registerReady(b, "bench", bc.handler)
-			req := &runtimev1.InvokeFunctionRequest{RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(), Input: []byte(bc.input)}
+			// As runtimed calls it: with the apiserver's invocation ID, and
+			// the content type under which the apiserver validated the input.
+			req := &runtimev1.InvokeFunctionRequest{RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(),
+				InvocationId: "bench", Input: []byte(bc.input), ContentType: invocation.ContentTypeJSON}
 			ctx := context.Background()
 			// Warm the connection and the worker so the first sample is not
 			// an outlier.
@@ -84,7 +88,8 @@ func BenchmarkInvokeFunctionConcurrent(b *testing.B) {
 	reqs := make([]*runtimev1.InvokeFunctionRequest, functions)
 	for i := range reqs {
 		reg := h.registerReady(b, fmt.Sprintf("bench-%d", i), "handlers.noop")
-		reqs[i] = &runtimev1.InvokeFunctionRequest{RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(), Input: []byte(`{}`)}
+		reqs[i] = &runtimev1.InvokeFunctionRequest{RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(),
+			InvocationId: fmt.Sprintf("bench-%d", i), Input: []byte(`{}`), ContentType: invocation.ContentTypeJSON}
 		if _, err := h.functions.InvokeFunction(b.Context(), reqs[i]); err != nil {
 			b.Fatal(err)
 		}

@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 )
 
@@ -213,6 +215,29 @@ func TestRegisterFunctionSemantics(t *testing.T) {
 	}
 }
 
+func TestInvokeFunctionValidation(t *testing.T) {
+	h := newHarness(t, "python")
+	h.writeFile(t, "handlers.py", pythonHandlers)
+	ctx := testContext(t)
+	reg := h.registerReady(t, "validation", "handlers.noop")
+	tests := []struct {
+		name   string
+		mutate func(*runtimev1.InvokeFunctionRequest)
+	}{
+		{name: "empty invocation ID is rejected: the apiserver mints it, runtimed passes it on", mutate: func(r *runtimev1.InvokeFunctionRequest) { r.InvocationId = "" }},
+		{name: "input that is not JSON from a caller that names no content type is rejected", mutate: func(r *runtimev1.InvokeFunctionRequest) { r.Input = []byte(`{nope`) }},
+		{name: "negative timeout is rejected", mutate: func(r *runtimev1.InvokeFunctionRequest) { r.TimeoutMillis = -1 }},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			req := &runtimev1.InvokeFunctionRequest{RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(), InvocationId: "inv-1", Input: []byte(`{}`)}
+			tc.mutate(req)
+			_, err := h.functions.InvokeFunction(ctx, req)
+			requireCode(t, codes.InvalidArgument, err)
+		})
+	}
+}
+
 func TestRegisterFunctionValidation(t *testing.T) {
 	h := newHarness(t, "python")
 	ctx := testContext(t)
@@ -243,14 +268,17 @@ func TestRegisterFunctionValidation(t *testing.T) {
 }
 
 type invokeCase struct {
-	name      string
-	handler   string
-	input     string
-	id        string
-	timeout   time.Duration
-	wantCode  codes.Code
-	wantError string // FunctionError.type
-	check     func(t *testing.T, resp *runtimev1.InvokeFunctionResponse)
+	name    string
+	handler string
+	input   string
+	id      string
+	// contentType is what the caller says the input is; empty for a caller
+	// that does not say.
+	contentType string
+	timeout     time.Duration
+	wantCode    codes.Code
+	wantError   string // FunctionError.type
+	check       func(t *testing.T, resp *runtimev1.InvokeFunctionResponse)
 }
 
 func runInvokeCases(t *testing.T, h *harness, tests []invokeCase) {
@@ -262,18 +290,19 @@ func runInvokeCases(t *testing.T, h *harness, tests []invokeCase) {
 			if input == "" {
 				input = `{}`
 			}
+			id := tc.id
+			if id == "" {
+				id = fmt.Sprintf("inv-%d", i)
+			}
 			resp, err := h.functions.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{
-				RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(), InvocationId: tc.id,
-				Input: []byte(input), TimeoutMillis: tc.timeout.Milliseconds(),
+				RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(), InvocationId: id,
+				Input: []byte(input), ContentType: tc.contentType, TimeoutMillis: tc.timeout.Milliseconds(),
 			})
 			requireCode(t, tc.wantCode, err)
 			if tc.wantCode != codes.OK {
 				return
 			}
-			assert.NotEmpty(t, resp.GetInvocationId())
-			if tc.id != "" {
-				assert.Equal(t, tc.id, resp.GetInvocationId(), "the invocation ID is always echoed")
-			}
+			assert.Equal(t, id, resp.GetInvocationId(), "the invocation ID is always echoed")
 			if tc.wantError != "" {
 				require.NotNil(t, resp.GetError(), "want function error %s", tc.wantError)
 				assert.Equal(t, tc.wantError, resp.GetError().GetType())
@@ -302,8 +331,7 @@ func commonInvokeCases(handler func(string) string) []invokeCase {
 			assert.Contains(t, string(resp.GetStderr()), "to stderr")
 			assert.Equal(t, "application/json", resp.GetContentType())
 		}},
-		{name: "empty invocation ID is generated", handler: handler("noop"), check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
-			assert.Len(t, resp.GetInvocationId(), 32)
+		{name: "a handler that returns nothing outputs null", handler: handler("noop"), check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
 			assert.JSONEq(t, "null", string(resp.GetOutput()))
 		}},
 		{name: "invocation ID of 128 bytes is accepted", handler: handler("noop"), id: strings.Repeat("i", 128)},
@@ -347,6 +375,10 @@ func TestInvokeFunctionPython(t *testing.T) {
 		invokeCase{name: "worker that dies fails the invocation as a function error", handler: "handlers.die", wantError: "WorkerExited", check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
 			assert.Contains(t, resp.GetError().GetMessage(), "code 7")
 		}},
+		invokeCase{name: "input the caller labels application/json is not scanned again: a mislabelled one fails in the worker's parse, before the handler", handler: "handlers.echo",
+			input: `{nope`, contentType: invocation.ContentTypeJSON, wantError: "JSONDecodeError", check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
+				assert.Empty(t, resp.GetStdout(), "the handler did not run")
+			}},
 	)
 	runInvokeCases(t, h, cases)
 }
@@ -364,6 +396,12 @@ func TestInvokeFunctionBash(t *testing.T) {
 			assert.Contains(t, resp.GetError().GetStack(), "something broke")
 		}},
 		invokeCase{name: "invalid outputs file is an OutputsInvalid function error", handler: "bad_outputs.sh", wantError: "OutputsInvalid"},
+		invokeCase{name: "input the caller labels application/json is not scanned again: it reaches the script as it is", handler: "echo.sh",
+			input: `{nope`, contentType: invocation.ContentTypeJSON, check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
+				var out string
+				require.NoError(t, json.Unmarshal(resp.GetOutput(), &out), "stdout that is not JSON becomes a JSON string")
+				assert.Contains(t, out, `{"event":{nope,`)
+			}},
 	)
 	runInvokeCases(t, h, cases)
 

@@ -125,7 +125,8 @@ func (h *harness) registerReady(t testing.TB, uid, handler string) *runtimev1.Re
 
 func (h *harness) invoke(ctx context.Context, reg *runtimev1.RegistrationStatus, input string, timeout time.Duration) (*runtimev1.InvokeFunctionResponse, error) {
 	return h.functions.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{
-		RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(), Input: []byte(input), TimeoutMillis: timeout.Milliseconds(),
+		RunUid: reg.GetRunUid(), RegistrationId: reg.GetRegistrationId(), InvocationId: "inv-" + reg.GetRunUid(),
+		Input: []byte(input), TimeoutMillis: timeout.Milliseconds(),
 	})
 }
 

@@ -46,16 +46,14 @@ type Options struct {
 
 // Defaults for Options fields left zero.
 const (
-	DefaultMaxTasks            = 1024
-	DefaultTaskLogBytes        = 256 << 10
-	DefaultRegisterTimeout     = 60 * time.Second
-	DefaultDrainTimeout        = 30 * time.Second
-	maxRetiredRegistrations    = 4096
-	maxMessageBytes            = 4 << 10
-	invocationIDRandomBytes    = 16
-	registrationIDRandomBytes  = 16
-	registrationIDPrefix       = "reg-"
-	generatedInvocationIDBytes = 16
+	DefaultMaxTasks           = 1024
+	DefaultTaskLogBytes       = 256 << 10
+	DefaultRegisterTimeout    = 60 * time.Second
+	DefaultDrainTimeout       = 30 * time.Second
+	maxRetiredRegistrations   = 4096
+	maxMessageBytes           = 4 << 10
+	registrationIDRandomBytes = 16
+	registrationIDPrefix      = "reg-"
 )
 
 // Server implements runtimev1.RuntimeServer and runtimev1.FunctionRuntimeServer.

@@ -118,7 +118,8 @@ func (h *runtimeHost) invoke(ctx context.Context, t *testing.T, uid types.UID, i
 	t.Helper()
 	st := h.registration(ctx, t, uid)
 	require.NotNil(t, st, "Run %s is registered", uid)
-	return h.functions.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{RunUid: string(uid), RegistrationId: st.GetRegistrationId(), Input: []byte(input)})
+	return h.functions.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{RunUid: string(uid), RegistrationId: st.GetRegistrationId(),
+		InvocationId: "inv-" + string(uid), Input: []byte(input)})
 }
 
 // processWithArg finds a process of this machine one of whose arguments is
