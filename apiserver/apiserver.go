@@ -3,6 +3,7 @@ package apiserver
 import (
 	"context"
 	"fmt"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
@@ -15,17 +16,25 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apiserver/invokerouter"
 	"kruntimes.io/kruntimes/apiserver/runtimedrestriction"
 	runregistry "kruntimes.io/kruntimes/registry/run"
-	"kruntimes.io/kruntimes/registry/run/invoke"
 	runtimeregistry "kruntimes.io/kruntimes/registry/runtime"
 )
 
 // Config is the configuration of a kruntimes API server.
 type Config struct {
 	GenericConfig *genericapiserver.RecommendedConfig
-	// Invoke configures runs/invoke; its Runs is filled in by New.
-	Invoke invoke.Config
+	// Invoke configures runs/invoke.
+	Invoke InvokeConfig
+}
+
+// InvokeConfig configures runs/invoke.
+type InvokeConfig struct {
+	// Router says how invocations reach the runtimed that owns a Run.
+	Router invokerouter.Config
+	// MaxTimeout bounds every invocation.
+	MaxTimeout time.Duration
 }
 
 // Server is a running kruntimes API server.
@@ -37,7 +46,7 @@ type Server struct {
 // build a Server.
 type CompletedConfig struct {
 	generic genericapiserver.CompletedConfig
-	invoke  invoke.Config
+	invoke  InvokeConfig
 }
 
 // Complete fills in the defaults of the generic server configuration.
@@ -47,7 +56,8 @@ func (c *Config) Complete() CompletedConfig {
 
 // New builds the server and installs the kruntimes.io API group.
 func (c CompletedConfig) New() (*Server, error) {
-	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter)
+	router := invokerouter.New(c.invoke.Router)
+	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter, router, c.invoke.MaxTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("building runs storage: %w", err)
 	}
@@ -67,13 +77,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("building runtimes storage: %w", err)
 	}
-	invokeConfig := c.invoke
-	invokeConfig.Runs = runs.Run
-	invokeREST := invoke.NewREST(invokeConfig)
 	apiGroupInfo.VersionedResourcesStorageMap[v1alpha1.SchemeGroupVersion.Version] = map[string]rest.Storage{
 		"runs":            runs.Run,
 		"runs/status":     runs.Status,
-		"runs/invoke":     invokeREST,
+		"runs/invoke":     runs.Invoke,
 		"runtimes":        runtimes.Runtime,
 		"runtimes/status": runtimes.Status,
 	}
@@ -82,7 +89,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	// Every replica routes invocations, leader or not.
 	if err := generic.AddPostStartHook("start-runs-invoke", func(hookCtx genericapiserver.PostStartHookContext) error {
-		invokeREST.Start(hookCtx)
+		router.Start(hookCtx, runs.Run)
 		return nil
 	}); err != nil {
 		return nil, err

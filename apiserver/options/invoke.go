@@ -10,8 +10,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	"kruntimes.io/kruntimes/apis/invocation"
+	"kruntimes.io/kruntimes/apiserver"
 	"kruntimes.io/kruntimes/proto/pki"
-	"kruntimes.io/kruntimes/registry/run/invoke"
 )
 
 // InvokeOptions configure runs/invoke: how this server dials the runtimed
@@ -56,21 +56,21 @@ func (o *InvokeOptions) Validate() []error {
 
 // Config builds the invoke configuration; the certificates are reloaded
 // until ctx ends. coreAPI is nil without a cluster.
-func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config) (invoke.Config, error) {
-	cfg := invoke.Config{MaxTimeout: o.MaxTimeout}
+func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config) (apiserver.InvokeConfig, error) {
+	cfg := apiserver.InvokeConfig{MaxTimeout: o.MaxTimeout}
 	if coreAPI != nil {
 		kube, err := kubernetes.NewForConfig(coreAPI)
 		if err != nil {
 			return cfg, err
 		}
-		cfg.Kube = kube
+		cfg.Router.Kube = kube
 	}
 	if o.ClientCertFile != "" {
 		clientTLS, err := pki.ClientTLS(ctx, o.ClientCertFile, o.ClientKeyFile, o.CAFile)
 		if err != nil {
 			return cfg, err
 		}
-		cfg.ClientTLS = clientTLS
+		cfg.Router.ClientTLS = clientTLS
 	}
 	return cfg, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
@@ -157,4 +158,57 @@ func usage(pod *corev1.Pod, runs []*v1alpha1.Run, assumed []types.UID) int {
 		seen[uid] = struct{}{}
 	}
 	return len(seen)
+}
+
+// place chooses a Pod for run among rt's candidates and reserves the slot.
+// Free slots go to the oldest waiting Runs: a Run with as many older ones
+// waiting as there are free slots leaves them the slots.
+func (s *Scheduler) place(run *v1alpha1.Run, rt *v1alpha1.Runtime) placement {
+	s.placing.Lock()
+	defer s.placing.Unlock()
+	// A reservation left by an earlier attempt of this Run is not a load.
+	s.assumed.forget(run.UID)
+	now := s.clock.Now()
+	loads, excluded, err := s.loads(run.Namespace, rt, now)
+	if err != nil {
+		return placement{message: err.Error()}
+	}
+	capacity := capacityOf(rt)
+	if free := freeSlots(loads, rt); free > 0 && s.atLeastWaitingAhead(run, free, now) {
+		// The older Runs take every free slot, as if the Pods were full;
+		// releasing the slots queued them.
+		return placement{message: noCapacityMessage(len(loads), capacity, excluded)}
+	}
+	p := choosePod(loads, capacity, excluded)
+	if p.pod != nil {
+		s.assumed.assume(run.UID, p.pod.UID)
+	}
+	return p
+}
+
+// loads returns rt's candidate Pods with their usage, and counts the other
+// Pods by why they are no candidates.
+func (s *Scheduler) loads(namespace string, rt *v1alpha1.Runtime, now time.Time) ([]podLoad, map[string]int, error) {
+	pods, err := s.pods.Pods(namespace).List(labels.SelectorFromSet(labels.Set{lifecycle.LabelRuntime: rt.Name}))
+	if err != nil {
+		return nil, nil, err
+	}
+	excluded := map[string]int{}
+	loads := make([]podLoad, 0, len(pods))
+	for _, pod := range pods {
+		lease, err := s.leases.Leases(pod.Namespace).Get(runtimepod.LeaseName(pod.Name))
+		if err != nil {
+			lease = nil
+		}
+		if why := excludedReason(pod, lease, now); why != "" {
+			excluded[why]++
+			continue
+		}
+		loads = append(loads, podLoad{pod: pod, used: usage(pod, s.runsOn(pod), s.assumed.reservedOn(pod.UID, now))})
+	}
+	return loads, excluded, nil
+}
+
+func (s *Scheduler) runsOn(pod *corev1.Pod) []*v1alpha1.Run {
+	return s.indexed(AssignedPodIndex, pod.Namespace+"/"+pod.Name)
 }

@@ -148,8 +148,14 @@ type InvokeResponse struct {
 	StderrTruncated bool              `protobuf:"varint,7,opt,name=stderr_truncated,json=stderrTruncated,proto3" json:"stderr_truncated,omitempty"`
 	Error           *FunctionError    `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
 	DurationNanos   int64             `protobuf:"varint,9,opt,name=duration_nanos,json=durationNanos,proto3" json:"duration_nanos,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// The media type of output, as the Runtime Server named it. When it is
+	// application/json the output is JSON, and the apiserver writes it into
+	// its answer without scanning it first; any other type, or none (a
+	// runtimed that does not say), makes the apiserver check, and output that
+	// is not JSON becomes a JSON string.
+	ContentType   string `protobuf:"bytes,10,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *InvokeResponse) Reset() {
@@ -245,6 +251,13 @@ func (x *InvokeResponse) GetDurationNanos() int64 {
 	return 0
 }
 
+func (x *InvokeResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
 type FunctionError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
@@ -310,7 +323,7 @@ const file_runtimed_proto_rawDesc = "" +
 	"\x05input\x18\x05 \x01(\fR\x05input\x12%\n" +
 	"\x0etimeout_millis\x18\x06 \x01(\x03R\rtimeoutMillis\x12\x16\n" +
 	"\x06caller\x18\a \x01(\tR\x06caller\x12!\n" +
-	"\fcontent_type\x18\b \x01(\tR\vcontentType\"\xc0\x03\n" +
+	"\fcontent_type\x18\b \x01(\tR\vcontentType\"\xe3\x03\n" +
 	"\x0eInvokeResponse\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\tR\finvocationId\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\fR\x06output\x12L\n" +
@@ -320,7 +333,9 @@ const file_runtimed_proto_rawDesc = "" +
 	"\x10stdout_truncated\x18\x06 \x01(\bR\x0fstdoutTruncated\x12)\n" +
 	"\x10stderr_truncated\x18\a \x01(\bR\x0fstderrTruncated\x12:\n" +
 	"\x05error\x18\b \x01(\v2$.kruntimes.runtimed.v1.FunctionErrorR\x05error\x12%\n" +
-	"\x0eduration_nanos\x18\t \x01(\x03R\rdurationNanos\x1a:\n" +
+	"\x0eduration_nanos\x18\t \x01(\x03R\rdurationNanos\x12!\n" +
+	"\fcontent_type\x18\n" +
+	" \x01(\tR\vcontentType\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +

@@ -1,6 +1,8 @@
 package run
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -19,6 +21,7 @@ import (
 type Storage struct {
 	Run    *REST
 	Status *statusrest.REST
+	Invoke *InvokeREST
 }
 
 // REST serves runs.
@@ -27,8 +30,9 @@ type REST struct {
 }
 
 // NewStorage builds the runs and runs/status storage over the backend that
-// optsGetter selects.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (Storage, error) {
+// optsGetter selects, and runs/invoke over router; maxInvokeTimeout bounds
+// every invocation.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, maxInvokeTimeout time.Duration) (Storage, error) {
 	strategy := NewStrategy(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &kruntimes.Run{} },
@@ -54,7 +58,11 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter) (S
 		return Storage{}, err
 	}
 
-	return Storage{Run: &REST{store}, Status: statusrest.New(store, NewStatusStrategy(strategy))}, nil
+	return Storage{
+		Run:    &REST{store},
+		Status: statusrest.New(store, NewStatusStrategy(strategy)),
+		Invoke: newInvokeREST(router, maxInvokeTimeout),
+	}, nil
 }
 
 // ShortNames implements rest.ShortNamesProvider: kubectl get rn.

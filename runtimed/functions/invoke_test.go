@@ -124,6 +124,7 @@ func TestInvokeHop(t *testing.T) {
 		require.NoError(t, err)
 		require.Nil(t, resp.GetError())
 		assert.Equal(t, input, string(resp.GetOutput()))
+		assert.Equal(t, invocation.ContentTypeJSON, resp.GetContentType(), "the output's content type comes back, so the apiserver writes it without scanning it")
 	})
 
 	t.Run("the content type goes on to the Runtime Server: application/json is not scanned again, and no content type is", func(t *testing.T) {

@@ -88,6 +88,7 @@ func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*ru
 		StdoutTruncated: out.GetStdoutTruncated(),
 		StderrTruncated: out.GetStderrTruncated(),
 		DurationNanos:   out.GetDurationNanos(),
+		ContentType:     out.GetContentType(),
 	}
 	if e := out.GetError(); e != nil {
 		resp.Error = &runtimedv1.FunctionError{Type: e.GetType(), Message: e.GetMessage()}

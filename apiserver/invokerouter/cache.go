@@ -1,4 +1,4 @@
-package invoke
+package invokerouter
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -146,8 +147,9 @@ func slimPod(obj any) (any, error) {
 	}, nil
 }
 
-// route is where an invocation goes.
-type route struct {
+// owner is the Pod that holds a routable function Run, and the Run's
+// fencing tuple.
+type owner struct {
 	runUID  types.UID
 	attempt int32
 	podUID  types.UID
@@ -157,56 +159,46 @@ type route struct {
 	deadline time.Time
 }
 
-// routeError says why an invocation cannot be routed; none of them ran it.
-type routeError struct {
-	code    int
-	message string
-}
-
-func (e *routeError) Error() string { return e.message }
-
-// lookup routes an invocation of the Run ns/name, whose UID must be uid
-// when uid is set.
-func (c *ownershipCache) lookup(ctx context.Context, ns, name string, uid types.UID) (route, error) {
+// lookup finds the owner of the Run ns/name, whose UID must be uid when uid
+// is set. Its errors are those of Router.Route.
+func (c *ownershipCache) lookup(ctx context.Context, ns, name string, uid types.UID) (owner, error) {
 	obj, exists, err := c.runs.GetIndexer().GetByKey(ns + "/" + name)
 	if err != nil || !exists {
-		return route{}, c.notCached(ctx, ns, name, uid)
+		return owner{}, c.notCached(ctx, ns, name, uid)
 	}
 	run := obj.(*kruntimes.Run)
 	if uid != "" && run.UID != uid {
 		// The name now belongs to another Run: the one addressed is gone.
-		return route{}, errNotFound
+		return owner{}, notFound(name)
 	}
 	ready := meta.IsStatusConditionTrue(run.Status.Conditions, lifecycle.ConditionReady)
 	switch {
 	case run.DeletionTimestamp != nil:
-		return route{}, notReady(run, "is being deleted")
+		return owner{}, notReady(run, "is being deleted")
 	case lifecycle.IsTerminal(run.Status.Phase):
-		return route{}, &routeError{code: 503, message: fmt.Sprintf("Run %s/%s ended (%s) and is not invoked any more", ns, name, run.Status.Phase)}
+		return owner{}, apierrors.NewServiceUnavailable(fmt.Sprintf("Run %s/%s ended (%s) and is not invoked any more", ns, name, run.Status.Phase))
 	case !lifecycle.IsRoutable(run.Status.Phase) || !ready:
-		return route{}, notReady(run, "is not Ready")
+		return owner{}, notReady(run, "is not Ready")
 	}
 	obj, exists, err = c.pods.GetIndexer().GetByKey(ns + "/" + run.Status.AssignedPod)
 	if err != nil || !exists {
-		return route{}, notReady(run, "is assigned to Pod "+run.Status.AssignedPod+", which is gone")
+		return owner{}, notReady(run, "is assigned to Pod "+run.Status.AssignedPod+", which is gone")
 	}
 	pod := obj.(*corev1.Pod)
 	switch {
 	case pod.UID != run.Status.AssignedPodUID:
-		return route{}, notReady(run, "is assigned to an earlier Pod of the name "+pod.Name)
+		return owner{}, notReady(run, "is assigned to an earlier Pod of the name "+pod.Name)
 	case pod.DeletionTimestamp != nil:
-		return route{}, notReady(run, "is assigned to Pod "+pod.Name+", which is being deleted")
+		return owner{}, notReady(run, "is assigned to Pod "+pod.Name+", which is being deleted")
 	case pod.Status.PodIP == "":
-		return route{}, notReady(run, "is assigned to Pod "+pod.Name+", which has no IP")
+		return owner{}, notReady(run, "is assigned to Pod "+pod.Name+", which has no IP")
 	}
-	r := route{runUID: run.UID, attempt: run.Status.Attempt, podUID: pod.UID, podIP: pod.Status.PodIP, runtime: pod.Labels[lifecycle.LabelRuntime]}
+	o := owner{runUID: run.UID, attempt: run.Status.Attempt, podUID: pod.UID, podIP: pod.Status.PodIP, runtime: pod.Labels[lifecycle.LabelRuntime]}
 	if run.Spec.Timeout != nil && run.Status.StartTime != nil {
-		r.deadline = run.Status.StartTime.Add(run.Spec.Timeout.Duration)
+		o.deadline = run.Status.StartTime.Add(run.Spec.Timeout.Duration)
 	}
-	return r, nil
+	return o, nil
 }
-
-var errNotFound = &routeError{code: 404}
 
 // notCached says why a Run the cache does not hold cannot be invoked: it
 // is a task, it does not exist, or it was created a moment ago. It reads
@@ -215,19 +207,24 @@ var errNotFound = &routeError{code: 404}
 func (c *ownershipCache) notCached(ctx context.Context, ns, name string, uid types.UID) error {
 	obj, err := c.source.Get(genericapirequest.WithNamespace(ctx, ns), name, &metav1.GetOptions{ResourceVersion: "0"})
 	if err != nil {
-		return errNotFound
+		return notFound(name)
 	}
 	run, ok := obj.(*kruntimes.Run)
 	switch {
 	case !ok || (uid != "" && run.UID != uid):
-		return errNotFound
+		return notFound(name)
 	case run.Spec.Mode.Function == nil:
-		return &routeError{code: 400, message: fmt.Sprintf("Run %s/%s is a task; only function Runs are invoked", ns, name)}
+		return apierrors.NewBadRequest(fmt.Sprintf("Run %s/%s is a task; only function Runs are invoked", ns, name))
 	default:
 		return notReady(run, "is not Ready")
 	}
 }
 
-func notReady(run *kruntimes.Run, why string) *routeError {
-	return &routeError{code: 503, message: fmt.Sprintf("Run %s/%s %s; retry shortly", run.Namespace, run.Name, why)}
+// notFound answers for a Run that is not there, or not the one addressed.
+func notFound(name string) error {
+	return apierrors.NewNotFound(kruntimes.Resource("runs"), name)
+}
+
+func notReady(run *kruntimes.Run, why string) error {
+	return apierrors.NewServiceUnavailable(fmt.Sprintf("Run %s/%s %s; retry shortly", run.Namespace, run.Name, why))
 }

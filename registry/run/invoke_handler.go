@@ -1,4 +1,4 @@
-package invoke
+package run
 
 import (
 	"context"
@@ -23,11 +23,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
-	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes"
-	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 )
 
@@ -43,67 +41,63 @@ const rpcSlack = 200 * time.Millisecond
 // retryAfterSeconds is what 429 and 503 ask clients to wait.
 const retryAfterSeconds = 1
 
-// handler serves one invocation of the Run name.
-type handler struct {
-	rest      *REST
-	namespace string
-	name      string
-	uid       types.UID
-	responder rest.Responder
+// statusClientClosedRequest is what the metrics record when the caller went
+// away before an answer: nobody reads one.
+const statusClientClosedRequest = 499
+
+// invokeHandler serves one invocation of the Run name.
+type invokeHandler struct {
+	router     Router
+	maxTimeout time.Duration
+	namespace  string
+	name       string
+	uid        types.UID
+	responder  rest.Responder
 }
 
-func (h *handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+func (h *invokeHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	started := time.Now()
-	inFlight.Inc()
+	invokeInFlight.Inc()
 	code := h.serve(w, req)
-	inFlight.Dec()
-	requestsTotal.WithLabelValues(strconv.Itoa(code)).Inc()
-	requestDuration.Observe(time.Since(started).Seconds())
+	invokeInFlight.Dec()
+	invokeRequests.WithLabelValues(strconv.Itoa(code)).Inc()
+	invokeDuration.Observe(time.Since(started).Seconds())
 }
 
 // serve answers the invocation and returns the HTTP status it answered.
-func (h *handler) serve(w http.ResponseWriter, req *http.Request) int {
+func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 	ctx := req.Context()
+	// Minted here and nowhere else: every hop after this one is handed it.
 	invocationID := req.Header.Get(invocation.HeaderID)
 	if len(invocationID) > invocation.MaxIDBytes {
-		return h.fail(w, apierrors.NewBadRequest(fmt.Sprintf("%s has %d bytes; at most %d are allowed", invocation.HeaderID, len(invocationID), invocation.MaxIDBytes)))
+		return h.fail(apierrors.NewBadRequest(fmt.Sprintf("%s has %d bytes; at most %d are allowed", invocation.HeaderID, len(invocationID), invocation.MaxIDBytes)))
 	}
 	if invocationID == "" {
 		invocationID = newInvocationID()
 	}
 	w.Header().Set(invocation.HeaderID, invocationID)
 
-	if h.rest.cache == nil {
-		return h.fail(w, unavailable(h.rest.off))
-	}
 	if err := checkContentType(req.Header.Get("Content-Type")); err != nil {
-		return h.fail(w, err)
+		return h.fail(err)
 	}
 	uid := h.uid
 	if header := types.UID(req.Header.Get(invocation.HeaderRunUID)); header != "" {
 		if uid != "" && uid != header {
-			return h.fail(w, apierrors.NewBadRequest(fmt.Sprintf("?uid=%s and %s: %s name different Runs", uid, invocation.HeaderRunUID, header)))
+			return h.fail(apierrors.NewBadRequest(fmt.Sprintf("?uid=%s and %s: %s name different Runs", uid, invocation.HeaderRunUID, header)))
 		}
 		uid = header
 	}
 	input, err := readInput(w, req)
 	if err != nil {
-		return h.fail(w, err)
+		return h.fail(err)
 	}
-	if !h.rest.cache.synced() {
-		return h.fail(w, unavailable("the invoke routing cache is still starting"))
-	}
-	rt, err := h.rest.cache.lookup(ctx, h.namespace, h.name, uid)
+	route, err := h.router.Route(ctx, h.namespace, h.name, uid)
 	if err != nil {
-		return h.fail(w, routeStatus(err, h.name))
+		return h.fail(routeStatus(err))
 	}
-	timeout, err := h.invocationTimeout(ctx, rt)
+	timeout, err := h.invocationTimeout(ctx, route.Deadline)
 	if err != nil {
-		return h.fail(w, err)
-	}
-	client, err := h.rest.conns.client(rt.podIP, h.namespace, rt.runtime)
-	if err != nil {
-		return h.fail(w, unavailable(err.Error()))
+		return h.fail(err)
 	}
 	caller := ""
 	if user, ok := genericapirequest.UserFrom(ctx); ok {
@@ -112,27 +106,32 @@ func (h *handler) serve(w http.ResponseWriter, req *http.Request) int {
 	rpcCtx, cancel := context.WithTimeout(ctx, timeout+rpcSlack)
 	defer cancel()
 	var dispatched peer.Peer
-	resp, err := client.Invoke(rpcCtx, &runtimedv1.InvokeRequest{
-		RunUid:        string(rt.runUID),
-		Attempt:       rt.attempt,
-		PodUid:        string(rt.podUID),
+	resp, err := route.Runtimed.Invoke(rpcCtx, &runtimedv1.InvokeRequest{
+		RunUid:        string(route.RunUID),
+		Attempt:       route.Attempt,
+		PodUid:        string(route.PodUID),
 		InvocationId:  invocationID,
 		Input:         input,
+		ContentType:   invocation.ContentTypeJSON, // readInput validated it: nothing downstream scans it again
 		TimeoutMillis: timeout.Milliseconds(),
 		Caller:        caller,
 	}, grpc.Peer(&dispatched))
 	if err != nil {
-		if ctx.Err() != nil && errors.Is(ctx.Err(), context.Canceled) {
-			return 499 // the caller went away; nobody reads an answer
+		if errors.Is(ctx.Err(), context.Canceled) {
+			return statusClientClosedRequest
 		}
-		return h.fail(w, rpcStatus(err, dispatched.Addr != nil, timeout))
+		return h.fail(rpcStatus(err, dispatched.Addr != nil, timeout))
 	}
-	return writeResult(w, resp)
+	if e := resp.GetError(); e != nil {
+		w.Header().Set(invocation.HeaderFunctionError, e.GetType())
+	}
+	h.responder.Object(http.StatusOK, invokeResult(resp))
+	return http.StatusOK
 }
 
 // fail answers with err as a metav1.Status (Retry-After on 429 and 503
 // comes from its details) and returns its code.
-func (h *handler) fail(w http.ResponseWriter, err error) int {
+func (h *invokeHandler) fail(err error) int {
 	h.responder.Error(err)
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
@@ -142,9 +141,10 @@ func (h *handler) fail(w http.ResponseWriter, err error) int {
 }
 
 // invocationTimeout is the request's own deadline less the margin, bounded
-// by the server's maximum and the Run's remaining lifetime.
-func (h *handler) invocationTimeout(ctx context.Context, rt route) (time.Duration, error) {
-	timeout := h.rest.maxTimeout
+// by the server's maximum and the Run's remaining lifetime (runDeadline,
+// zero when the Run has none).
+func (h *invokeHandler) invocationTimeout(ctx context.Context, runDeadline time.Time) (time.Duration, error) {
+	timeout := h.maxTimeout
 	if deadline, ok := ctx.Deadline(); ok {
 		left := time.Until(deadline) - deadlineMargin
 		if left <= 0 {
@@ -152,8 +152,8 @@ func (h *handler) invocationTimeout(ctx context.Context, rt route) (time.Duratio
 		}
 		timeout = min(timeout, left)
 	}
-	if !rt.deadline.IsZero() {
-		left := time.Until(rt.deadline)
+	if !runDeadline.IsZero() {
+		left := time.Until(runDeadline)
 		if left <= 0 {
 			return 0, unavailable("the Run's spec.timeout has passed; it is ending")
 		}
@@ -169,7 +169,7 @@ func checkContentType(contentType string) error {
 		return nil
 	}
 	media, _, err := mime.ParseMediaType(contentType)
-	if err == nil && media == "application/json" {
+	if err == nil && media == invocation.ContentTypeJSON {
 		return nil
 	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
@@ -178,8 +178,9 @@ func checkContentType(contentType string) error {
 	}}
 }
 
-// readInput reads the JSON body, at most MaxInputBytes of it: a larger body
-// is refused without reading the rest.
+// readInput reads the body, at most MaxInputBytes of it (a larger body is
+// refused without reading the rest), and checks that it is JSON: the one
+// scan of the input on its way to the handler.
 func readInput(w http.ResponseWriter, req *http.Request) ([]byte, error) {
 	tooLarge := apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the input of a function is at most %d bytes", invocation.MaxInputBytes))
 	if req.ContentLength > invocation.MaxInputBytes {
@@ -220,19 +221,18 @@ func unavailable(message string) error {
 	return err
 }
 
-// routeStatus is the answer to an invocation that could not be routed.
-func routeStatus(err error, name string) error {
-	var re *routeError
-	if !errors.As(err, &re) {
-		return apierrors.NewInternalError(err)
+// routeStatus is the answer to an invocation the router could not route:
+// its API error, with Retry-After when it is a 503.
+func routeStatus(err error) error {
+	switch {
+	case apierrors.IsServiceUnavailable(err):
+		var status apierrors.APIStatus
+		errors.As(err, &status)
+		return unavailable(status.Status().Message)
+	case apierrors.IsNotFound(err), apierrors.IsBadRequest(err):
+		return err
 	}
-	switch re.code {
-	case http.StatusNotFound:
-		return apierrors.NewNotFound(kruntimes.Resource("runs"), name)
-	case http.StatusBadRequest:
-		return apierrors.NewBadRequest(re.message)
-	}
-	return unavailable(re.message)
+	return apierrors.NewInternalError(err)
 }
 
 // rpcStatus maps runtimed's answer; whether the handler may have run
@@ -259,40 +259,39 @@ func rpcStatus(err error, dispatched bool, timeout time.Duration) error {
 	}}
 }
 
-// writeResult answers 200 with the InvokeResult; a handler error is still
-// 200, with the error in the body and its type in a header.
-func writeResult(w http.ResponseWriter, resp *runtimedv1.InvokeResponse) int {
-	output := resp.GetOutput()
-	if len(output) > 0 && !json.Valid(output) {
-		// A handler (bash) that printed text: its output arrives as a JSON
-		// string, the body staying one JSON document.
-		output, _ = json.Marshal(string(output))
-	}
-	result := v1alpha1.InvokeResult{
-		TypeMeta:       metav1.TypeMeta{APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "InvokeResult"},
+// invokeResult is runtimed's answer as the API's InvokeResult: the one copy
+// of the response shape on this hop. A handler error is still a result.
+func invokeResult(resp *runtimedv1.InvokeResponse) *kruntimes.InvokeResult {
+	result := &kruntimes.InvokeResult{
 		InvocationID:   resp.GetInvocationId(),
-		Output:         runtime.RawExtension{Raw: output},
+		Output:         runtime.RawExtension{Raw: jsonOutput(resp.GetOutput(), resp.GetContentType())},
 		Outputs:        resp.GetOutputs(),
 		DurationMillis: resp.GetDurationNanos() / int64(time.Millisecond),
 	}
 	if len(resp.GetStdout()) > 0 || len(resp.GetStderr()) > 0 {
-		result.Logs = &v1alpha1.InvokeLogs{Stdout: string(resp.GetStdout()), Stderr: string(resp.GetStderr()),
+		result.Logs = &kruntimes.InvokeLogs{Stdout: string(resp.GetStdout()), Stderr: string(resp.GetStderr()),
 			StdoutTruncated: resp.GetStdoutTruncated(), StderrTruncated: resp.GetStderrTruncated()}
 	}
 	if e := resp.GetError(); e != nil {
-		result.Error = &v1alpha1.InvokeError{Type: e.GetType(), Message: e.GetMessage()}
-		w.Header().Set(invocation.HeaderFunctionError, e.GetType())
+		result.Error = &kruntimes.InvokeError{Type: e.GetType(), Message: e.GetMessage()}
 	}
-	body, err := json.Marshal(&result)
-	if err != nil {
-		klog.Background().Error(err, "Encoding an invoke result failed", "invocationID", resp.GetInvocationId())
-		w.WriteHeader(http.StatusInternalServerError)
-		return http.StatusInternalServerError
+	return result
+}
+
+// jsonOutput is the handler's output as one JSON value; nil (null) when it
+// returned nothing. Output that runtimed says is JSON is not scanned here:
+// the serializer's encoding is then its one scan in this server.
+func jsonOutput(output []byte, contentType string) []byte {
+	switch {
+	case len(output) == 0:
+		return nil
+	case contentType == invocation.ContentTypeJSON, json.Valid(output):
+		return output
 	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(body)
-	return http.StatusOK
+	// A handler that returned bytes: they arrive as a JSON string, the body
+	// staying one JSON document.
+	output, _ = json.Marshal(string(output))
+	return output
 }
 
 func newInvocationID() string {

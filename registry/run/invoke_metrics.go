@@ -1,4 +1,4 @@
-package invoke
+package run
 
 import (
 	"sync"
@@ -7,21 +7,24 @@ import (
 	"k8s.io/component-base/metrics/legacyregistry"
 )
 
+// The metrics of runs/invoke, by the code each invocation was answered
+// with: the handler sees every answer, including those the router never
+// hears of (413, 415, a caller that went away).
 var (
-	requestsTotal = metrics.NewCounterVec(&metrics.CounterOpts{
+	invokeRequests = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: "kruntimes", Subsystem: "invoke",
 		Name:           "requests_total",
 		Help:           "Invocations through runs/invoke, by HTTP status code.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"code"})
-	requestDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+	invokeDuration = metrics.NewHistogram(&metrics.HistogramOpts{
 		Namespace: "kruntimes", Subsystem: "invoke",
 		Name:           "duration_seconds",
 		Help:           "Time from receiving an invocation to answering it, in this server.",
 		Buckets:        metrics.ExponentialBuckets(0.0005, 2, 18),
 		StabilityLevel: metrics.ALPHA,
 	})
-	inFlight = metrics.NewGauge(&metrics.GaugeOpts{
+	invokeInFlight = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "kruntimes", Subsystem: "invoke",
 		Name:           "in_flight",
 		Help:           "Invocations this server is handling now.",
@@ -29,10 +32,10 @@ var (
 	})
 )
 
-var registerOnce sync.Once
+var registerInvokeMetricsOnce sync.Once
 
-func registerMetrics() {
-	registerOnce.Do(func() {
-		legacyregistry.MustRegister(requestsTotal, requestDuration, inFlight)
+func registerInvokeMetrics() {
+	registerInvokeMetricsOnce.Do(func() {
+		legacyregistry.MustRegister(invokeRequests, invokeDuration, invokeInFlight)
 	})
 }

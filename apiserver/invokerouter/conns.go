@@ -1,4 +1,4 @@
-package invoke
+package invokerouter
 
 import (
 	"crypto/tls"

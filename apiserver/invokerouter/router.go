@@ -1,0 +1,93 @@
+package invokerouter
+
+import (
+	"context"
+	"crypto/tls"
+	"sync/atomic"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	runregistry "kruntimes.io/kruntimes/registry/run"
+)
+
+// Config says how the router reaches Runtime Pods.
+type Config struct {
+	// Kube reaches the cluster's Pods; nil turns invoke off (a standalone
+	// server has no Pods).
+	Kube kubernetes.Interface
+	// ClientTLS dials runtimed (pki.ClientTLS); nil turns invoke off.
+	ClientTLS *tls.Config
+}
+
+// Router is the run registry's Router over an ownership cache and a pool
+// of runtimed connections.
+type Router struct {
+	kube  kubernetes.Interface
+	conns *runtimedConns
+	// off says why invoke is turned off; empty when it is on.
+	off string
+	// cache is set by Start; until then and until it synced, Route answers
+	// that routing is starting.
+	cache atomic.Pointer[ownershipCache]
+}
+
+var _ runregistry.Router = &Router{}
+
+// New returns a router that routes nothing until Start.
+func New(cfg Config) *Router {
+	switch {
+	case cfg.Kube == nil:
+		return &Router{off: "invoke needs the cluster's Pods, and this server runs without a cluster (--standalone)"}
+	case cfg.ClientTLS == nil:
+		return &Router{off: "invoke is not configured: kruntimes-apiserver has no client certificate for runtimed (--runtimed-client-cert-file)"}
+	}
+	return &Router{kube: cfg.Kube, conns: newRuntimedConns(cfg.ClientTLS)}
+}
+
+// Start fills the ownership cache from runs, this server's runs storage
+// (which is built with the router, hence given here), and from the
+// cluster's Runtime Pods, and keeps it current until ctx ends.
+func (r *Router) Start(ctx context.Context, runs RunSource) {
+	logger := klog.FromContext(ctx)
+	if r.off != "" {
+		logger.Info("runs/invoke is off", "why", r.off)
+		return
+	}
+	c := newOwnershipCache(runs, r.kube)
+	_, _ = c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: r.conns.podUpdated,
+		DeleteFunc: r.conns.forgetPod,
+	})
+	r.cache.Store(c)
+	go func() {
+		if c.run(ctx) {
+			logger.Info("runs/invoke ownership cache synced")
+		}
+		<-ctx.Done()
+		r.conns.close()
+	}()
+}
+
+// Route implements runregistry.Router.
+func (r *Router) Route(ctx context.Context, namespace, name string, uid types.UID) (*runregistry.Route, error) {
+	if r.off != "" {
+		return nil, apierrors.NewServiceUnavailable(r.off)
+	}
+	c := r.cache.Load()
+	if c == nil || !c.synced() {
+		return nil, apierrors.NewServiceUnavailable("the invoke routing cache is still starting")
+	}
+	o, err := c.lookup(ctx, namespace, name, uid)
+	if err != nil {
+		return nil, err
+	}
+	client, err := r.conns.client(o.podIP, namespace, o.runtime)
+	if err != nil {
+		return nil, apierrors.NewServiceUnavailable(err.Error())
+	}
+	return &runregistry.Route{RunUID: o.runUID, Attempt: o.attempt, PodUID: o.podUID, Deadline: o.deadline, Runtimed: client}, nil
+}

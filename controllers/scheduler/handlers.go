@@ -1,0 +1,146 @@
+package scheduler
+
+import (
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/client-go/tools/cache"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runtimepod"
+)
+
+func runFrom(obj any) *v1alpha1.Run {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	run, _ := obj.(*v1alpha1.Run)
+	return run
+}
+
+// wantsScheduling reports whether the scheduler has work for run: placing
+// it, or cancelling it.
+func wantsScheduling(run *v1alpha1.Run) bool {
+	return run.Status.Phase == lifecycle.Pending && run.DeletionTimestamp == nil
+}
+
+func (s *Scheduler) enqueueRun(run *v1alpha1.Run) {
+	s.queue.Add(run.Namespace + "/" + run.Name)
+}
+
+// observe drops the reservation of a Run the informer shows past Pending:
+// from now on it is counted where the informer shows it.
+func (s *Scheduler) observe(run *v1alpha1.Run) {
+	if run.Status.Phase != lifecycle.Pending {
+		s.assumed.forget(run.UID)
+	}
+}
+
+func (s *Scheduler) addRun(obj any) {
+	run := runFrom(obj)
+	if run == nil {
+		return
+	}
+	s.arrivals.see(run.UID)
+	s.observe(run)
+	if wantsScheduling(run) {
+		s.enqueueRun(run)
+	}
+}
+
+func (s *Scheduler) updateRun(oldObj, newObj any) {
+	old, run := runFrom(oldObj), runFrom(newObj)
+	if old == nil || run == nil {
+		return
+	}
+	s.observe(run)
+	if wantsScheduling(run) {
+		s.enqueueRun(run)
+	}
+	released := holdsCapacity(old) && !(holdsCapacity(run) && run.Status.AssignedPodUID == old.Status.AssignedPodUID)
+	// A Run that leaves the line without taking a slot (cancelled, being
+	// deleted) may have been the one a younger Run left a free slot to.
+	leftLine := wantsScheduling(old) && !wantsScheduling(run) && run.Status.Phase != lifecycle.Scheduled
+	if released || leftLine {
+		s.wakeRuntime(run.Namespace, run.Spec.Runtime)
+	}
+}
+
+func (s *Scheduler) deleteRun(obj any) {
+	run := runFrom(obj)
+	if run == nil {
+		return
+	}
+	s.assumed.forget(run.UID)
+	s.arrivals.forget(run.UID)
+	if holdsCapacity(run) || wantsScheduling(run) {
+		s.wakeRuntime(run.Namespace, run.Spec.Runtime)
+	}
+}
+
+func (s *Scheduler) runtimeChanged(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if rt, ok := obj.(*v1alpha1.Runtime); ok {
+		s.wakeAll(rt.Namespace, rt.Name)
+	}
+}
+
+func (s *Scheduler) runtimeUpdated(oldObj, newObj any) {
+	old, okOld := oldObj.(*v1alpha1.Runtime)
+	rt, ok := newObj.(*v1alpha1.Runtime)
+	if !ok || !okOld {
+		return
+	}
+	if old.Spec.Capacity != rt.Spec.Capacity || old.UID != rt.UID {
+		s.wakeAll(rt.Namespace, rt.Name)
+	}
+}
+
+func (s *Scheduler) podChanged(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if pod, ok := obj.(*corev1.Pod); ok {
+		s.wakeAll(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+	}
+}
+
+// podUpdated wakes the Runtime's Pending Runs when a Pod may have become a
+// candidate; status churn that changes nothing of that is ignored.
+func (s *Scheduler) podUpdated(oldObj, newObj any) {
+	old, okOld := oldObj.(*corev1.Pod)
+	pod, ok := newObj.(*corev1.Pod)
+	if !ok || !okOld {
+		return
+	}
+	if old.Status.Phase != pod.Status.Phase || podReady(old) != podReady(pod) ||
+		(old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) ||
+		old.Labels[lifecycle.LabelRuntime] != pod.Labels[lifecycle.LabelRuntime] {
+		s.wakeAll(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+	}
+}
+
+// leaseUpdated wakes the Pending Runs of a Pod's Runtime when its heartbeat
+// turns fresh; the renewals of a fresh heartbeat change nothing.
+func (s *Scheduler) leaseUpdated(oldObj, newObj any) {
+	lease, ok := newObj.(*coordinationv1.Lease)
+	if !ok {
+		return
+	}
+	now := s.clock.Now()
+	if !runtimepod.HeartbeatFresh(lease, now) {
+		return
+	}
+	if old, ok := oldObj.(*coordinationv1.Lease); ok && runtimepod.HeartbeatFresh(old, now) &&
+		apiequality.Semantic.DeepEqual(old.Spec.HolderIdentity, lease.Spec.HolderIdentity) {
+		return
+	}
+	pod, err := s.pods.Pods(lease.Namespace).Get(lease.Name)
+	if err != nil {
+		return
+	}
+	s.wakeAll(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+}

@@ -1,0 +1,91 @@
+package run
+
+import (
+	"context"
+	"net/http"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"kruntimes.io/kruntimes/apis/invocation"
+	"kruntimes.io/kruntimes/apis/kruntimes"
+	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+)
+
+// Router finds the runtimed that owns a function Run, as a
+// ConnectionInfoGetter finds a Pod's kubelet for pods/exec. It answers from
+// memory: no storage read and no Kubernetes API call per invocation.
+type Router interface {
+	// Route says where an invocation of the Run namespace/name goes; uid,
+	// when set, must be the Run's. Its errors are API errors, and nothing
+	// ran when it returns one: NotFound (no such Run, or uid names an
+	// earlier one), BadRequest (a task Run), ServiceUnavailable (not Ready,
+	// ending, being recovered, or invoke is off or starting).
+	Route(ctx context.Context, namespace, name string, uid types.UID) (*Route, error)
+}
+
+// Route is where one invocation goes: the owning runtimed, and the fencing
+// tuple it checks against its own live registration.
+type Route struct {
+	RunUID  types.UID
+	Attempt int32
+	PodUID  types.UID
+	// Deadline is when the Run's spec.timeout ends; zero when it has none.
+	Deadline time.Time
+	// Runtimed is the client of the runtimed in the owning Pod.
+	Runtimed runtimedv1.RuntimedClient
+}
+
+// InvokeREST serves runs/invoke: the function's JSON input in, the
+// handler's InvokeResult or a metav1.Status that says whether it ran out.
+type InvokeREST struct {
+	router Router
+	// maxTimeout bounds every invocation, whatever its request asks.
+	maxTimeout time.Duration
+}
+
+var (
+	_ rest.Connecter = &InvokeREST{}
+	_ rest.Storage   = &InvokeREST{}
+)
+
+// newInvokeREST serves runs/invoke over router; maxTimeout is
+// invocation.DefaultMaxTimeout when zero.
+func newInvokeREST(router Router, maxTimeout time.Duration) *InvokeREST {
+	registerInvokeMetrics()
+	if maxTimeout <= 0 {
+		maxTimeout = invocation.DefaultMaxTimeout
+	}
+	return &InvokeREST{router: router, maxTimeout: maxTimeout}
+}
+
+// New returns the kind of what an invocation answers.
+func (r *InvokeREST) New() runtime.Object { return &kruntimes.InvokeResult{} }
+
+// Destroy does nothing: the router is stopped by whoever started it.
+func (r *InvokeREST) Destroy() {}
+
+// ConnectMethods implements rest.Connecter: an invocation is a POST.
+func (r *InvokeREST) ConnectMethods() []string { return []string{http.MethodPost} }
+
+// NewConnectOptions implements rest.Connecter: ?uid= and ?timeout=.
+func (r *InvokeREST) NewConnectOptions() (runtime.Object, bool, string) {
+	return &kruntimes.RunInvokeOptions{}, false, ""
+}
+
+// Connect implements rest.Connecter.
+func (r *InvokeREST) Connect(ctx context.Context, name string, opts runtime.Object, responder rest.Responder) (http.Handler, error) {
+	options, _ := opts.(*kruntimes.RunInvokeOptions)
+	if options == nil {
+		options = &kruntimes.RunInvokeOptions{}
+	}
+	// The namespace is on ctx, not on the request the handler serves.
+	namespace, _ := genericapirequest.NamespaceFrom(ctx)
+	return &invokeHandler{
+		router: r.router, maxTimeout: r.maxTimeout,
+		namespace: namespace, name: name, uid: types.UID(options.UID), responder: responder,
+	}, nil
+}

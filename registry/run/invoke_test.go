@@ -1,0 +1,615 @@
+package run
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/component-base/metrics/testutil"
+
+	"kruntimes.io/kruntimes/apis/invocation"
+	"kruntimes.io/kruntimes/apis/kruntimes"
+	"kruntimes.io/kruntimes/apis/kruntimes/install"
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+)
+
+// codecs serializes as the API server's scheme does.
+var codecs = func() serializer.CodecFactory {
+	scheme := runtime.NewScheme()
+	install.Install(scheme)
+	unversioned := schema.GroupVersion{Version: "v1"}
+	metav1.AddToGroupVersion(scheme, unversioned)
+	scheme.AddUnversionedTypes(unversioned, &metav1.Status{})
+	return serializer.NewCodecFactory(scheme)
+}()
+
+// responder writes as the API server's responder for runs/invoke does:
+// objects and errors negotiated through the scheme's serializers.
+type responder struct {
+	w   http.ResponseWriter
+	req *http.Request
+}
+
+func (r responder) Object(code int, obj runtime.Object) {
+	responsewriters.WriteObjectNegotiated(codecs, negotiation.DefaultEndpointRestrictions, v1alpha1.SchemeGroupVersion, r.w, r.req, code, obj, false)
+}
+
+func (r responder) Error(err error) {
+	responsewriters.ErrorNegotiated(err, codecs, v1alpha1.SchemeGroupVersion, r.w, r.req)
+}
+
+// fakeRouter routes every invocation to its runtimed, or refuses with err.
+type fakeRouter struct {
+	err      error
+	deadline time.Time
+	runtimed *fakeRuntimed
+	// asked is the UID precondition the handler routed with.
+	asked types.UID
+}
+
+func (r *fakeRouter) Route(_ context.Context, namespace, name string, uid types.UID) (*Route, error) {
+	r.asked = uid
+	if r.err != nil {
+		return nil, r.err
+	}
+	if namespace != "ns" || name != "fn" {
+		return nil, apierrors.NewNotFound(kruntimes.Resource("runs"), name)
+	}
+	return &Route{RunUID: "run-uid", Attempt: 2, PodUID: "pod-uid", Deadline: r.deadline, Runtimed: r.runtimed}, nil
+}
+
+// fakeRuntimed answers as runtimed would: with respond's result, or err
+// after the call was dispatched (or not).
+type fakeRuntimed struct {
+	respond    func(*runtimedv1.InvokeRequest) *runtimedv1.InvokeResponse
+	err        error
+	dispatched bool
+	// during happens while the call is in flight.
+	during func()
+	// got is the request it was sent; nil when it was not called.
+	got *runtimedv1.InvokeRequest
+}
+
+func (f *fakeRuntimed) Invoke(_ context.Context, in *runtimedv1.InvokeRequest, opts ...grpc.CallOption) (*runtimedv1.InvokeResponse, error) {
+	f.got = in
+	if f.during != nil {
+		f.during()
+	}
+	if f.dispatched || f.err == nil {
+		for _, opt := range opts {
+			if p, ok := opt.(grpc.PeerCallOption); ok {
+				p.PeerAddr.Addr = &net.TCPAddr{IP: net.IPv4(10, 0, 0, 7), Port: 9443}
+			}
+		}
+	}
+	if f.err != nil {
+		return nil, f.err
+	}
+	if f.respond != nil {
+		return f.respond(in), nil
+	}
+	return &runtimedv1.InvokeResponse{InvocationId: in.GetInvocationId(), Output: []byte(`{"ok":true}`), DurationNanos: int64(12 * time.Millisecond)}, nil
+}
+
+// call is one request to runs/invoke.
+type call struct {
+	body        []byte
+	contentType string
+	headers     map[string]string
+	uid         string
+	// timeout is the request's deadline (?timeout=); none when zero.
+	timeout time.Duration
+	ctx     context.Context
+}
+
+// answer is what the handler wrote, and the code it counted.
+type answer struct {
+	code    int
+	written int
+	header  http.Header
+	body    []byte
+}
+
+func (a answer) status(t *testing.T) metav1.Status {
+	t.Helper()
+	var st metav1.Status
+	require.NoError(t, json.Unmarshal(a.body, &st), "an error body is a metav1.Status: %s", a.body)
+	assert.Equal(t, "Status", st.Kind)
+	assert.Equal(t, int32(a.code), st.Code)
+	return st
+}
+
+func (a answer) result(t *testing.T) v1alpha1.InvokeResult {
+	t.Helper()
+	require.Equal(t, http.StatusOK, a.code, "%s", a.body)
+	var r v1alpha1.InvokeResult
+	require.NoError(t, json.Unmarshal(a.body, &r), "%s", a.body)
+	assert.Equal(t, metav1.TypeMeta{Kind: "InvokeResult", APIVersion: "kruntimes.io/v1alpha1"}, r.TypeMeta)
+	return r
+}
+
+// invoke serves inv with the REST over router, as the API server does for
+// POST …/namespaces/ns/runs/fn/invoke.
+func invoke(t *testing.T, router Router, maxTimeout time.Duration, inv call) answer {
+	t.Helper()
+	if inv.body == nil {
+		inv.body = []byte(`{}`)
+	}
+	ctx := inv.ctx
+	if ctx == nil {
+		ctx = t.Context()
+	}
+	if inv.timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, inv.timeout)
+		t.Cleanup(cancel)
+	}
+	ctx = genericapirequest.WithUser(ctx, &user.DefaultInfo{Name: "alice"})
+	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/apis/kruntimes.io/v1alpha1/namespaces/ns/runs/fn/invoke", bytes.NewReader(inv.body))
+	if inv.contentType != "" {
+		req.Header.Set("Content-Type", inv.contentType)
+	}
+	for k, v := range inv.headers {
+		req.Header.Set(k, v)
+	}
+	rec := httptest.NewRecorder()
+	handler, err := newInvokeREST(router, maxTimeout).Connect(genericapirequest.WithNamespace(ctx, "ns"), "fn",
+		&kruntimes.RunInvokeOptions{UID: inv.uid}, responder{w: rec, req: req})
+	require.NoError(t, err)
+	code := handler.(*invokeHandler).serve(rec, req)
+	return answer{code: code, written: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+}
+
+func runtimedAnswers(resp *runtimedv1.InvokeResponse) *fakeRuntimed {
+	return &fakeRuntimed{respond: func(in *runtimedv1.InvokeRequest) *runtimedv1.InvokeResponse {
+		resp.InvocationId = in.GetInvocationId()
+		return resp
+	}}
+}
+
+func TestInvokeAnswers(t *testing.T) {
+	oneMiB := append(append([]byte(`"`), bytes.Repeat([]byte("x"), 1<<20-2)...), '"')
+	cases := []struct {
+		name     string
+		inv      call
+		router   *fakeRouter
+		runtimed *fakeRuntimed
+		// code is the answer counted; written the one on the wire, when
+		// another; retryAfter its Retry-After header.
+		code       int
+		written    int
+		retryAfter string
+		reason     metav1.StatusReason
+		// ran says the request reached runtimed.
+		ran bool
+		// noID says the answer carries no invocation ID: the caller's
+		// was refused.
+		noID  bool
+		check func(t *testing.T, a answer, sent *runtimedv1.InvokeRequest)
+	}{
+		{
+			name: "a completed invocation is 200 with the handler's output",
+			code: http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				r := a.result(t)
+				assert.JSONEq(t, `{"ok":true}`, string(r.Output.Raw))
+				assert.Equal(t, int64(12), r.DurationMillis)
+				assert.Nil(t, r.Error)
+				assert.Nil(t, r.Logs)
+				assert.Equal(t, "application/json", a.header.Get("Content-Type"))
+				assert.Empty(t, a.header.Get(invocation.HeaderFunctionError))
+			},
+		},
+		{
+			name: "a handler error is still 200, its type in X-Kruntime-Function-Error and the error in the body",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{
+				Error:  &runtimedv1.FunctionError{Type: "ValueError", Message: "no good"},
+				Stderr: []byte("Traceback …\n"), StderrTruncated: true,
+			}),
+			code: http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				r := a.result(t)
+				assert.Equal(t, "ValueError", a.header.Get(invocation.HeaderFunctionError))
+				assert.Equal(t, &v1alpha1.InvokeError{Type: "ValueError", Message: "no good"}, r.Error)
+				assert.Equal(t, &v1alpha1.InvokeLogs{Stderr: "Traceback …\n", StderrTruncated: true}, r.Logs)
+				assert.Contains(t, string(a.body), `"output":null`, "a failed handler has no output")
+			},
+		},
+		{
+			name:     "the handler's outputs and logs are in the result",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte(`[1,2]`), Outputs: map[string]string{"k": "v"}, Stdout: []byte("hi\n")}),
+			code:     http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				r := a.result(t)
+				assert.JSONEq(t, `[1,2]`, string(r.Output.Raw))
+				assert.Equal(t, map[string]string{"k": "v"}, r.Outputs)
+				assert.Equal(t, &v1alpha1.InvokeLogs{Stdout: "hi\n"}, r.Logs)
+			},
+		},
+		{
+			name:     "output runtimed says is JSON is written as it is, compacted",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte(`{ "a": [1, 2] }`), ContentType: "application/json"}),
+			code:     http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				assert.Equal(t, `{"a":[1,2]}`, string(a.result(t).Output.Raw))
+			},
+		},
+		{
+			name:     "output that is not JSON, of another type, arrives as a JSON string",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte("plain \"text\"\n"), ContentType: "application/octet-stream"}),
+			code:     http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				assert.JSONEq(t, `"plain \"text\"\n"`, string(a.result(t).Output.Raw))
+			},
+		},
+		{
+			name:     "output that is not JSON, from a runtimed that names no type, arrives as a JSON string",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte("plain")}),
+			code:     http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				assert.JSONEq(t, `"plain"`, string(a.result(t).Output.Raw))
+			},
+		},
+		{
+			name:     "output of another type that is JSON stays JSON",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte(`{"a":1}`), ContentType: "application/octet-stream"}),
+			code:     http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				assert.JSONEq(t, `{"a":1}`, string(a.result(t).Output.Raw))
+			},
+		},
+		{
+			name:     "output mislabelled as JSON never reaches the wire: the encoder's scan refuses it with a 500",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: []byte(`{not json`), ContentType: "application/json"}),
+			code:     http.StatusOK, written: http.StatusInternalServerError, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				assert.NotContains(t, string(a.body), "not json")
+			},
+		},
+		{
+			name: "the fencing tuple, the caller and the input, validated as JSON, go to runtimed",
+			inv:  call{body: []byte(`{"x": [1, 2]}`)},
+			code: http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, sent *runtimedv1.InvokeRequest) {
+				assert.Equal(t, "run-uid", sent.GetRunUid())
+				assert.Equal(t, int32(2), sent.GetAttempt())
+				assert.Equal(t, "pod-uid", sent.GetPodUid())
+				assert.Equal(t, "alice", sent.GetCaller())
+				assert.Equal(t, `{"x": [1, 2]}`, string(sent.GetInput()), "the input is passed on as it came")
+				assert.Equal(t, "application/json", sent.GetContentType(), "and says it is JSON that was checked")
+			},
+		},
+		{
+			name: "an invocation ID is minted when the caller sends none, returned, and handed to runtimed",
+			code: http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, sent *runtimedv1.InvokeRequest) {
+				id := a.header.Get(invocation.HeaderID)
+				assert.Regexp(t, `^[0-9a-f]{32}$`, id)
+				assert.Equal(t, id, sent.GetInvocationId())
+				assert.Equal(t, id, a.result(t).InvocationID)
+			},
+		},
+		{
+			name: "the caller's invocation ID of 128 bytes is passed on and returned",
+			inv:  call{headers: map[string]string{invocation.HeaderID: strings.Repeat("i", 128)}},
+			code: http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, sent *runtimedv1.InvokeRequest) {
+				assert.Equal(t, strings.Repeat("i", 128), a.header.Get(invocation.HeaderID))
+				assert.Equal(t, strings.Repeat("i", 128), sent.GetInvocationId())
+			},
+		},
+		{
+			name: "an invocation ID of 129 bytes is 400, and not echoed",
+			inv:  call{headers: map[string]string{invocation.HeaderID: strings.Repeat("i", 129)}},
+			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest, noID: true,
+		},
+		{
+			name: "a body of exactly 1 MiB is accepted",
+			inv:  call{body: oneMiB},
+			code: http.StatusOK, ran: true,
+			check: func(t *testing.T, _ answer, sent *runtimedv1.InvokeRequest) {
+				assert.Len(t, sent.GetInput(), 1<<20)
+			},
+		},
+		{
+			name: "a body of 1 MiB + 1 byte is 413",
+			inv:  call{body: append(oneMiB, ' ')},
+			code: http.StatusRequestEntityTooLarge, reason: metav1.StatusReasonRequestEntityTooLarge,
+		},
+		{
+			name: "application/json with a charset is accepted",
+			inv:  call{contentType: "application/json; charset=utf-8"},
+			code: http.StatusOK, ran: true,
+		},
+		{
+			name: "text/plain is 415",
+			inv:  call{contentType: "text/plain"},
+			code: http.StatusUnsupportedMediaType, reason: metav1.StatusReasonUnsupportedMediaType,
+		},
+		{
+			name: "a body that is not JSON is 400",
+			inv:  call{body: []byte(`{not json`)},
+			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+		},
+		{
+			name: "an empty body is not JSON: 400",
+			inv:  call{body: []byte{}},
+			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+		},
+		{
+			name:   "an unknown Run is 404",
+			router: &fakeRouter{err: apierrors.NewNotFound(kruntimes.Resource("runs"), "fn")},
+			code:   http.StatusNotFound, reason: metav1.StatusReasonNotFound,
+		},
+		{
+			name:   "a task Run is 400",
+			router: &fakeRouter{err: apierrors.NewBadRequest("Run ns/fn is a task; only function Runs are invoked")},
+			code:   http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+		},
+		{
+			name:   "a Run that cannot be routed is 503 with Retry-After",
+			router: &fakeRouter{err: apierrors.NewServiceUnavailable("Run ns/fn is not Ready; retry shortly")},
+			code:   http.StatusServiceUnavailable, retryAfter: "1", reason: metav1.StatusReasonServiceUnavailable,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				assert.Equal(t, "Run ns/fn is not Ready; retry shortly", a.status(t).Message)
+			},
+		},
+		{
+			name:   "a router error that is no API error is 500",
+			router: &fakeRouter{err: io.ErrUnexpectedEOF},
+			code:   http.StatusInternalServerError, reason: metav1.StatusReasonInternalError,
+		},
+		{
+			name:     "runtimed refusing the fencing tuple is 503 with Retry-After",
+			runtimed: &fakeRuntimed{err: status.Error(codes.FailedPrecondition, "attempt 2 is not registered"), dispatched: true},
+			code:     http.StatusServiceUnavailable, retryAfter: "1", reason: metav1.StatusReasonServiceUnavailable, ran: true,
+		},
+		{
+			name:     "an invocation already in flight is 429 with Retry-After",
+			runtimed: &fakeRuntimed{err: status.Error(codes.ResourceExhausted, "busy"), dispatched: true},
+			code:     http.StatusTooManyRequests, retryAfter: "1", reason: metav1.StatusReasonTooManyRequests, ran: true,
+		},
+		{
+			name:     "an invocation stopped at its deadline is 504",
+			runtimed: &fakeRuntimed{err: status.Error(codes.DeadlineExceeded, "stopped"), dispatched: true},
+			code:     http.StatusGatewayTimeout, reason: metav1.StatusReasonTimeout, ran: true,
+		},
+		{
+			name:     "an input runtimed refuses is 400",
+			runtimed: &fakeRuntimed{err: status.Error(codes.InvalidArgument, "input too large"), dispatched: true},
+			code:     http.StatusBadRequest, reason: metav1.StatusReasonBadRequest, ran: true,
+		},
+		{
+			name:     "a runtimed that cannot be reached is 503 with Retry-After: nothing was dispatched",
+			runtimed: &fakeRuntimed{err: status.Error(codes.Unavailable, "connection refused")},
+			code:     http.StatusServiceUnavailable, retryAfter: "1", reason: metav1.StatusReasonServiceUnavailable, ran: true,
+		},
+		{
+			name:     "a connection that fails after dispatch is 502 without Retry-After: the outcome is unknown",
+			runtimed: &fakeRuntimed{err: status.Error(codes.Unavailable, "connection reset"), dispatched: true},
+			code:     http.StatusBadGateway, reason: metav1.StatusReasonInternalError, ran: true,
+		},
+		{
+			name:     "an invocation runtimed reports aborted is 502 without Retry-After",
+			runtimed: &fakeRuntimed{err: status.Error(codes.Aborted, "the invocation was dispatched and its outcome is unknown"), dispatched: true},
+			code:     http.StatusBadGateway, reason: metav1.StatusReasonInternalError, ran: true,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			router := tc.router
+			if router == nil {
+				router = &fakeRouter{}
+			}
+			if router.runtimed = tc.runtimed; router.runtimed == nil {
+				router.runtimed = &fakeRuntimed{}
+			}
+			a := invoke(t, router, time.Minute, tc.inv)
+			require.Equal(t, tc.code, a.code, "%s", a.body)
+			if tc.written == 0 {
+				tc.written = tc.code
+			}
+			require.Equal(t, tc.written, a.written, "the code written")
+			assert.Equal(t, tc.retryAfter, a.header.Get("Retry-After"), "Retry-After only on 429 and 503")
+			if !tc.noID {
+				assert.NotEmpty(t, a.header.Get(invocation.HeaderID), "every other answer carries the invocation ID")
+			} else {
+				assert.Empty(t, a.header.Get(invocation.HeaderID))
+			}
+			if tc.code != http.StatusOK {
+				assert.Equal(t, tc.reason, a.status(t).Reason)
+				assert.Empty(t, a.header.Get(invocation.HeaderFunctionError))
+			}
+			if tc.ran {
+				require.NotNil(t, router.runtimed.got, "runtimed was called")
+			} else {
+				assert.Nil(t, router.runtimed.got, "runtimed was not called")
+			}
+			if tc.check != nil {
+				tc.check(t, a, router.runtimed.got)
+			}
+		})
+	}
+}
+
+func TestInvokeRunUIDPrecondition(t *testing.T) {
+	cases := []struct {
+		name   string
+		inv    call
+		code   int
+		routed types.UID
+	}{
+		{"none routes by name alone", call{}, http.StatusOK, ""},
+		{"?uid= is the router's precondition", call{uid: "u1"}, http.StatusOK, "u1"},
+		{"the X-Kruntime-Run-UID header is the router's precondition", call{headers: map[string]string{invocation.HeaderRunUID: "u1"}}, http.StatusOK, "u1"},
+		{"?uid= and the header naming the same Run route by it", call{uid: "u1", headers: map[string]string{invocation.HeaderRunUID: "u1"}}, http.StatusOK, "u1"},
+		{"?uid= and the header naming different Runs is 400", call{uid: "u1", headers: map[string]string{invocation.HeaderRunUID: "u2"}}, http.StatusBadRequest, ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			router := &fakeRouter{runtimed: &fakeRuntimed{}}
+			a := invoke(t, router, time.Minute, tc.inv)
+			require.Equal(t, tc.code, a.code, "%s", a.body)
+			assert.Equal(t, tc.routed, router.asked)
+		})
+	}
+
+	t.Run("a UID the router does not know is 404, without Retry-After", func(t *testing.T) {
+		router := &fakeRouter{err: apierrors.NewNotFound(kruntimes.Resource("runs"), "fn")}
+		a := invoke(t, router, time.Minute, call{uid: "earlier"})
+		require.Equal(t, http.StatusNotFound, a.code, "%s", a.body)
+		assert.Equal(t, types.UID("earlier"), router.asked)
+		assert.Empty(t, a.header.Get("Retry-After"))
+	})
+}
+
+func TestInvokeTimeout(t *testing.T) {
+	cases := []struct {
+		name string
+		// request is the request's deadline; none when zero.
+		request time.Duration
+		// max is the server's maximum; runLeft the Run's remaining
+		// lifetime (none when zero; negative when it passed).
+		max     time.Duration
+		runLeft time.Duration
+		code    int
+		// sent bounds the timeout handed to runtimed.
+		sentMin, sentMax time.Duration
+	}{
+		{name: "without ?timeout= the server maximum bounds the invocation", max: 5 * time.Second,
+			code: http.StatusOK, sentMin: 5 * time.Second, sentMax: 5 * time.Second},
+		{name: "?timeout= less a second of margin bounds the invocation", request: 10 * time.Second, max: time.Minute,
+			code: http.StatusOK, sentMin: 5 * time.Second, sentMax: 9 * time.Second},
+		{name: "the server maximum bounds a longer ?timeout=", request: 50 * time.Second, max: 5 * time.Second,
+			code: http.StatusOK, sentMin: 5 * time.Second, sentMax: 5 * time.Second},
+		{name: "the Run's remaining lifetime bounds the invocation", request: 50 * time.Second, max: time.Minute, runLeft: 3 * time.Second,
+			code: http.StatusOK, sentMin: time.Second, sentMax: 3 * time.Second},
+		{name: "a ?timeout= of a second leaves no time: 400", request: time.Second, max: time.Minute,
+			code: http.StatusBadRequest},
+		{name: "a Run past its spec.timeout is 503 with Retry-After", max: time.Minute, runLeft: -time.Second,
+			code: http.StatusServiceUnavailable},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			router := &fakeRouter{runtimed: &fakeRuntimed{}}
+			if tc.runLeft != 0 {
+				router.deadline = time.Now().Add(tc.runLeft)
+			}
+			a := invoke(t, router, tc.max, call{timeout: tc.request})
+			require.Equal(t, tc.code, a.code, "%s", a.body)
+			if tc.code != http.StatusOK {
+				assert.Nil(t, router.runtimed.got, "nothing was sent")
+				return
+			}
+			sent := time.Duration(router.runtimed.got.GetTimeoutMillis()) * time.Millisecond
+			assert.GreaterOrEqual(t, sent, tc.sentMin)
+			assert.LessOrEqual(t, sent, tc.sentMax)
+		})
+	}
+
+	t.Run("no maximum configured is the default of 55s", func(t *testing.T) {
+		router := &fakeRouter{runtimed: &fakeRuntimed{}}
+		require.Equal(t, http.StatusOK, invoke(t, router, 0, call{}).code)
+		assert.Equal(t, invocation.DefaultMaxTimeout.Milliseconds(), router.runtimed.got.GetTimeoutMillis())
+	})
+}
+
+func TestInvokeByACallerWhoWentAway(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	router := &fakeRouter{runtimed: &fakeRuntimed{err: status.Error(codes.Canceled, "context canceled"), dispatched: true, during: cancel}}
+	a := invoke(t, router, time.Minute, call{ctx: ctx})
+	assert.Equal(t, statusClientClosedRequest, a.code, "counted as 499")
+	assert.Empty(t, a.body, "nothing is written: nobody reads it")
+}
+
+func TestInvokeIsCountedByCode(t *testing.T) {
+	count := func(code string) float64 {
+		v, err := testutil.GetCounterMetricValue(invokeRequests.WithLabelValues(code))
+		require.NoError(t, err)
+		return v
+	}
+	router := &fakeRouter{runtimed: &fakeRuntimed{}}
+	ok, unsupported := count("200"), count("415")
+	rest := newInvokeREST(router, time.Minute)
+	for _, contentType := range []string{"application/json", "text/plain"} {
+		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/invoke", strings.NewReader(`{}`))
+		req.Header.Set("Content-Type", contentType)
+		rec := httptest.NewRecorder()
+		handler, err := rest.Connect(genericapirequest.WithNamespace(t.Context(), "ns"), "fn", nil, responder{w: rec, req: req})
+		require.NoError(t, err)
+		handler.ServeHTTP(rec, req)
+	}
+	assert.Equal(t, ok+1, count("200"))
+	assert.Equal(t, unsupported+1, count("415"))
+	inFlight, err := testutil.GetGaugeMetricValue(invokeInFlight)
+	require.NoError(t, err)
+	assert.Zero(t, inFlight)
+}
+
+// FuzzInvokeInput sends any body with any content type: the answer is 200
+// exactly when the body is JSON of at most 1 MiB, sent as JSON, and never a
+// server error.
+func FuzzInvokeInput(f *testing.F) {
+	f.Add([]byte(`{"a":1}`), "application/json")
+	f.Add([]byte(`{not json`), "")
+	f.Add([]byte(`"\xff"`), "application/json; charset=utf-8")
+	f.Add([]byte(`[]`), "application/json; =")
+	f.Add([]byte(`null`), "text/plain")
+	f.Fuzz(func(t *testing.T, body []byte, contentType string) {
+		router := &fakeRouter{runtimed: &fakeRuntimed{}}
+		a := invoke(t, router, time.Minute, call{body: body, contentType: contentType})
+		require.Less(t, a.code, http.StatusInternalServerError, "%s", a.body)
+		if a.code == http.StatusOK {
+			require.True(t, json.Valid(body))
+			require.Equal(t, body, router.runtimed.got.GetInput())
+		}
+	})
+}
+
+// BenchmarkInvokeOutput writes a 256 KiB output: as runtimed labels it
+// (written without a scan before the encoder's) and unlabelled (checked
+// first, as every output was before runtimed said).
+func BenchmarkInvokeOutput(b *testing.B) {
+	output, err := json.Marshal(map[string]string{"data": strings.Repeat("0123456789abcdef", 1<<14)})
+	require.NoError(b, err)
+	for _, contentType := range []string{"application/json", ""} {
+		b.Run("content type "+strconv.Quote(contentType), func(b *testing.B) {
+			rest := newInvokeREST(&fakeRouter{runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: output, ContentType: contentType})}, time.Minute)
+			ctx := genericapirequest.WithNamespace(b.Context(), "ns")
+			b.SetBytes(int64(len(output)))
+			b.ReportAllocs()
+			for b.Loop() {
+				req := httptest.NewRequestWithContext(b.Context(), http.MethodPost, "/invoke", strings.NewReader(`{}`))
+				rec := httptest.NewRecorder()
+				handler, err := rest.Connect(ctx, "fn", nil, responder{w: rec, req: req})
+				require.NoError(b, err)
+				handler.ServeHTTP(rec, req)
+				require.Equal(b, http.StatusOK, rec.Code)
+			}
+		})
+	}
+}
