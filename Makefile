@@ -19,8 +19,17 @@ TESTREPORT = $(BIN)/testreport --allowed-skips hack/allowed-skips.txt
 # -race: race-built, their storage fixtures take five times as long.
 BENCH_PKGS = $(sort $(patsubst %/,./%,$(dir $(shell git grep --untracked -l '^func Benchmark' -- '*_test.go'))))
 BENCH_FLAGS ?= -count=1 -timeout 15m
+# The images (hack/images): VERSION tags and stamps a release (empty: a Go
+# pseudo-version of HEAD); REGISTRY, when set, is where they are pushed.
+VERSION ?=
+REGISTRY ?=
+IMAGES_FLAGS = $(if $(VERSION),--version=$(VERSION)) $(if $(REGISTRY),--push=$(REGISTRY))
+# The Debian release the Python base of `make image-python` is made from;
+# made once and kept under _output/ until `make clean`.
+PYTHON_BASE_SUITE ?= bookworm
+PYTHON_BASE := _output/images/bases/python-$(PYTHON_BASE_SUITE).tar
 
-.PHONY: all build test unit e2e bench-once testreport verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube helm chart-readme verify-chart-readme
+.PHONY: all build test unit e2e bench-once testreport images images-tool image-python verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube helm chart-readme verify-chart-readme
 
 all: build
 
@@ -32,7 +41,8 @@ build:
 ## included: it needs the Kubernetes binaries, built once and cached), then
 ## run every benchmark once. Fails on a test that skips without an entry in
 ## hack/allowed-skips.txt, and on a data race or crash in any cluster component.
-test: verify kube-binaries helm testreport
+## Builds the images first (make images), which hack/images' tests check.
+test: verify kube-binaries helm testreport images
 	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) ./... 2>&1 | $(TESTREPORT)
 	@$(MAKE) --no-print-directory bench-once
 
@@ -53,6 +63,41 @@ bench-once: testreport
 
 testreport:
 	@$(GO) build -o $(BIN)/testreport ./hack/testreport
+
+## images: build the container images kruntimes-apiserver, kruntimes-controllers,
+## runtimed, kruntimes-runtime (with kruntimes-reaper) and krt without a
+## container engine into _output/images/: an OCI layout (<image>/) and a
+## `docker load` tarball (<image>.tar) each, listed in images.txt. The same
+## commit gives the same digests. VERSION=v0.1.0 tags a release;
+## REGISTRY=ghcr.io/you also pushes every image there.
+images: images-tool
+	$(BIN)/images $(IMAGES_FLAGS)
+
+images-tool:
+	@$(GO) build -o $(BIN)/images ./hack/images
+
+## image-python: kruntimes-runtime on a Python base made from Debian packages
+## (mmdebstrap: python3, bash, CA certificates), tagged <version>-python, then
+## TestPythonImage runs a Python task, a Python function and a bash task in it
+## as nonroot. Opt-in: making the base takes ~2.5 min and downloads Debian
+## packages the first time.
+image-python: images-tool testreport $(PYTHON_BASE)
+	$(BIN)/images --images= --base=python=$(PYTHON_BASE) $(IMAGES_FLAGS)
+	set -o pipefail; KRUNTIMES_IMAGE_PYTHON=$(CURDIR)/_output/images/kruntimes-runtime-python $(GO) test -json -count=1 -tags $(GO_TAGS) -run '^TestPythonImage$$' ./hack/images 2>&1 | $(TESTREPORT)
+
+# The Debian base of image-python, from the machine's Debian mirror: Essential
+# packages (bash, coreutils), python3 and ca-certificates, without
+# documentation but its copyright files.
+$(PYTHON_BASE):
+	@command -v mmdebstrap >/dev/null || [ "$$(id -u)" != 0 ] || apt-get install -y --no-install-recommends mmdebstrap
+	@command -v mmdebstrap >/dev/null || { echo "image-python needs mmdebstrap: apt-get install mmdebstrap"; exit 1; }
+	mkdir -p $(dir $@)
+	SOURCE_DATE_EPOCH=$$(git show -s --format=%ct HEAD) mmdebstrap --format=tar --variant=essential \
+		--include=python3,ca-certificates --aptopt='Acquire::Languages "none"' \
+		--dpkgopt='path-exclude=/usr/share/doc/*' --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+		--dpkgopt='path-exclude=/usr/share/man/*' --dpkgopt='path-exclude=/usr/share/locale/*' \
+		$(PYTHON_BASE_SUITE) $@.tmp </dev/null
+	mv $@.tmp $@
 
 ## helm: helm (Helm 3) from the hack/tools/helm module into bin/, for the
 ## chart tests (test/chart; ~3 min of CPU the first time; cached).
@@ -113,10 +158,11 @@ run-standalone: build
 	$(BIN)/kruntimes-apiserver --standalone --standalone-kubeconfig=.local/standalone/kubeconfig \
 		--storage-path=.local/standalone/data --cert-dir=.local/standalone/certs --bind-address=127.0.0.1 --secure-port=8443
 
-## clean: remove local state and kruntimes binaries (keeps the Kubernetes binaries).
+## clean: remove local state, the images and kruntimes binaries (keeps the
+## Kubernetes binaries).
 clean:
-	rm -rf .local
-	cd $(BIN) 2>/dev/null && rm -f kruntimes-apiserver kruntimes-controllers kruntimes-runtime kruntimes-reaper runtimed localcluster e2e-testserver testreport || true
+	rm -rf .local _output
+	cd $(BIN) 2>/dev/null && rm -f kruntimes-apiserver kruntimes-controllers kruntimes-runtime kruntimes-reaper runtimed localcluster e2e-testserver testreport images || true
 
 ## clean-kube: also remove the cached Kubernetes binaries.
 clean-kube: clean

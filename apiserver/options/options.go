@@ -26,6 +26,7 @@ import (
 	"kruntimes.io/kruntimes/apiserver/memlimit"
 	kruntimesopenapi "kruntimes.io/kruntimes/apiserver/openapi"
 	"kruntimes.io/kruntimes/registry/storage/embedded"
+	"kruntimes.io/kruntimes/version"
 )
 
 const (
@@ -102,6 +103,7 @@ own storage: an embedded durable file by default, or etcd.`,
 			return o.Run(c.Context())
 		},
 		SilenceUsage: true,
+		Version:      version.Get().String(),
 	}
 	cmd.SetContext(ctx)
 	o.AddFlags(cmd.Flags())

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/controllers/manager"
+	"kruntimes.io/kruntimes/version"
 )
 
 // defaultHealthAddress is where kruntimes-controllers serves /healthz and
@@ -58,6 +59,7 @@ both compete for one leader Lease, so either or both are safe.`,
 			return o.Run(c.Context())
 		},
 		SilenceUsage: true,
+		Version:      version.Get().String(),
 	}
 	cmd.SetContext(ctx)
 	o.AddFlags(cmd.Flags())

@@ -50,6 +50,7 @@ import (
 	"kruntimes.io/kruntimes/runtimed/slots"
 	"kruntimes.io/kruntimes/runtimed/tasks"
 	"kruntimes.io/kruntimes/runtimed/workspace"
+	"kruntimes.io/kruntimes/version"
 )
 
 // workers is how many Runs each controller syncs at once; task waits run in
@@ -85,6 +86,7 @@ records what happened in the Runs' status. It serves /healthz, /readyz and
 			return o.Run(ctx)
 		},
 		SilenceUsage: true,
+		Version:      version.Get().String(),
 	}
 	cmd.SetContext(ctx)
 	o.AddFlags(cmd.Flags())

@@ -18,6 +18,7 @@ import (
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/proto/transport"
 	"kruntimes.io/kruntimes/runtimes/server"
+	"kruntimes.io/kruntimes/version"
 )
 
 // NewCommand returns the kruntimes-runtime command, which serves until ctx
@@ -39,6 +40,7 @@ and function Runs to register and invoke, in bash or Python.`,
 			return o.Run(klog.NewContext(c.Context(), klog.Background()))
 		},
 		SilenceUsage: true,
+		Version:      version.Get().String(),
 	}
 	cmd.SetContext(ctx)
 	o.AddFlags(cmd.Flags())

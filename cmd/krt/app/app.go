@@ -19,6 +19,7 @@ import (
 
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/version"
 )
 
 // Exit codes of krt invoke, so scripts tell what happened without parsing.
@@ -41,6 +42,7 @@ func Run(args []string, streams genericiooptions.IOStreams) int {
 		Short:         "Work with kruntimes Runs",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version.Get().String(),
 	}
 	flags := genericclioptions.NewConfigFlags(true)
 	flags.AddFlags(root.PersistentFlags())
