@@ -30,6 +30,7 @@ import (
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	informers "kruntimes.io/kruntimes/client/informers/externalversions/kruntimes/v1alpha1"
 	listers "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/client/tombstone"
 )
 
 // DefaultHeartbeatGracePeriod is how long a Runtime Pod's heartbeat may stay
@@ -217,17 +218,9 @@ func ownerIndexFunc(obj any) ([]string, error) {
 	return []string{run.Namespace + "/" + run.Status.AssignedPod}, nil
 }
 
-func runFrom(obj any) *v1alpha1.Run {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	run, _ := obj.(*v1alpha1.Run)
-	return run
-}
-
 func (c *Controller) enqueueIfHolding(logger klog.Logger, obj any) {
-	run := runFrom(obj)
-	if run == nil {
+	run, ok := tombstone.As[*v1alpha1.Run](obj)
+	if !ok {
 		return
 	}
 	if !holdsPod(run) {
@@ -244,7 +237,7 @@ func (c *Controller) enqueueIfHolding(logger klog.Logger, obj any) {
 }
 
 func (c *Controller) runDeleted(obj any) {
-	if run := runFrom(obj); run != nil {
+	if run, ok := tombstone.As[*v1alpha1.Run](obj); ok {
 		c.detections.forget(run.UID)
 	}
 }
@@ -263,16 +256,8 @@ func (c *Controller) enqueueRunsOn(namespace, name string) {
 	}
 }
 
-func podFrom(obj any) *corev1.Pod {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	pod, _ := obj.(*corev1.Pod)
-	return pod
-}
-
 func (c *Controller) podChanged(obj any) {
-	if pod := podFrom(obj); pod != nil {
+	if pod, ok := tombstone.As[*corev1.Pod](obj); ok {
 		c.enqueueRunsOn(pod.Namespace, pod.Name)
 	}
 }
@@ -280,8 +265,9 @@ func (c *Controller) podChanged(obj any) {
 // podUpdated wakes a Pod's Runs when it starts deleting; its status churn
 // changes nothing recovery looks at.
 func (c *Controller) podUpdated(oldObj, newObj any) {
-	old, pod := podFrom(oldObj), podFrom(newObj)
-	if old == nil || pod == nil {
+	old, ok1 := oldObj.(*corev1.Pod)
+	pod, ok2 := newObj.(*corev1.Pod)
+	if !ok1 || !ok2 {
 		return
 	}
 	if (old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) || old.UID != pod.UID {
@@ -290,8 +276,8 @@ func (c *Controller) podUpdated(oldObj, newObj any) {
 }
 
 func (c *Controller) podDeleted(obj any) {
-	pod := podFrom(obj)
-	if pod == nil {
+	pod, ok := tombstone.As[*corev1.Pod](obj)
+	if !ok {
 		return
 	}
 	c.silentMu.Lock()
@@ -301,26 +287,19 @@ func (c *Controller) podDeleted(obj any) {
 	c.enqueueRunsOn(pod.Namespace, pod.Name)
 }
 
-func leaseFrom(obj any) *coordinationv1.Lease {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	lease, _ := obj.(*coordinationv1.Lease)
-	return lease
-}
-
 // leaseChanged wakes the Runs of the Pod a heartbeat Lease is named after.
 // Renewals need no event: each Run waits on a timer for the moment its
 // Pod's heartbeat would be lost, and looks at the Lease again then.
 func (c *Controller) leaseChanged(obj any) {
-	if lease := leaseFrom(obj); lease != nil {
+	if lease, ok := tombstone.As[*coordinationv1.Lease](obj); ok {
 		c.enqueueRunsOn(lease.Namespace, lease.Name)
 	}
 }
 
 func (c *Controller) leaseUpdated(oldObj, newObj any) {
-	old, lease := leaseFrom(oldObj), leaseFrom(newObj)
-	if old == nil || lease == nil {
+	old, ok1 := oldObj.(*coordinationv1.Lease)
+	lease, ok2 := newObj.(*coordinationv1.Lease)
+	if !ok1 || !ok2 {
 		return
 	}
 	if !apiequality.Semantic.DeepEqual(old.Spec.HolderIdentity, lease.Spec.HolderIdentity) {

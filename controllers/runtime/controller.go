@@ -32,6 +32,7 @@ import (
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	informers "kruntimes.io/kruntimes/client/informers/externalversions/kruntimes/v1alpha1"
 	listers "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/client/tombstone"
 )
 
 // Event reasons on a Runtime.
@@ -160,10 +161,7 @@ func (c *Controller) enqueue(logger klog.Logger, obj any) {
 }
 
 func (c *Controller) enqueueOwner(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	o, ok := obj.(metav1.Object)
+	o, ok := tombstone.As[metav1.Object](obj)
 	if !ok {
 		return
 	}

@@ -23,6 +23,7 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/retry"
 	kruntimesclient "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/client/tombstone"
 	"kruntimes.io/kruntimes/runtimed/metrics"
 )
 
@@ -256,23 +257,15 @@ func InvalidReason(reason string) string {
 // IsTask reports whether obj, an informer's Run or the tombstone of one, is
 // a task Run; event handlers use it to pick their mode's Runs.
 func IsTask(obj any) bool {
-	run := runOf(obj)
-	return run != nil && run.Spec.Mode.Task != nil
+	run, ok := tombstone.As[*v1alpha1.Run](obj)
+	return ok && run.Spec.Mode.Task != nil
 }
 
 // IsFunction reports whether obj, an informer's Run or the tombstone of
 // one, is a function Run.
 func IsFunction(obj any) bool {
-	run := runOf(obj)
-	return run != nil && run.Spec.Mode.Function != nil
-}
-
-func runOf(obj any) *v1alpha1.Run {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	run, _ := obj.(*v1alpha1.Run)
-	return run
+	run, ok := tombstone.As[*v1alpha1.Run](obj)
+	return ok && run.Spec.Mode.Function != nil
 }
 
 // Logger is the logger of ctx with the Run's identity and attempt.

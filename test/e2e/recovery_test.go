@@ -30,6 +30,7 @@ import (
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
+	"kruntimes.io/kruntimes/client/tombstone"
 	"kruntimes.io/kruntimes/controllers/recovery"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/test/e2e/framework"
@@ -92,7 +93,7 @@ func watchOwnership(ctx context.Context, t *testing.T, f *framework.Framework, r
 		AddFunc:    func(obj any) { w.observe(obj.(*v1alpha1.Run)) },
 		UpdateFunc: func(_, obj any) { w.observe(obj.(*v1alpha1.Run)) },
 		DeleteFunc: func(obj any) {
-			if run := runFrom(obj); run != nil {
+			if run, ok := tombstone.As[*v1alpha1.Run](obj); ok {
 				w.mu.Lock()
 				delete(w.latest, run.UID)
 				w.mu.Unlock()
@@ -109,14 +110,6 @@ func watchOwnership(ctx context.Context, t *testing.T, f *framework.Framework, r
 		runInformers.Shutdown()
 	})
 	return w
-}
-
-func runFrom(obj any) *v1alpha1.Run {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	run, _ := obj.(*v1alpha1.Run)
-	return run
 }
 
 func (w *ownershipWatch) podLost(pod *corev1.Pod, how string) {

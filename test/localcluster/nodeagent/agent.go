@@ -29,6 +29,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
+	"kruntimes.io/kruntimes/client/tombstone"
 )
 
 const (
@@ -198,10 +199,7 @@ func (a *Agent) podChanged(obj any) {
 }
 
 func (a *Agent) podDeleted(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := tombstone.As[*corev1.Pod](obj)
 	if !ok {
 		return
 	}
