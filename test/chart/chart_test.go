@@ -476,6 +476,46 @@ func TestBuiltInRuntimesWaitForTheAPI(t *testing.T) {
 	}
 }
 
+// TestRuntimeImageHasAnInterpreter: the built-in Runtimes default to the
+// -python variant of kruntimes-runtime, since the plain image has no
+// interpreter for either of them; an explicit tag is taken as given.
+func TestRuntimeImageHasAnInterpreter(t *testing.T) {
+	requireHelm(t)
+	base := []string{"--set", "runtimes.bash.enabled=true", "--set", "runtimes.python.enabled=true",
+		"--api-versions", "kruntimes.io/v1alpha1/Runtime"}
+	for _, tc := range []struct {
+		name  string
+		extra []string
+		want  string
+	}{
+		{"default", nil, "-python"},
+		{"explicit tag", []string{"--set", "image.runtime.tag=v9.9.9-custom"}, ":v9.9.9-custom"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := Template(testContext(t), repoRoot, append(base, tc.extra...)...)
+			require.NoError(t, err)
+			objs, err := Decode(out)
+			require.NoError(t, err)
+			seen := 0
+			for _, obj := range objs {
+				if obj.GetKind() != "Runtime" {
+					continue
+				}
+				cs, _, err := unstructured.NestedSlice(obj.Object, "spec", "template", "spec", "containers")
+				require.NoError(t, err)
+				for _, c := range cs {
+					c := c.(map[string]any)
+					if c["name"] == "runtime" {
+						assert.True(t, strings.HasSuffix(c["image"].(string), tc.want), "Runtime/%s runtime image %q ends in %q", obj.GetName(), c["image"], tc.want)
+						seen++
+					}
+				}
+			}
+			assert.Equal(t, 2, seen, "both built-in Runtimes have a runtime container")
+		})
+	}
+}
+
 func mountedSecret(t *testing.T, deployment *unstructured.Unstructured, volume string) string {
 	t.Helper()
 	volumes, _, _ := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "volumes")

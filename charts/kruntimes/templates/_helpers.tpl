@@ -25,10 +25,12 @@ app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
 {{- end }}
 
-{{/* image renders registry/repository:tag of one component's image values. */}}
+{{/* image renders registry/repository:tag of one component's image values.
+An empty tag is the chart's appVersion, followed by defaultTagSuffix when
+given (the runtime image: its plain variant has no interpreter). */}}
 {{- define "kruntimes.image" -}}
 {{- $image := index .root.Values.image .component -}}
-{{- $tag := default .root.Chart.AppVersion $image.tag -}}
+{{- $tag := default (printf "%s%s" .root.Chart.AppVersion (.defaultTagSuffix | default "")) $image.tag -}}
 {{- if $image.registry }}{{ printf "%s/%s:%s" $image.registry $image.repository $tag }}{{ else }}{{ printf "%s:%s" $image.repository $tag }}{{ end }}
 {{- end }}
 
