@@ -119,9 +119,6 @@ func (p *silentProxy) pipe(dst, src net.Conn) {
 // next invocation is refused without being sent (no peer: the apiserver's
 // 503 + Retry-After) within the connect bound.
 func TestKeepaliveFindsASilentRuntimed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("waits out a keepalive of 15 s")
-	}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	server := &runtimed{holding: make(chan struct{}, 1)}
