@@ -3,13 +3,16 @@ package invokerouter
 import (
 	"context"
 	"crypto/tls"
+	"net/http"
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	runregistry "kruntimes.io/kruntimes/registry/run"
 )
@@ -45,7 +48,7 @@ func New(cfg Config) *Router {
 	case cfg.ClientTLS == nil:
 		return &Router{off: "invoke is not configured: kruntimes-apiserver has no client certificate for runtimed (--runtimed-client-cert-file)"}
 	}
-	return &Router{kube: cfg.Kube, conns: newRuntimedConns(cfg.ClientTLS)}
+	return &Router{kube: cfg.Kube, conns: newRuntimedConns(cfg.ClientTLS, clock.RealClock{})}
 }
 
 // Start fills the ownership cache from runs, this server's runs storage
@@ -75,7 +78,7 @@ func (r *Router) Start(ctx context.Context, runs RunSource) {
 // Route implements runregistry.Router.
 func (r *Router) Route(ctx context.Context, namespace, name string, uid types.UID) (*runregistry.Route, error) {
 	if r.off != "" {
-		return nil, apierrors.NewServiceUnavailable(r.off)
+		return nil, notImplemented(r.off)
 	}
 	c := r.cache.Load()
 	if c == nil || !c.synced() {
@@ -85,9 +88,20 @@ func (r *Router) Route(ctx context.Context, namespace, name string, uid types.UI
 	if err != nil {
 		return nil, err
 	}
-	client, err := r.conns.client(o.podIP, namespace, o.runtime)
+	client, err := r.conns.client(o.podUID, o.podIP, namespace, o.runtime)
 	if err != nil {
 		return nil, apierrors.NewServiceUnavailable(err.Error())
 	}
 	return &runregistry.Route{RunUID: o.runUID, Attempt: o.attempt, PodUID: o.podUID, Deadline: o.deadline, Runtimed: client}, nil
 }
+
+// notImplemented answers every invocation of a server whose invoke is off:
+// 501, without Retry-After, for retrying does not turn it on.
+func notImplemented(why string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusNotImplemented, Reason: reasonNotImplemented, Message: why,
+	}}
+}
+
+// reasonNotImplemented is the reason of a 501; metav1 names none.
+const reasonNotImplemented metav1.StatusReason = "NotImplemented"

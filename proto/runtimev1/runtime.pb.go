@@ -1700,6 +1700,49 @@ func (x *ListFunctionsResponse) GetRegistrations() []*RegistrationStatus {
 	return nil
 }
 
+// NotStarted is a detail of a gRPC error status (google.rpc.Status.details)
+// that promises the handler did not start: the call was refused before
+// anything of the invocation ran, so the caller may send it again. Every
+// refusal the built-in Runtime Server answers before a handler starts
+// carries it, and runtimed passes it on, adding it to its own refusals and to
+// calls that never reached the Runtime Server. An error without it may come
+// after the handler ran: its outcome is unknown.
+type NotStarted struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NotStarted) Reset() {
+	*x = NotStarted{}
+	mi := &file_runtime_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NotStarted) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NotStarted) ProtoMessage() {}
+
+func (x *NotStarted) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NotStarted.ProtoReflect.Descriptor instead.
+func (*NotStarted) Descriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{24}
+}
+
 var File_runtime_proto protoreflect.FileDescriptor
 
 const file_runtime_proto_rawDesc = "" +
@@ -1820,7 +1863,9 @@ const file_runtime_proto_rawDesc = "" +
 	"\x13cancelled_in_flight\x18\x01 \x01(\bR\x11cancelledInFlight\"\x16\n" +
 	"\x14ListFunctionsRequest\"g\n" +
 	"\x15ListFunctionsResponse\x12N\n" +
-	"\rregistrations\x18\x01 \x03(\v2(.kruntimes.runtime.v1.RegistrationStatusR\rregistrations*\xa4\x01\n" +
+	"\rregistrations\x18\x01 \x03(\v2(.kruntimes.runtime.v1.RegistrationStatusR\rregistrations\"\f\n" +
+	"\n" +
+	"NotStarted*\xa4\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TASK_STATE_RUNNING\x10\x01\x12\x18\n" +
@@ -1862,7 +1907,7 @@ func file_runtime_proto_rawDescGZIP() []byte {
 }
 
 var file_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_runtime_proto_goTypes = []any{
 	(TaskState)(0),                     // 0: kruntimes.runtime.v1.TaskState
 	(FunctionState)(0),                 // 1: kruntimes.runtime.v1.FunctionState
@@ -1890,18 +1935,19 @@ var file_runtime_proto_goTypes = []any{
 	(*UnregisterFunctionResponse)(nil), // 23: kruntimes.runtime.v1.UnregisterFunctionResponse
 	(*ListFunctionsRequest)(nil),       // 24: kruntimes.runtime.v1.ListFunctionsRequest
 	(*ListFunctionsResponse)(nil),      // 25: kruntimes.runtime.v1.ListFunctionsResponse
-	nil,                                // 26: kruntimes.runtime.v1.TaskStatus.OutputsEntry
-	nil,                                // 27: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	(*NotStarted)(nil),                 // 26: kruntimes.runtime.v1.NotStarted
+	nil,                                // 27: kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	nil,                                // 28: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
 }
 var file_runtime_proto_depIdxs = []int32{
 	4,  // 0: kruntimes.runtime.v1.ExecuteRequest.entrypoint:type_name -> kruntimes.runtime.v1.Entrypoint
 	2,  // 1: kruntimes.runtime.v1.ExecuteRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
 	0,  // 2: kruntimes.runtime.v1.TaskStatus.state:type_name -> kruntimes.runtime.v1.TaskState
-	26, // 3: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	27, // 3: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
 	7,  // 4: kruntimes.runtime.v1.ListResponse.tasks:type_name -> kruntimes.runtime.v1.TaskStatus
 	2,  // 5: kruntimes.runtime.v1.RegisterFunctionRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
 	1,  // 6: kruntimes.runtime.v1.RegistrationStatus.state:type_name -> kruntimes.runtime.v1.FunctionState
-	27, // 7: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	28, // 7: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
 	20, // 8: kruntimes.runtime.v1.InvokeFunctionResponse.error:type_name -> kruntimes.runtime.v1.FunctionError
 	18, // 9: kruntimes.runtime.v1.ListFunctionsResponse.registrations:type_name -> kruntimes.runtime.v1.RegistrationStatus
 	3,  // 10: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
@@ -1950,7 +1996,7 @@ func file_runtime_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtime_proto_rawDesc), len(file_runtime_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   2,
 		},
