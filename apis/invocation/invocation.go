@@ -1,6 +1,10 @@
 package invocation
 
-import "time"
+import (
+	"net/url"
+	"strings"
+	"time"
+)
 
 // Bounds of one invocation. The apiserver checks them where the request
 // enters; runtimed and the Runtime Server check them again.
@@ -43,4 +47,22 @@ const ClientCommonName = "kruntimes-apiserver"
 // its Pods: a certificate of another Runtime does not pass.
 func ServerName(namespace, runtime string) string {
 	return runtime + "." + namespace + ".runtimed.kruntimes.io"
+}
+
+// Bases of the two entry points of runs/invoke inside a cluster.
+const (
+	// DefaultAggregatedBase is kube-apiserver as Pods reach it; the
+	// aggregator proxies runs/invoke to kruntimes-apiserver.
+	DefaultAggregatedBase = "https://kubernetes.default.svc"
+	// DefaultDirectBase is kruntimes-apiserver's own Service.
+	DefaultDirectBase = "https://kruntimes-apiserver.kruntimes-system.svc"
+)
+
+// EndpointURL is the invoke URL of a function Run under base (scheme and
+// authority, no path): its runs/invoke subresource, with ?uid= so a Run
+// created again under the same name is never addressed by it. The server
+// writes it into status.endpoint; runtimed proposes it.
+func EndpointURL(base, namespace, name, uid string) string {
+	return strings.TrimSuffix(base, "/") + "/apis/kruntimes.io/v1alpha1/namespaces/" + url.PathEscape(namespace) +
+		"/runs/" + url.PathEscape(name) + "/invoke?uid=" + url.QueryEscape(uid)
 }
