@@ -120,9 +120,11 @@ func run(ctx context.Context, o options) error {
 		transport.MaxIdleConnsPerHost = o.concurrency
 	}
 
-	direct, err := directClient(ctx, config, o)
-	if err != nil {
-		return err
+	var direct direct
+	if strings.Contains(o.paths, "direct-") {
+		if direct, err = directClient(ctx, config, o); err != nil {
+			return err
+		}
 	}
 
 	batch := fmt.Sprintf("bench-%d", time.Now().UnixNano()%1_000_000)
