@@ -29,6 +29,7 @@ import (
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 )
 
@@ -60,7 +61,7 @@ func (r *reviewer) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // jwt returns an unsigned token with the claims given (TokenReview is what
 // checks signatures; the wrapper reads exp only).
-func jwt(t *testing.T, claims map[string]any) string {
+func jwt(t testing.TB, claims map[string]any) string {
 	t.Helper()
 	payload, err := json.Marshal(claims)
 	if err != nil {
@@ -72,7 +73,7 @@ func jwt(t *testing.T, claims map[string]any) string {
 
 // frontProxyPKI returns a requestheader configuration over a fresh CA and a
 // client certificate for the front proxy that CA signed.
-func frontProxyPKI(t *testing.T) (*authenticatorfactory.RequestHeaderConfig, *x509.Certificate) {
+func frontProxyPKI(t testing.TB) (*authenticatorfactory.RequestHeaderConfig, *x509.Certificate) {
 	t.Helper()
 	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -112,7 +113,7 @@ func frontProxyPKI(t *testing.T) (*authenticatorfactory.RequestHeaderConfig, *x5
 // newAuthenticator builds the real delegated authenticator (union,
 // TokenReview webhook and its cache, requestheader, anonymous on, as the
 // generic options build it) against r over HTTP, and wraps it.
-func newAuthenticator(t *testing.T, r *reviewer) (*Authenticator, *testingclock.FakeClock, *x509.Certificate) {
+func newAuthenticator(t testing.TB, r *reviewer) (*Authenticator, *testingclock.FakeClock, *x509.Certificate) {
 	t.Helper()
 	srv := httptest.NewServer(r)
 	t.Cleanup(srv.Close)
@@ -283,5 +284,25 @@ func TestAnonymousOnlyOnProbes(t *testing.T) {
 		if want && got.resp.User.GetName() != user.Anonymous {
 			t.Errorf("%s: user %q, want %q", path, got.resp.User.GetName(), user.Anonymous)
 		}
+	}
+}
+
+// BenchmarkAuthenticatorOverhead: a cached bearer token through the
+// delegated authenticator alone and through the wrapper (front proxy
+// check, exp parse, audit annotation).
+func BenchmarkAuthenticatorOverhead(b *testing.B) {
+	token := jwt(b, map[string]any{"sub": "bench", "exp": time.Now().Add(time.Hour).Unix()})
+	a, _, _ := newAuthenticator(b, &reviewer{known: map[string]string{token: "bench"}})
+	a.clock = clock.RealClock{}
+	for name, authn := range map[string]authenticator.Request{"delegated": a.delegated, "wrapped": a} {
+		b.Run(name, func(b *testing.B) {
+			for b.Loop() {
+				req := withToken(invokePath, token)
+				req = req.WithContext(audit.WithAuditContext(req.Context()))
+				if _, ok, err := authn.AuthenticateRequest(req); !ok || err != nil {
+					b.Fatalf("ok=%v err=%v", ok, err)
+				}
+			}
+		})
 	}
 }
