@@ -35,6 +35,8 @@ type InvokeConfig struct {
 	Router invokerouter.Config
 	// MaxTimeout bounds every invocation.
 	MaxTimeout time.Duration
+	// Endpoint is what Ready function Runs advertise in status.endpoint.
+	Endpoint runregistry.Endpoint
 }
 
 // Server is a running kruntimes API server.
@@ -57,7 +59,7 @@ func (c *Config) Complete() CompletedConfig {
 // New builds the server and installs the kruntimes.io API group.
 func (c CompletedConfig) New() (*Server, error) {
 	router := invokerouter.New(c.invoke.Router)
-	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter, router, c.invoke.MaxTimeout)
+	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter, router, c.invoke.MaxTimeout, c.invoke.Endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("building runs storage: %w", err)
 	}

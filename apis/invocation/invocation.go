@@ -2,6 +2,8 @@ package invocation
 
 import (
 	"fmt"
+	"net/url"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -68,4 +70,22 @@ func CheckID(id string) error {
 		}
 	}
 	return nil
+}
+
+// Bases of the two entry points of runs/invoke inside a cluster.
+const (
+	// DefaultAggregatedBase is kube-apiserver as Pods reach it; the
+	// aggregator proxies runs/invoke to kruntimes-apiserver.
+	DefaultAggregatedBase = "https://kubernetes.default.svc"
+	// DefaultDirectBase is kruntimes-apiserver's own Service.
+	DefaultDirectBase = "https://kruntimes-apiserver.kruntimes-system.svc"
+)
+
+// EndpointURL is the invoke URL of a function Run under base (scheme and
+// authority, no path): its runs/invoke subresource, with ?uid= so a Run
+// created again under the same name is never addressed by it. The server
+// writes it into status.endpoint; runtimed proposes it.
+func EndpointURL(base, namespace, name, uid string) string {
+	return strings.TrimSuffix(base, "/") + "/apis/kruntimes.io/v1alpha1/namespaces/" + url.PathEscape(namespace) +
+		"/runs/" + url.PathEscape(name) + "/invoke?uid=" + url.QueryEscape(uid)
 }

@@ -70,6 +70,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 	}
 	o.Storage = NewStorageOptions(o.RecommendedOptions.Etcd)
 	addTenancyAdmission(o.RecommendedOptions)
+	setDelegationCaches(o.RecommendedOptions)
 	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	// Store objects as protobuf, as kube-apiserver does; --storage-media-type
@@ -150,6 +151,7 @@ func (o *ServerOptions) Validate(args []string) error {
 		errs = append(errs, fmt.Errorf("kruntimes-apiserver takes no arguments, got %q", args))
 	}
 	errs = append(errs, o.RecommendedOptions.Validate()...)
+	errs = append(errs, validateDelegationCaches(o.RecommendedOptions)...)
 	errs = append(errs, o.Storage.Validate()...)
 	errs = append(errs, o.Invoke.Validate()...)
 	errs = append(errs, o.Controllers.Validate()...)
@@ -198,6 +200,7 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
 		return nil, nil, err
 	}
+	wrapAuthenticator(serverConfig)
 
 	closeStorage := func() {}
 	if embeddedBackend {
@@ -237,7 +240,7 @@ func (o *ServerOptions) Run(ctx context.Context) error {
 		return err
 	}
 	defer closeStorage()
-	if config.Invoke, err = o.Invoke.Config(ctx, config.GenericConfig.ClientConfig); err != nil {
+	if config.Invoke, err = o.Invoke.Config(ctx, config.GenericConfig.ClientConfig, o.Controllers.Manager.EndpointBase); err != nil {
 		return err
 	}
 	server, err := config.Complete().New()

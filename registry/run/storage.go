@@ -31,8 +31,9 @@ type REST struct {
 
 // NewStorage builds the runs and runs/status storage over the backend that
 // optsGetter selects, and runs/invoke over router; maxInvokeTimeout bounds
-// every invocation.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, maxInvokeTimeout time.Duration) (Storage, error) {
+// every invocation; endpoint is what Ready function Runs advertise in
+// status.endpoint.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, maxInvokeTimeout time.Duration, endpoint Endpoint) (Storage, error) {
 	strategy := NewStrategy(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &kruntimes.Run{} },
@@ -60,7 +61,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 
 	return Storage{
 		Run:    &REST{store},
-		Status: statusrest.New(store, NewStatusStrategy(strategy)),
+		Status: statusrest.New(store, NewStatusStrategy(strategy, endpoint)),
 		Invoke: newInvokeREST(router, maxInvokeTimeout),
 	}, nil
 }

@@ -91,6 +91,9 @@ type Cluster struct {
 	KruntimesRunning bool
 	// KruntimesSkipReason says why kruntimes-apiserver is not running.
 	KruntimesSkipReason string
+	// KruntimesURL is kruntimes-apiserver's own secure URL, the direct
+	// entry point (its serving certificate is signed by the cluster CA).
+	KruntimesURL string
 }
 
 // ErrAlreadyRunning is returned when another process holds the state directory.
@@ -355,6 +358,13 @@ func (c *Cluster) auditPolicyPath() string { return filepath.Join(c.cfg.StateDir
 
 // AuditLogPath is kube-apiserver's audit log: one JSON event per invocation.
 func (c *Cluster) AuditLogPath() string { return filepath.Join(c.cfg.StateDir, "logs", "audit.log") }
+
+// KruntimesAuditLogPath is kruntimes-apiserver's own audit log: one JSON
+// event per invocation, through aggregation or direct, annotated with
+// kruntimes.io/entry-point.
+func (c *Cluster) KruntimesAuditLogPath() string {
+	return filepath.Join(c.cfg.StateDir, "logs", "kruntimes-audit.log")
+}
 
 // clientConfig is a client-certificate configuration for one of the pairs.
 func (c *Cluster) clientConfig(pair string) *rest.Config {

@@ -157,6 +157,13 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		// pprof without authentication, on a socket only this machine's
 		// root reaches: for profiling under the benchmarks.
 		"--debug-socket-path=" + filepath.Join(dir, "debug.sock"),
+		// Its own audit log, with kube-apiserver's policy: every
+		// invocation, through aggregation or direct, tagged with its entry
+		// point (kruntimes.io/entry-point).
+		"--audit-policy-file=" + c.auditPolicyPath(),
+		"--audit-log-path=" + c.KruntimesAuditLogPath(),
+		"--audit-log-maxsize=100",
+		"--audit-log-maxbackup=1",
 	}
 	args = append(args, storage...)
 	args = append(args, c.cfg.KruntimesArgs...)
@@ -165,6 +172,7 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		return err
 	}
 	c.components = append(c.components, proc)
+	c.KruntimesURL = fmt.Sprintf("https://127.0.0.1:%d", port)
 	caPEM, err := os.ReadFile(c.pki.clusterCA())
 	if err != nil {
 		return err
