@@ -67,10 +67,19 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := restrictRuntimed(c.generic.Config, runs.Run); err != nil {
 		return nil, err
 	}
+	// Held out of its Service until invocations can be routed.
+	c.generic.AddReadyzChecks(router.ReadyzCheck())
+	// Taken now: the generic server signals the same channel once the
+	// requests in flight drained.
+	drained := c.generic.DrainedNotify()
 	generic, err := c.generic.New("kruntimes-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
 	}
+	// After the requests drained, the HTTP server's Shutdown waits only for
+	// connections still busy (a request past its timeout, a hijacked one):
+	// not worth a minute of a Pod's termination grace.
+	generic.ShutdownTimeout = min(generic.ShutdownTimeout, httpShutdownTimeout)
 	// The scheme's parameter codec, not metav1's: runs/invoke decodes its
 	// own options (RunInvokeOptions) from the query.
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(kruntimes.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
@@ -89,14 +98,34 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err
 	}
-	// Every replica routes invocations, leader or not.
+	// Every replica routes invocations, leader or not, and until the last
+	// one in flight answered: the hook's context ends when the server stops
+	// accepting requests (at SIGTERM without a shutdown delay), while
+	// invocations that arrived before still run, and new ones are served
+	// through the delay.
 	if err := generic.AddPostStartHook("start-runs-invoke", func(hookCtx genericapiserver.PostStartHookContext) error {
-		router.Start(hookCtx, runs.Run)
+		router.Start(untilClosed(hookCtx, drained), runs.Run)
 		return nil
 	}); err != nil {
 		return nil, err
 	}
 	return &Server{GenericAPIServer: generic}, nil
+}
+
+// httpShutdownTimeout bounds the HTTP server's Shutdown, which starts once
+// the requests in flight drained (see ShutdownOptions.SendRetryAfter); it is
+// what the generic server uses with --shutdown-send-retry-after.
+const httpShutdownTimeout = 2 * time.Second
+
+// untilClosed is a context with ctx's values that ends when done is closed,
+// whenever ctx ends.
+func untilClosed(ctx context.Context, done <-chan struct{}) context.Context {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		<-done
+		cancel()
+	}()
+	return ctx
 }
 
 // restrictRuntimed puts runtimedrestriction in front of the configured

@@ -3,12 +3,14 @@ package invokerouter
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"net/http"
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -73,6 +75,25 @@ func (r *Router) Start(ctx context.Context, runs RunSource) {
 		<-ctx.Done()
 		r.conns.close()
 	}()
+}
+
+// ReadyzCheckName names the readiness check of ReadyzCheck.
+const ReadyzCheckName = "runs-invoke-routing"
+
+// ReadyzCheck fails until the ownership cache has synced its Runs and
+// Runtime Pods, so a starting replica joins its Service only once it can
+// route invocations instead of answering each 503; it passes when invoke is
+// off, where there is nothing to wait for.
+func (r *Router) ReadyzCheck() healthz.HealthChecker {
+	return healthz.NamedCheck(ReadyzCheckName, func(*http.Request) error {
+		if r.off != "" {
+			return nil
+		}
+		if c := r.cache.Load(); c == nil || !c.synced() {
+			return errors.New("the invoke ownership cache has not synced its Runs and Runtime Pods yet")
+		}
+		return nil
+	})
 }
 
 // Route implements runregistry.Router.

@@ -275,3 +275,45 @@ func TestRouteBeforeRouting(t *testing.T) {
 }
 
 var _ runregistry.Router = &Router{}
+
+func TestReadyzCheckWaitsForTheOwnershipCache(t *testing.T) {
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS13}
+	t.Run("it is named runs-invoke-routing", func(t *testing.T) {
+		assert.Equal(t, "runs-invoke-routing", New(Config{}).ReadyzCheck().Name())
+	})
+	t.Run("with invoke off it passes: there is nothing to wait for", func(t *testing.T) {
+		assert.NoError(t, New(Config{}).ReadyzCheck().Check(nil))
+		assert.NoError(t, New(Config{Kube: fake.NewClientset()}).ReadyzCheck().Check(nil))
+	})
+	t.Run("before Start it fails", func(t *testing.T) {
+		err := New(Config{Kube: fake.NewClientset(), ClientTLS: tlsConfig}).ReadyzCheck().Check(nil)
+		assert.EqualError(t, err, "the invoke ownership cache has not synced its Runs and Runtime Pods yet")
+	})
+	t.Run("it fails while the Runs have not been listed, and passes once they are", func(t *testing.T) {
+		runs := &blockingRuns{fakeRuns: newFakeRuns(functionRun("ready")), listed: make(chan struct{})}
+		router := New(Config{Kube: fake.NewClientset(runtimePod("pod-a")), ClientTLS: tlsConfig})
+		router.Start(t.Context(), runs)
+		check := router.ReadyzCheck()
+		assert.Error(t, check.Check(nil), "not ready while the Runs list is outstanding")
+		close(runs.listed)
+		err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return check.Check(nil) == nil, nil
+		})
+		assert.NoError(t, err, "ready once both informers synced")
+	})
+}
+
+// blockingRuns holds every List until listed is closed.
+type blockingRuns struct {
+	*fakeRuns
+	listed chan struct{}
+}
+
+func (b *blockingRuns) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	select {
+	case <-b.listed:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return b.fakeRuns.List(ctx, options)
+}

@@ -41,6 +41,7 @@ type ServerOptions struct {
 	Standalone               *StandaloneOptions
 	Controllers              *HostedControllersOptions
 	Invoke                   *InvokeOptions
+	Shutdown                 *ShutdownOptions
 	ComponentGlobalsRegistry basecompatibility.ComponentGlobalsRegistry
 
 	// AlternateDNS are extra names for the self-signed serving certificate,
@@ -62,6 +63,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 		Standalone:               &StandaloneOptions{},
 		Controllers:              NewHostedControllersOptions(),
 		Invoke:                   NewInvokeOptions(),
+		Shutdown:                 NewShutdownOptions(),
 		ComponentGlobalsRegistry: basecompatibility.NewComponentGlobalsRegistry(),
 		AlternateDNS:             []string{"kruntimes-apiserver.kruntimes-system.svc"},
 		GoMemoryLimit:            memlimit.Auto,
@@ -118,6 +120,7 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Standalone.AddFlags(fs)
 	o.Controllers.AddFlags(fs)
 	o.Invoke.AddFlags(fs)
+	o.Shutdown.AddFlags(fs)
 	o.ComponentGlobalsRegistry.AddFlags(fs)
 	fs.StringSliceVar(&o.AlternateDNS, "alternate-dns", o.AlternateDNS,
 		"Extra DNS names of the self-signed serving certificate; include <service>.<namespace>.svc so the aggregator can verify it.")
@@ -155,6 +158,7 @@ func (o *ServerOptions) Validate(args []string) error {
 	errs = append(errs, o.Storage.Validate()...)
 	errs = append(errs, o.Invoke.Validate()...)
 	errs = append(errs, o.Controllers.Validate()...)
+	errs = append(errs, o.Shutdown.Validate()...)
 	if err := memlimit.Validate(o.GoMemoryLimit); err != nil {
 		errs = append(errs, fmt.Errorf("--go-memory-limit: %w", err))
 	}
@@ -175,6 +179,7 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 	// of holding the process until the HTTP server's shutdown timeout; their
 	// informers re-establish them against the next server.
 	serverConfig.ShutdownWatchTerminationGracePeriod = watchTerminationGracePeriod
+	o.Shutdown.ApplyTo(&serverConfig.Config)
 	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
 	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(kruntimesopenapi.GetOpenAPIDefinitions, namer)
 	serverConfig.OpenAPIConfig.Info.Title = "kruntimes"
