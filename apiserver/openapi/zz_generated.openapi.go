@@ -18024,7 +18024,7 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunLogOptions(ref common.Reference
 					},
 					"stream": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Stream selects All (stdout and stderr interleaved in write order, the default), Stdout or Stderr.",
+							Description: "Stream selects All (stdout and stderr interleaved in write order, the default), Stdout or Stderr. (A plain string: query parameters are simple types in OpenAPI.)",
 							Type:        []string{"string"},
 							Format:      "",
 						},

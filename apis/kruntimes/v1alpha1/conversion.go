@@ -26,13 +26,3 @@ func Convert_Slice_string_To_Pointer_int32(in *[]string, out **int32, _ conversi
 	*out = &v
 	return nil
 }
-
-// Convert_Slice_string_To_v1alpha1_RunLogStream decodes runs/log's stream
-// query parameter; the last value wins.
-func Convert_Slice_string_To_v1alpha1_RunLogStream(in *[]string, out *RunLogStream, _ conversion.Scope) error {
-	if len(*in) == 0 {
-		return nil
-	}
-	*out = RunLogStream((*in)[len(*in)-1])
-	return nil
-}

@@ -53,7 +53,7 @@ func TestRunLogOptionsFromQuery(t *testing.T) {
 func TestRunLogOptionsToQuery(t *testing.T) {
 	scheme := runtime.NewScheme()
 	install.Install(scheme)
-	q, err := runtime.NewParameterCodec(scheme).EncodeParameters(&v1alpha1.RunLogOptions{TailLines: ptr.To[int64](3), Attempt: ptr.To[int32](1), Stream: v1alpha1.RunLogStreamStdout}, v1alpha1.SchemeGroupVersion)
+	q, err := runtime.NewParameterCodec(scheme).EncodeParameters(&v1alpha1.RunLogOptions{TailLines: ptr.To[int64](3), Attempt: ptr.To[int32](1), Stream: string(v1alpha1.RunLogStreamStdout)}, v1alpha1.SchemeGroupVersion)
 	require.NoError(t, err)
 	assert.Equal(t, "attempt=1&stream=Stdout&tailLines=3", q.Encode())
 }

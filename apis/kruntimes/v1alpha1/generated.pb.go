@@ -4314,7 +4314,7 @@ func (m *RunLogOptions) Unmarshal(dAtA []byte) error {
 			if postIndex > l {
 				return io.ErrUnexpectedEOF
 			}
-			m.Stream = RunLogStream(dAtA[iNdEx:postIndex])
+			m.Stream = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

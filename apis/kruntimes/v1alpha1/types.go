@@ -416,7 +416,8 @@ type RunLogOptions struct {
 	// Stream selects All (stdout and stderr interleaved in write order, the
 	// default), Stdout or Stderr.
 	// +optional
-	Stream RunLogStream `json:"stream,omitempty" protobuf:"bytes,6,opt,name=stream,casttype=RunLogStream"`
+	// (A plain string: query parameters are simple types in OpenAPI.)
+	Stream string `json:"stream,omitempty" protobuf:"bytes,6,opt,name=stream"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

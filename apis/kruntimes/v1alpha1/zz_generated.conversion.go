@@ -293,11 +293,6 @@ func RegisterConversions(s *runtime.Scheme) error {
 	}); err != nil {
 		return err
 	}
-	if err := s.AddConversionFunc((*[]string)(nil), (*RunLogStream)(nil), func(a, b interface{}, scope conversion.Scope) error {
-		return Convert_Slice_string_To_v1alpha1_RunLogStream(a.(*[]string), b.(*RunLogStream), scope)
-	}); err != nil {
-		return err
-	}
 	return nil
 }
 
@@ -651,7 +646,7 @@ func autoConvert_kruntimes_RunLogOptions_To_v1alpha1_RunLogOptions(in *kruntimes
 	out.LimitBytes = (*int64)(unsafe.Pointer(in.LimitBytes))
 	out.Timestamps = in.Timestamps
 	out.Attempt = (*int32)(unsafe.Pointer(in.Attempt))
-	out.Stream = RunLogStream(in.Stream)
+	out.Stream = string(in.Stream)
 	return nil
 }
 
@@ -699,7 +694,7 @@ func autoConvert_url_Values_To_v1alpha1_RunLogOptions(in *url.Values, out *RunLo
 		out.Attempt = nil
 	}
 	if values, ok := map[string][]string(*in)["stream"]; ok && len(values) > 0 {
-		if err := Convert_Slice_string_To_v1alpha1_RunLogStream(&values, &out.Stream, s); err != nil {
+		if err := runtime.Convert_Slice_string_To_string(&values, &out.Stream, s); err != nil {
 			return err
 		}
 	} else {
