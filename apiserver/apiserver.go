@@ -92,6 +92,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		"runs":            runs.Run,
 		"runs/status":     runs.Status,
 		"runs/invoke":     runs.Invoke,
+		"runs/log":        runs.Log,
 		"runtimes":        runtimes.Runtime,
 		"runtimes/status": runtimes.Status,
 	}

@@ -14,6 +14,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/registry/printers"
+	logstore "kruntimes.io/kruntimes/registry/runlog"
 	"kruntimes.io/kruntimes/registry/statusrest"
 )
 
@@ -22,6 +23,7 @@ type Storage struct {
 	Run    *REST
 	Status *statusrest.REST
 	Invoke *InvokeREST
+	Log    *LogREST
 }
 
 // REST serves runs.
@@ -58,11 +60,17 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 	if err := store.CompleteWithOptions(options); err != nil {
 		return Storage{}, err
 	}
+	logs, err := logstore.NewStore(optsGetter)
+	if err != nil {
+		return Storage{}, err
+	}
+	store.AfterDelete = deleteLogs(logs)
 
 	return Storage{
 		Run:    &REST{store},
 		Status: statusrest.New(store, NewStatusStrategy(strategy, endpoint)),
 		Invoke: newInvokeREST(router, maxInvokeTimeout),
+		Log:    &LogREST{runs: store, logs: logs, scheme: scheme},
 	}, nil
 }
 
