@@ -35,6 +35,8 @@ type InvokeConfig struct {
 	Router invokerouter.Config
 	// MaxTimeout bounds every invocation.
 	MaxTimeout time.Duration
+	// Endpoint is what Ready function Runs advertise in status.endpoint.
+	Endpoint runregistry.Endpoint
 }
 
 // Server is a running kruntimes API server.
@@ -57,7 +59,7 @@ func (c *Config) Complete() CompletedConfig {
 // New builds the server and installs the kruntimes.io API group.
 func (c CompletedConfig) New() (*Server, error) {
 	router := invokerouter.New(c.invoke.Router)
-	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter, router, c.invoke.MaxTimeout)
+	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter, router, c.invoke.MaxTimeout, c.invoke.Endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("building runs storage: %w", err)
 	}
@@ -65,10 +67,19 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := restrictRuntimed(c.generic.Config, runs.Run); err != nil {
 		return nil, err
 	}
+	// Held out of its Service until invocations can be routed.
+	c.generic.AddReadyzChecks(router.ReadyzCheck())
+	// Taken now: the generic server signals the same channel once the
+	// requests in flight drained.
+	drained := c.generic.DrainedNotify()
 	generic, err := c.generic.New("kruntimes-apiserver", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
 	}
+	// After the requests drained, the HTTP server's Shutdown waits only for
+	// connections still busy (a request past its timeout, a hijacked one):
+	// not worth a minute of a Pod's termination grace.
+	generic.ShutdownTimeout = min(generic.ShutdownTimeout, httpShutdownTimeout)
 	// The scheme's parameter codec, not metav1's: runs/invoke decodes its
 	// own options (RunInvokeOptions) from the query.
 	apiGroupInfo := genericapiserver.NewDefaultAPIGroupInfo(kruntimes.GroupName, Scheme, runtime.NewParameterCodec(Scheme), Codecs)
@@ -81,20 +92,41 @@ func (c CompletedConfig) New() (*Server, error) {
 		"runs":            runs.Run,
 		"runs/status":     runs.Status,
 		"runs/invoke":     runs.Invoke,
+		"runs/log":        runs.Log,
 		"runtimes":        runtimes.Runtime,
 		"runtimes/status": runtimes.Status,
 	}
 	if err := generic.InstallAPIGroup(&apiGroupInfo); err != nil {
 		return nil, err
 	}
-	// Every replica routes invocations, leader or not.
+	// Every replica routes invocations, leader or not, and until the last
+	// one in flight answered: the hook's context ends when the server stops
+	// accepting requests (at SIGTERM without a shutdown delay), while
+	// invocations that arrived before still run, and new ones are served
+	// through the delay.
 	if err := generic.AddPostStartHook("start-runs-invoke", func(hookCtx genericapiserver.PostStartHookContext) error {
-		router.Start(hookCtx, runs.Run)
+		router.Start(untilClosed(hookCtx, drained), runs.Run)
 		return nil
 	}); err != nil {
 		return nil, err
 	}
 	return &Server{GenericAPIServer: generic}, nil
+}
+
+// httpShutdownTimeout bounds the HTTP server's Shutdown, which starts once
+// the requests in flight drained (see ShutdownOptions.SendRetryAfter); it is
+// what the generic server uses with --shutdown-send-retry-after.
+const httpShutdownTimeout = 2 * time.Second
+
+// untilClosed is a context with ctx's values that ends when done is closed,
+// whenever ctx ends.
+func untilClosed(ctx context.Context, done <-chan struct{}) context.Context {
+	ctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	go func() {
+		<-done
+		cancel()
+	}()
+	return ctx
 }
 
 // restrictRuntimed puts runtimedrestriction in front of the configured

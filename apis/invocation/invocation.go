@@ -1,6 +1,13 @@
 package invocation
 
-import "time"
+import (
+	"fmt"
+	"net/url"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+)
 
 // Bounds of one invocation. The apiserver checks them where the request
 // enters; runtimed and the Runtime Server check them again.
@@ -43,4 +50,42 @@ const ClientCommonName = "kruntimes-apiserver"
 // its Pods: a certificate of another Runtime does not pass.
 func ServerName(namespace, runtime string) string {
 	return runtime + "." + namespace + ".runtimed.kruntimes.io"
+}
+
+// CheckID says why id cannot be an invocation ID, or nil when it can: it
+// has 1..MaxIDBytes bytes of UTF-8 and no control character, so it travels
+// in a header, a protobuf string and a log line unchanged.
+func CheckID(id string) error {
+	switch {
+	case id == "":
+		return fmt.Errorf("an invocation ID must not be empty")
+	case len(id) > MaxIDBytes:
+		return fmt.Errorf("an invocation ID has at most %d bytes; this one has %d", MaxIDBytes, len(id))
+	case !utf8.ValidString(id):
+		return fmt.Errorf("an invocation ID must be UTF-8")
+	}
+	for i, r := range id {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("an invocation ID must not hold a control character (%U at byte %d)", r, i)
+		}
+	}
+	return nil
+}
+
+// Bases of the two entry points of runs/invoke inside a cluster.
+const (
+	// DefaultAggregatedBase is kube-apiserver as Pods reach it; the
+	// aggregator proxies runs/invoke to kruntimes-apiserver.
+	DefaultAggregatedBase = "https://kubernetes.default.svc"
+	// DefaultDirectBase is kruntimes-apiserver's own Service.
+	DefaultDirectBase = "https://kruntimes-apiserver.kruntimes-system.svc"
+)
+
+// EndpointURL is the invoke URL of a function Run under base (scheme and
+// authority, no path): its runs/invoke subresource, with ?uid= so a Run
+// created again under the same name is never addressed by it. The server
+// writes it into status.endpoint; runtimed proposes it.
+func EndpointURL(base, namespace, name, uid string) string {
+	return strings.TrimSuffix(base, "/") + "/apis/kruntimes.io/v1alpha1/namespaces/" + url.PathEscape(namespace) +
+		"/runs/" + url.PathEscape(name) + "/invoke?uid=" + url.QueryEscape(uid)
 }

@@ -36,6 +36,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&RuntimeList{},
 		&RunInvokeOptions{},
 		&InvokeResult{},
+		&RunLogOptions{},
+		&RunLog{},
 	)
 	return nil
 }

@@ -336,3 +336,49 @@ type InvokeLogs struct {
 	StdoutTruncated bool
 	StderrTruncated bool
 }
+
+// RunLogStream selects the output streams runs/log shows.
+type RunLogStream string
+
+// RunLogStreams.
+const (
+	RunLogStreamAll    RunLogStream = "All"
+	RunLogStreamStdout RunLogStream = "Stdout"
+	RunLogStreamStderr RunLogStream = "Stderr"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RunLogOptions are the query parameters of runs/log.
+type RunLogOptions struct {
+	metav1.TypeMeta
+
+	Follow     bool
+	TailLines  *int64
+	LimitBytes *int64
+	Timestamps bool
+	Attempt    *int32
+	Stream     RunLogStream
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RunLog is the kept log of one attempt of a task Run: a storage record,
+// not a served resource.
+type RunLog struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	RunUID       types.UID
+	Attempt      int32
+	Chunks       []RunLogChunk
+	DroppedBytes int64
+	DroppedAfter int32
+}
+
+// RunLogChunk is one write of the task's program.
+type RunLogChunk struct {
+	Stream   RunLogStream
+	UnixNano int64
+	Data     []byte
+}

@@ -2,6 +2,7 @@ package invokerouter
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -173,10 +174,8 @@ func (c *ownershipCache) lookup(ctx context.Context, ns, name string, uid types.
 	}
 	ready := meta.IsStatusConditionTrue(run.Status.Conditions, lifecycle.ConditionReady)
 	switch {
-	case run.DeletionTimestamp != nil:
-		return owner{}, notReady(run, "is being deleted")
-	case lifecycle.IsTerminal(run.Status.Phase):
-		return owner{}, apierrors.NewServiceUnavailable(fmt.Sprintf("Run %s/%s ended (%s) and is not invoked any more", ns, name, run.Status.Phase))
+	case run.DeletionTimestamp != nil, lifecycle.IsTerminal(run.Status.Phase):
+		return owner{}, ended(run)
 	case !lifecycle.IsRoutable(run.Status.Phase) || !ready:
 		return owner{}, notReady(run, "is not Ready")
 	}
@@ -215,6 +214,8 @@ func (c *ownershipCache) notCached(ctx context.Context, ns, name string, uid typ
 		return notFound(name)
 	case run.Spec.Mode.Function == nil:
 		return apierrors.NewBadRequest(fmt.Sprintf("Run %s/%s is a task; only function Runs are invoked", ns, name))
+	case run.DeletionTimestamp != nil, lifecycle.IsTerminal(run.Status.Phase):
+		return ended(run)
 	default:
 		return notReady(run, "is not Ready")
 	}
@@ -223,6 +224,18 @@ func (c *ownershipCache) notCached(ctx context.Context, ns, name string, uid typ
 // notFound answers for a Run that is not there, or not the one addressed.
 func notFound(name string) error {
 	return apierrors.NewNotFound(kruntimes.Resource("runs"), name)
+}
+
+// ended answers for a Run that ended or is being deleted: 409, without
+// Retry-After, for no retry will find it invocable again (409 rather than
+// 410, which client-go reads as an expired resourceVersion: the Run still
+// exists).
+func ended(run *kruntimes.Run) error {
+	why := fmt.Sprintf("it ended (%s) and is not invoked any more", run.Status.Phase)
+	if run.DeletionTimestamp != nil {
+		why = "it is being deleted and is not invoked any more"
+	}
+	return apierrors.NewConflict(kruntimes.Resource("runs"), run.Name, errors.New(why))
 }
 
 func notReady(run *kruntimes.Run, why string) error {

@@ -6,11 +6,14 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/runtimepod"
@@ -18,80 +21,119 @@ import (
 	"kruntimes.io/kruntimes/proto/transport"
 )
 
-// runtimedConns keeps one gRPC connection per runtimed, so an invocation
-// pays no connection setup; a connection goes when its Pod does.
+// goneMemory is how long a removed Pod's UID is remembered: longer than a
+// Route takes between reading the cache and asking for the Pod's
+// connection, so a Route that raced the removal does not dial a connection
+// nobody would close.
+const goneMemory = 5 * time.Minute
+
+// runtimedConns keeps one gRPC connection per Runtime Pod, keyed by Pod
+// UID, so an invocation pays no connection setup; a connection goes when
+// its Pod does, and only its own: Pods of other Runtimes that shared or
+// later reuse its IP keep theirs.
 type runtimedConns struct {
-	tls *tls.Config
+	tls   *tls.Config
+	clock clock.PassiveClock
 
 	mu    sync.Mutex
-	conns map[connKey]*grpc.ClientConn
+	conns map[types.UID]*podConn
+	// gone holds the UIDs of removed Pods, each until it may be forgotten.
+	gone   map[types.UID]time.Time
+	closed bool
 }
 
-// connKey is one runtimed: the Pod IP and the name its serving certificate
-// is verified for, which is its Runtime's.
-type connKey struct {
+// podConn is the connection to one Pod's runtimed: at the Pod's IP,
+// verified for the name of its Runtime's serving certificate.
+type podConn struct {
 	ip, serverName string
+	conn           *grpc.ClientConn
 }
 
-func newRuntimedConns(clientTLS *tls.Config) *runtimedConns {
-	return &runtimedConns{tls: clientTLS, conns: map[connKey]*grpc.ClientConn{}}
+func newRuntimedConns(clientTLS *tls.Config, clk clock.PassiveClock) *runtimedConns {
+	return &runtimedConns{tls: clientTLS, clock: clk, conns: map[types.UID]*podConn{}, gone: map[types.UID]time.Time{}}
 }
 
-// client returns the client of the runtimed at ip serving the Runtime
-// runtime of namespace.
-func (d *runtimedConns) client(ip, namespace, runtime string) (runtimedv1.RuntimedClient, error) {
-	key := connKey{ip: ip, serverName: invocation.ServerName(namespace, runtime)}
+// client returns the client of the runtimed of Pod podUID, at ip, serving
+// the Runtime runtime of namespace. A Pod already removed gets none.
+func (d *runtimedConns) client(podUID types.UID, ip, namespace, runtime string) (runtimedv1.RuntimedClient, error) {
+	serverName := invocation.ServerName(namespace, runtime)
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if conn, ok := d.conns[key]; ok {
-		return runtimedv1.NewRuntimedClient(conn), nil
+	switch until, gone := d.gone[podUID]; {
+	case d.closed:
+		return nil, fmt.Errorf("invoke routing is stopping")
+	case gone && d.clock.Now().Before(until):
+		return nil, fmt.Errorf("Pod %s was removed a moment ago; retry shortly", podUID)
+	case gone:
+		delete(d.gone, podUID)
+	}
+	if c, ok := d.conns[podUID]; ok {
+		if c.ip == ip && c.serverName == serverName {
+			return runtimedv1.NewRuntimedClient(c.conn), nil
+		}
+		// The Pod has another IP now (its update may not have arrived
+		// yet): the old address is someone else's.
+		_ = c.conn.Close()
+		delete(d.conns, podUID)
 	}
 	cfg := d.tls.Clone()
-	cfg.ServerName = key.serverName
+	cfg.ServerName = serverName
 	conn, err := grpc.NewClient(net.JoinHostPort(ip, strconv.Itoa(runtimepod.RuntimedInvokePort)),
-		append(transport.DialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))...)
+		append(transport.RuntimedDialOptions(), grpc.WithTransportCredentials(credentials.NewTLS(cfg)))...)
 	if err != nil {
 		return nil, fmt.Errorf("connect to runtimed at %s: %w", ip, err)
 	}
-	d.conns[key] = conn
+	d.conns[podUID] = &podConn{ip: ip, serverName: serverName, conn: conn}
 	return runtimedv1.NewRuntimedClient(conn), nil
 }
 
-// forgetPod closes the connections to a Pod that is gone or lost its IP.
+// forgetPod closes the connection to a Pod that is gone and remembers its
+// UID for goneMemory.
 func (d *runtimedConns) forgetPod(obj any) {
 	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = tombstone.Obj
 	}
 	pod, ok := obj.(*corev1.Pod)
-	if !ok || pod.Status.PodIP == "" {
+	if !ok {
 		return
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	for key, conn := range d.conns {
-		if key.ip == pod.Status.PodIP {
-			_ = conn.Close()
-			delete(d.conns, key)
+	d.closeLocked(pod.UID)
+	now := d.clock.Now()
+	for uid, until := range d.gone {
+		if !now.Before(until) {
+			delete(d.gone, uid)
 		}
 	}
+	d.gone[pod.UID] = now.Add(goneMemory)
 }
 
-// close closes every connection.
-func (d *runtimedConns) close() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for key, conn := range d.conns {
-		_ = conn.Close()
-		delete(d.conns, key)
-	}
-}
-
-// podUpdated closes the connections of a Pod's old IP when an update
-// changed it.
+// podUpdated closes a Pod's connection when an update changed its IP; the
+// next invocation dials the new one.
 func (d *runtimedConns) podUpdated(old, cur any) {
 	oldPod, ok1 := old.(*corev1.Pod)
 	curPod, ok2 := cur.(*corev1.Pod)
 	if ok1 && ok2 && oldPod.Status.PodIP != curPod.Status.PodIP {
-		d.forgetPod(oldPod)
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		d.closeLocked(curPod.UID)
+	}
+}
+
+func (d *runtimedConns) closeLocked(uid types.UID) {
+	if c, ok := d.conns[uid]; ok {
+		_ = c.conn.Close()
+		delete(d.conns, uid)
+	}
+}
+
+// close closes every connection; no other is made afterwards.
+func (d *runtimedConns) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.closed = true
+	for uid := range d.conns {
+		d.closeLocked(uid)
 	}
 }

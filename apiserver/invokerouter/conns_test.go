@@ -3,54 +3,120 @@ package invokerouter
 import (
 	"crypto/tls"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+	clocktesting "k8s.io/utils/clock/testing"
 )
 
+// pod is a Runtime Pod as the connections see it: a UID and an IP.
+func pod(uid types.UID, ip string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: uid}, Status: corev1.PodStatus{PodIP: ip}}
+}
+
+// kept is what the pool holds: each Pod UID with the address dialed.
+func kept(t *testing.T, d *runtimedConns) map[types.UID]string {
+	t.Helper()
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := map[types.UID]string{}
+	for uid, c := range d.conns {
+		out[uid] = c.ip + " " + c.serverName
+	}
+	return out
+}
+
 func TestRuntimedConns(t *testing.T) {
-	podAt := func(ip string) *corev1.Pod { return &corev1.Pod{Status: corev1.PodStatus{PodIP: ip}} }
+	const (
+		python = "python.ns.runtimed.kruntimes.io"
+		bash   = "bash.ns.runtimed.kruntimes.io"
+	)
+	// Each case starts from a pool that dialed Pod a (python) and Pod b
+	// (bash), which share 10.0.0.1 (as Pods on one node's host network
+	// do, or one IP reused after a Pod went), and Pod c (python) at
+	// 10.0.0.2.
 	cases := []struct {
 		name string
-		// then happens to the pool after it dialed python and bash at
-		// 10.0.0.1 and python at 10.0.0.2.
-		then func(*runtimedConns)
-		kept []connKey
+		then func(t *testing.T, d *runtimedConns)
+		kept map[types.UID]string
 	}{
-		{"one connection per runtimed and Runtime", func(*runtimedConns) {},
-			[]connKey{{"10.0.0.1", "python.ns.runtimed.kruntimes.io"}, {"10.0.0.1", "bash.ns.runtimed.kruntimes.io"}, {"10.0.0.2", "python.ns.runtimed.kruntimes.io"}}},
-		{"a deleted Pod's connections go", func(c *runtimedConns) { c.forgetPod(podAt("10.0.0.1")) },
-			[]connKey{{"10.0.0.2", "python.ns.runtimed.kruntimes.io"}}},
-		{"a Pod deleted while the watch was down goes too", func(c *runtimedConns) {
-			c.forgetPod(cache.DeletedFinalStateUnknown{Key: "ns/pod", Obj: podAt("10.0.0.2")})
-		}, []connKey{{"10.0.0.1", "python.ns.runtimed.kruntimes.io"}, {"10.0.0.1", "bash.ns.runtimed.kruntimes.io"}}},
-		{"a Pod whose IP changed loses the old IP's connections", func(c *runtimedConns) { c.podUpdated(podAt("10.0.0.2"), podAt("10.0.0.3")) },
-			[]connKey{{"10.0.0.1", "python.ns.runtimed.kruntimes.io"}, {"10.0.0.1", "bash.ns.runtimed.kruntimes.io"}}},
-		{"a Pod updated with its IP unchanged keeps them", func(c *runtimedConns) { c.podUpdated(podAt("10.0.0.2"), podAt("10.0.0.2")) },
-			[]connKey{{"10.0.0.1", "python.ns.runtimed.kruntimes.io"}, {"10.0.0.1", "bash.ns.runtimed.kruntimes.io"}, {"10.0.0.2", "python.ns.runtimed.kruntimes.io"}}},
-		{"a Pod without an IP has none to close", func(c *runtimedConns) { c.forgetPod(podAt("")) },
-			[]connKey{{"10.0.0.1", "python.ns.runtimed.kruntimes.io"}, {"10.0.0.1", "bash.ns.runtimed.kruntimes.io"}, {"10.0.0.2", "python.ns.runtimed.kruntimes.io"}}},
-		{"close closes them all", func(c *runtimedConns) { c.close() }, nil},
+		{"one connection per Pod, whatever its IP", func(*testing.T, *runtimedConns) {},
+			map[types.UID]string{"a": "10.0.0.1 " + python, "b": "10.0.0.1 " + bash, "c": "10.0.0.2 " + python}},
+		{"forgetting a Pod closes its own connection only, not those of a Pod on the same IP", func(_ *testing.T, d *runtimedConns) {
+			d.forgetPod(pod("a", "10.0.0.1"))
+		}, map[types.UID]string{"b": "10.0.0.1 " + bash, "c": "10.0.0.2 " + python}},
+		{"a Pod deleted while the watch was down goes too", func(_ *testing.T, d *runtimedConns) {
+			d.forgetPod(cache.DeletedFinalStateUnknown{Key: "ns/c", Obj: pod("c", "10.0.0.2")})
+		}, map[types.UID]string{"a": "10.0.0.1 " + python, "b": "10.0.0.1 " + bash}},
+		{"a Pod forgotten after its IP was lost still goes", func(_ *testing.T, d *runtimedConns) {
+			d.forgetPod(pod("c", ""))
+		}, map[types.UID]string{"a": "10.0.0.1 " + python, "b": "10.0.0.1 " + bash}},
+		{"a Pod whose IP changed loses its connection, and its alone", func(_ *testing.T, d *runtimedConns) {
+			d.podUpdated(pod("a", "10.0.0.1"), pod("a", "10.0.0.3"))
+		}, map[types.UID]string{"b": "10.0.0.1 " + bash, "c": "10.0.0.2 " + python}},
+		{"a Pod routed at a new IP before its update arrived is dialed there", func(t *testing.T, d *runtimedConns) {
+			_, err := d.client("a", "10.0.0.3", "ns", "python")
+			require.NoError(t, err)
+		}, map[types.UID]string{"a": "10.0.0.3 " + python, "b": "10.0.0.1 " + bash, "c": "10.0.0.2 " + python}},
+		{"a Pod updated with its IP unchanged keeps it", func(_ *testing.T, d *runtimedConns) {
+			d.podUpdated(pod("a", "10.0.0.1"), pod("a", "10.0.0.1"))
+		}, map[types.UID]string{"a": "10.0.0.1 " + python, "b": "10.0.0.1 " + bash, "c": "10.0.0.2 " + python}},
+		{"close closes them all, and dials no more", func(t *testing.T, d *runtimedConns) {
+			d.close()
+			_, err := d.client("d", "10.0.0.4", "ns", "python")
+			require.Error(t, err)
+		}, map[types.UID]string{}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			conns := newRuntimedConns(&tls.Config{MinVersion: tls.VersionTLS13})
+			conns := newRuntimedConns(&tls.Config{MinVersion: tls.VersionTLS13}, clocktesting.NewFakePassiveClock(time.Now()))
 			t.Cleanup(conns.close)
-			for _, dial := range []struct{ ip, runtime string }{{"10.0.0.1", "python"}, {"10.0.0.1", "bash"}, {"10.0.0.2", "python"}, {"10.0.0.1", "python"}} {
-				client, err := conns.client(dial.ip, "ns", dial.runtime)
+			for _, dial := range []struct {
+				uid         types.UID
+				ip, runtime string
+			}{{"a", "10.0.0.1", "python"}, {"b", "10.0.0.1", "bash"}, {"c", "10.0.0.2", "python"}, {"a", "10.0.0.1", "python"}} {
+				client, err := conns.client(dial.uid, dial.ip, "ns", dial.runtime)
 				require.NoError(t, err)
 				require.NotNil(t, client)
 			}
-			tc.then(conns)
-			conns.mu.Lock()
-			defer conns.mu.Unlock()
-			kept := make([]connKey, 0, len(conns.conns))
-			for key := range conns.conns {
-				kept = append(kept, key)
-			}
-			assert.ElementsMatch(t, tc.kept, kept)
+			assert.Equal(t, tc.kept, func() map[types.UID]string { tc.then(t, conns); return kept(t, conns) }())
 		})
 	}
+}
+
+// TestRuntimedConnsRemovalRacingARoute: a Route that read the cache before
+// its Pod's removal asks for the connection after it. It gets an error (a
+// 503 to the caller), not a new connection that no removal would close;
+// after goneMemory the UID is forgotten, and so is the memory of it.
+func TestRuntimedConnsRemovalRacingARoute(t *testing.T) {
+	clk := clocktesting.NewFakePassiveClock(time.Now())
+	conns := newRuntimedConns(&tls.Config{MinVersion: tls.VersionTLS13}, clk)
+	t.Cleanup(conns.close)
+	_, err := conns.client("a", "10.0.0.1", "ns", "python")
+	require.NoError(t, err)
+
+	conns.forgetPod(pod("a", "10.0.0.1"))
+	_, err = conns.client("a", "10.0.0.1", "ns", "python")
+	require.ErrorContains(t, err, "Pod a was removed a moment ago")
+	assert.Empty(t, kept(t, conns), "nothing was dialed")
+	_, err = conns.client("b", "10.0.0.1", "ns", "python")
+	require.NoError(t, err, "a Pod that took over the IP is dialed")
+
+	clk.SetTime(clk.Now().Add(goneMemory - time.Second))
+	_, err = conns.client("a", "10.0.0.1", "ns", "python")
+	require.Error(t, err, "still remembered just before the window ends")
+
+	clk.SetTime(clk.Now().Add(time.Second))
+	conns.forgetPod(pod("c", "10.0.0.2"))
+	conns.mu.Lock()
+	_, remembered := conns.gone["a"]
+	conns.mu.Unlock()
+	assert.False(t, remembered, "an expired UID is dropped at the next removal: the memory stays bounded")
+	_, err = conns.client("a", "10.0.0.1", "ns", "python")
+	require.NoError(t, err, "once the window ended the UID is not refused")
 }

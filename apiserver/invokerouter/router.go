@@ -3,13 +3,18 @@ package invokerouter
 import (
 	"context"
 	"crypto/tls"
+	"errors"
+	"net/http"
 	"sync/atomic"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/server/healthz"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	runregistry "kruntimes.io/kruntimes/registry/run"
 )
@@ -45,7 +50,7 @@ func New(cfg Config) *Router {
 	case cfg.ClientTLS == nil:
 		return &Router{off: "invoke is not configured: kruntimes-apiserver has no client certificate for runtimed (--runtimed-client-cert-file)"}
 	}
-	return &Router{kube: cfg.Kube, conns: newRuntimedConns(cfg.ClientTLS)}
+	return &Router{kube: cfg.Kube, conns: newRuntimedConns(cfg.ClientTLS, clock.RealClock{})}
 }
 
 // Start fills the ownership cache from runs, this server's runs storage
@@ -72,10 +77,29 @@ func (r *Router) Start(ctx context.Context, runs RunSource) {
 	}()
 }
 
+// ReadyzCheckName names the readiness check of ReadyzCheck.
+const ReadyzCheckName = "runs-invoke-routing"
+
+// ReadyzCheck fails until the ownership cache has synced its Runs and
+// Runtime Pods, so a starting replica joins its Service only once it can
+// route invocations instead of answering each 503; it passes when invoke is
+// off, where there is nothing to wait for.
+func (r *Router) ReadyzCheck() healthz.HealthChecker {
+	return healthz.NamedCheck(ReadyzCheckName, func(*http.Request) error {
+		if r.off != "" {
+			return nil
+		}
+		if c := r.cache.Load(); c == nil || !c.synced() {
+			return errors.New("the invoke ownership cache has not synced its Runs and Runtime Pods yet")
+		}
+		return nil
+	})
+}
+
 // Route implements runregistry.Router.
 func (r *Router) Route(ctx context.Context, namespace, name string, uid types.UID) (*runregistry.Route, error) {
 	if r.off != "" {
-		return nil, apierrors.NewServiceUnavailable(r.off)
+		return nil, notImplemented(r.off)
 	}
 	c := r.cache.Load()
 	if c == nil || !c.synced() {
@@ -85,9 +109,20 @@ func (r *Router) Route(ctx context.Context, namespace, name string, uid types.UI
 	if err != nil {
 		return nil, err
 	}
-	client, err := r.conns.client(o.podIP, namespace, o.runtime)
+	client, err := r.conns.client(o.podUID, o.podIP, namespace, o.runtime)
 	if err != nil {
 		return nil, apierrors.NewServiceUnavailable(err.Error())
 	}
 	return &runregistry.Route{RunUID: o.runUID, Attempt: o.attempt, PodUID: o.podUID, Deadline: o.deadline, Runtimed: client}, nil
 }
+
+// notImplemented answers every invocation of a server whose invoke is off:
+// 501, without Retry-After, for retrying does not turn it on.
+func notImplemented(why string) error {
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusNotImplemented, Reason: reasonNotImplemented, Message: why,
+	}}
+}
+
+// reasonNotImplemented is the reason of a 501; metav1 names none.
+const reasonNotImplemented metav1.StatusReason = "NotImplemented"

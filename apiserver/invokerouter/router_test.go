@@ -179,8 +179,8 @@ func TestRoute(t *testing.T) {
 		{name: "a task Run under another UID is 404", run: "task", uid: "earlier", code: 404},
 		{name: "a Run still registering is 503", run: "registering", code: 503, message: "Run ns/registering is not Ready; retry shortly"},
 		{name: "a Run whose Ready condition is false is 503", run: "not-ready", code: 503, message: "Run ns/not-ready is not Ready; retry shortly"},
-		{name: "an ended Run is 503", run: "ended", code: 503, message: "Run ns/ended ended (Succeeded) and is not invoked any more"},
-		{name: "a Run being deleted is 503", run: "deleting", code: 503, message: "Run ns/deleting is being deleted; retry shortly"},
+		{name: "an ended Run is 409", run: "ended", code: 409, message: `Operation cannot be fulfilled on runs.kruntimes.io "ended": it ended (Succeeded) and is not invoked any more`},
+		{name: "a Run being deleted is 409", run: "deleting", code: 409, message: `Operation cannot be fulfilled on runs.kruntimes.io "deleting": it is being deleted and is not invoked any more`},
 		{name: "a Run whose Pod is gone is 503", run: "pod-gone", code: 503, message: "Run ns/pod-gone is assigned to Pod pod-gone, which is gone; retry shortly"},
 		{name: "a Run assigned to an earlier Pod of the name is 503", run: "earlier-pod", code: 503, message: "Run ns/earlier-pod is assigned to an earlier Pod of the name pod-a; retry shortly"},
 		{name: "a Run whose Pod is being deleted is 503", run: "pod-deleting", code: 503, message: "Run ns/pod-deleting is assigned to Pod pod-deleting, which is being deleted; retry shortly"},
@@ -240,30 +240,80 @@ func TestRoute(t *testing.T) {
 
 func TestRouteBeforeRouting(t *testing.T) {
 	cases := []struct {
-		name    string
-		router  func(t *testing.T) *Router
+		name   string
+		router func(t *testing.T) *Router
+		// code is 501 for an invoke that is off (no retry helps), 503 for
+		// one that is starting.
+		code    int32
 		message string
 	}{
-		{"without a cluster invoke is off", func(*testing.T) *Router { return New(Config{ClientTLS: &tls.Config{MinVersion: tls.VersionTLS13}}) },
-			"invoke needs the cluster's Pods, and this server runs without a cluster (--standalone)"},
-		{"without a client certificate invoke is off", func(*testing.T) *Router { return New(Config{Kube: fake.NewClientset()}) },
-			"invoke is not configured: kruntimes-apiserver has no client certificate for runtimed (--runtimed-client-cert-file)"},
-		{"before Start the cache is starting", func(*testing.T) *Router {
+		{"without a cluster invoke is off: 501", func(*testing.T) *Router { return New(Config{ClientTLS: &tls.Config{MinVersion: tls.VersionTLS13}}) },
+			501, "invoke needs the cluster's Pods, and this server runs without a cluster (--standalone)"},
+		{"without a client certificate invoke is off: 501", func(*testing.T) *Router { return New(Config{Kube: fake.NewClientset()}) },
+			501, "invoke is not configured: kruntimes-apiserver has no client certificate for runtimed (--runtimed-client-cert-file)"},
+		{"before Start the cache is starting: 503", func(*testing.T) *Router {
 			return New(Config{Kube: fake.NewClientset(), ClientTLS: &tls.Config{MinVersion: tls.VersionTLS13}})
-		}, "the invoke routing cache is still starting"},
+		}, 503, "the invoke routing cache is still starting"},
 		{"an off router stays off once started", func(t *testing.T) *Router {
 			router := New(Config{})
 			router.Start(t.Context(), newFakeRuns())
 			return router
-		}, "invoke needs the cluster's Pods, and this server runs without a cluster (--standalone)"},
+		}, 501, "invoke needs the cluster's Pods, and this server runs without a cluster (--standalone)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.router(t).Route(t.Context(), "ns", "fn", "")
-			require.True(t, apierrors.IsServiceUnavailable(err), "%v", err)
+			var status apierrors.APIStatus
+			require.ErrorAs(t, err, &status)
+			assert.Equal(t, tc.code, status.Status().Code)
 			assert.Equal(t, tc.message, err.Error())
+			if tc.code == 501 {
+				assert.Equal(t, metav1.StatusReason("NotImplemented"), status.Status().Reason)
+			}
 		})
 	}
 }
 
 var _ runregistry.Router = &Router{}
+
+func TestReadyzCheckWaitsForTheOwnershipCache(t *testing.T) {
+	tlsConfig := &tls.Config{MinVersion: tls.VersionTLS13}
+	t.Run("it is named runs-invoke-routing", func(t *testing.T) {
+		assert.Equal(t, "runs-invoke-routing", New(Config{}).ReadyzCheck().Name())
+	})
+	t.Run("with invoke off it passes: there is nothing to wait for", func(t *testing.T) {
+		assert.NoError(t, New(Config{}).ReadyzCheck().Check(nil))
+		assert.NoError(t, New(Config{Kube: fake.NewClientset()}).ReadyzCheck().Check(nil))
+	})
+	t.Run("before Start it fails", func(t *testing.T) {
+		err := New(Config{Kube: fake.NewClientset(), ClientTLS: tlsConfig}).ReadyzCheck().Check(nil)
+		assert.EqualError(t, err, "the invoke ownership cache has not synced its Runs and Runtime Pods yet")
+	})
+	t.Run("it fails while the Runs have not been listed, and passes once they are", func(t *testing.T) {
+		runs := &blockingRuns{fakeRuns: newFakeRuns(functionRun("ready")), listed: make(chan struct{})}
+		router := New(Config{Kube: fake.NewClientset(runtimePod("pod-a")), ClientTLS: tlsConfig})
+		router.Start(t.Context(), runs)
+		check := router.ReadyzCheck()
+		assert.Error(t, check.Check(nil), "not ready while the Runs list is outstanding")
+		close(runs.listed)
+		err := wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			return check.Check(nil) == nil, nil
+		})
+		assert.NoError(t, err, "ready once both informers synced")
+	})
+}
+
+// blockingRuns holds every List until listed is closed.
+type blockingRuns struct {
+	*fakeRuns
+	listed chan struct{}
+}
+
+func (b *blockingRuns) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	select {
+	case <-b.listed:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return b.fakeRuns.List(ctx, options)
+}

@@ -348,6 +348,9 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.RunEndpoint{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_RunEndpoint(ref),
 		v1alpha1.RunInvokeOptions{}.OpenAPIModelName():             schema_kruntimes_apis_kruntimes_v1alpha1_RunInvokeOptions(ref),
 		v1alpha1.RunList{}.OpenAPIModelName():                      schema_kruntimes_apis_kruntimes_v1alpha1_RunList(ref),
+		v1alpha1.RunLog{}.OpenAPIModelName():                       schema_kruntimes_apis_kruntimes_v1alpha1_RunLog(ref),
+		v1alpha1.RunLogChunk{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_RunLogChunk(ref),
+		v1alpha1.RunLogOptions{}.OpenAPIModelName():                schema_kruntimes_apis_kruntimes_v1alpha1_RunLogOptions(ref),
 		v1alpha1.RunMode{}.OpenAPIModelName():                      schema_kruntimes_apis_kruntimes_v1alpha1_RunMode(ref),
 		v1alpha1.RunSource{}.OpenAPIModelName():                    schema_kruntimes_apis_kruntimes_v1alpha1_RunSource(ref),
 		v1alpha1.RunSpec{}.OpenAPIModelName():                      schema_kruntimes_apis_kruntimes_v1alpha1_RunSpec(ref),
@@ -17841,6 +17844,194 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunList(ref common.ReferenceCallba
 		},
 		Dependencies: []string{
 			metav1.ListMeta{}.OpenAPIModelName(), v1alpha1.Run{}.OpenAPIModelName()},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_RunLog(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RunLog is the kept log of one attempt of a task Run, which runtimed sends with POST .../runs/NAME/log?attempt=N before it records the attempt's outcome. kruntimes-apiserver stores it outside the Run (lists and watches of Runs never carry it) and serves it as text by GET .../runs/NAME/log; it is not a resource of its own.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Set by the server.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"runUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "RunUID is the uid of the Run the log belongs to; set by the server.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"attempt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Attempt is the attempt the log belongs to; set by the server from the query.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"chunks": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Chunks are the program's writes in write order.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.RunLogChunk{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"droppedBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DroppedBytes were written but not kept: they came between chunks[:droppedAfter] (the head) and chunks[droppedAfter:] (the tail).",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"droppedAfter": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DroppedAfter is the number of head chunks.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.ObjectMeta{}.OpenAPIModelName(), v1alpha1.RunLogChunk{}.OpenAPIModelName()},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_RunLogChunk(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RunLogChunk is one write of the task's program.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"stream": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Stream is Stdout or Stderr.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"unixNano": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UnixNano is when it was written, in nanoseconds since the Unix epoch.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"data": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Data are the bytes exactly as written.",
+							Type:        []string{"string"},
+							Format:      "byte",
+						},
+					},
+				},
+				Required: []string{"stream", "unixNano", "data"},
+			},
+		},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_RunLogOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RunLogOptions are the query parameters of GET .../runs/NAME/log, as PodLogOptions are those of pods/log.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"follow": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Follow streams the log while the attempt runs. Not served yet: the answer is what is kept, which is nothing while an attempt runs.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"tailLines": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TailLines, when set, shows only that many lines from the end.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"limitBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LimitBytes, when set, cuts the answer after that many bytes.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"timestamps": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Timestamps prefixes every line with the time it was written (RFC 3339 with sub-second digits).",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"attempt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Attempt selects an attempt (1-based); the Run's latest when absent.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"stream": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Stream selects All (stdout and stderr interleaved in write order, the default), Stdout or Stderr. (A plain string: query parameters are simple types in OpenAPI.)",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 

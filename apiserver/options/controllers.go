@@ -44,6 +44,7 @@ func (o *HostedControllersOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.Enabled, "controllers", o.Enabled,
 		"Run the kruntimes controllers (Runtime pools, Run scheduler, recovery of Runs from lost Pods, Run TTL cleanup) in this process, leader-elected through the Lease kruntimes-system/kruntimes-controllers; set false when kruntimes-controllers runs them. Always off with --standalone, which has no cluster.")
 	o.ControllersOptions.AddFlags(fs)
+	o.AddLeaderElectionFlags(fs)
 }
 
 // Complete turns the controllers off in standalone mode, since without a

@@ -24,11 +24,13 @@ type InvokeOptions struct {
 	ClientCertFile, ClientKeyFile, CAFile string
 	// MaxTimeout bounds every invocation.
 	MaxTimeout time.Duration
+	// Endpoint chooses what status.endpoint advertises.
+	Endpoint *EndpointOptions
 }
 
 // NewInvokeOptions returns the defaults: invoke off until the files are set.
 func NewInvokeOptions() *InvokeOptions {
-	return &InvokeOptions{MaxTimeout: invocation.DefaultMaxTimeout}
+	return &InvokeOptions{MaxTimeout: invocation.DefaultMaxTimeout, Endpoint: NewEndpointOptions()}
 }
 
 // AddFlags registers the invoke flags.
@@ -40,6 +42,7 @@ func (o *InvokeOptions) AddFlags(fs *pflag.FlagSet) {
 		"The kruntimes CA bundle runtimed serving certificates are verified against; reloaded when it changes.")
 	fs.DurationVar(&o.MaxTimeout, "invoke-max-timeout", o.MaxTimeout,
 		"Longest an invocation may run, whatever its request's timeout; keep it below kube-apiserver's request timeout for aggregated APIs (60s).")
+	o.Endpoint.AddFlags(fs)
 }
 
 // Validate checks the flags.
@@ -51,13 +54,20 @@ func (o *InvokeOptions) Validate() []error {
 	if o.MaxTimeout <= 0 || o.MaxTimeout > time.Hour {
 		errs = append(errs, fmt.Errorf("--invoke-max-timeout must be between 0 and 1h, got %s", o.MaxTimeout))
 	}
+	errs = append(errs, o.Endpoint.Validate()...)
 	return errs
 }
 
 // Config builds the invoke configuration; the certificates are reloaded
-// until ctx ends. coreAPI is nil without a cluster.
-func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config) (apiserver.InvokeConfig, error) {
+// until ctx ends. coreAPI is nil without a cluster; aggregatedBase is
+// --invoke-endpoint-base.
+func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config, aggregatedBase string) (apiserver.InvokeConfig, error) {
 	cfg := apiserver.InvokeConfig{MaxTimeout: o.MaxTimeout}
+	endpoint, err := o.Endpoint.Config(aggregatedBase)
+	if err != nil {
+		return cfg, err
+	}
+	cfg.Endpoint = endpoint
 	if coreAPI != nil {
 		kube, err := kubernetes.NewForConfig(coreAPI)
 		if err != nil {

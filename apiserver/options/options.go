@@ -41,6 +41,7 @@ type ServerOptions struct {
 	Standalone               *StandaloneOptions
 	Controllers              *HostedControllersOptions
 	Invoke                   *InvokeOptions
+	Shutdown                 *ShutdownOptions
 	ComponentGlobalsRegistry basecompatibility.ComponentGlobalsRegistry
 
 	// AlternateDNS are extra names for the self-signed serving certificate,
@@ -62,6 +63,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 		Standalone:               &StandaloneOptions{},
 		Controllers:              NewHostedControllersOptions(),
 		Invoke:                   NewInvokeOptions(),
+		Shutdown:                 NewShutdownOptions(),
 		ComponentGlobalsRegistry: basecompatibility.NewComponentGlobalsRegistry(),
 		AlternateDNS:             []string{"kruntimes-apiserver.kruntimes-system.svc"},
 		GoMemoryLimit:            memlimit.Auto,
@@ -70,6 +72,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 	}
 	o.Storage = NewStorageOptions(o.RecommendedOptions.Etcd)
 	addTenancyAdmission(o.RecommendedOptions)
+	setDelegationCaches(o.RecommendedOptions)
 	o.RecommendedOptions.Etcd.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(
 		v1alpha1.SchemeGroupVersion, schema.GroupKind{Group: v1alpha1.GroupName})
 	// Store objects as protobuf, as kube-apiserver does; --storage-media-type
@@ -117,6 +120,7 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Standalone.AddFlags(fs)
 	o.Controllers.AddFlags(fs)
 	o.Invoke.AddFlags(fs)
+	o.Shutdown.AddFlags(fs)
 	o.ComponentGlobalsRegistry.AddFlags(fs)
 	fs.StringSliceVar(&o.AlternateDNS, "alternate-dns", o.AlternateDNS,
 		"Extra DNS names of the self-signed serving certificate; include <service>.<namespace>.svc so the aggregator can verify it.")
@@ -150,9 +154,11 @@ func (o *ServerOptions) Validate(args []string) error {
 		errs = append(errs, fmt.Errorf("kruntimes-apiserver takes no arguments, got %q", args))
 	}
 	errs = append(errs, o.RecommendedOptions.Validate()...)
+	errs = append(errs, validateDelegationCaches(o.RecommendedOptions)...)
 	errs = append(errs, o.Storage.Validate()...)
 	errs = append(errs, o.Invoke.Validate()...)
 	errs = append(errs, o.Controllers.Validate()...)
+	errs = append(errs, o.Shutdown.Validate()...)
 	if err := memlimit.Validate(o.GoMemoryLimit); err != nil {
 		errs = append(errs, fmt.Errorf("--go-memory-limit: %w", err))
 	}
@@ -173,6 +179,7 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 	// of holding the process until the HTTP server's shutdown timeout; their
 	// informers re-establish them against the next server.
 	serverConfig.ShutdownWatchTerminationGracePeriod = watchTerminationGracePeriod
+	o.Shutdown.ApplyTo(&serverConfig.Config)
 	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
 	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(kruntimesopenapi.GetOpenAPIDefinitions, namer)
 	serverConfig.OpenAPIConfig.Info.Title = "kruntimes"
@@ -198,6 +205,7 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
 		return nil, nil, err
 	}
+	wrapAuthenticator(serverConfig)
 
 	closeStorage := func() {}
 	if embeddedBackend {
@@ -237,7 +245,7 @@ func (o *ServerOptions) Run(ctx context.Context) error {
 		return err
 	}
 	defer closeStorage()
-	if config.Invoke, err = o.Invoke.Config(ctx, config.GenericConfig.ClientConfig); err != nil {
+	if config.Invoke, err = o.Invoke.Config(ctx, config.GenericConfig.ClientConfig, o.Controllers.Manager.EndpointBase); err != nil {
 		return err
 	}
 	server, err := config.Complete().New()

@@ -52,8 +52,16 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 		return deny("runtimed of Pod %s/%s may reach only Runs of its namespace", id.Pod.Namespace, id.Pod.Name)
 	}
 	verb, resource, sub := attrs.GetVerb(), attrs.GetResource(), attrs.GetSubresource()
+	if resource == "runs" && sub == "log" {
+		// runtimed hands over the log of an attempt it ran and never reads
+		// a log: a Runtime Pod runs code of many users.
+		if verb != "create" {
+			return deny("runtimed of Pod %s/%s may only create runs/log", id.Pod.Namespace, id.Pod.Name)
+		}
+		return a.authorizeGet(ctx, id, attrs.GetName())
+	}
 	if resource != "runs" || (sub != "" && sub != "status") {
-		return deny("runtimed of Pod %s/%s may reach only runs and runs/status", id.Pod.Namespace, id.Pod.Name)
+		return deny("runtimed of Pod %s/%s may reach only runs, runs/status and runs/log", id.Pod.Namespace, id.Pod.Name)
 	}
 	switch {
 	case writeVerbs[verb]:
@@ -95,7 +103,8 @@ func (a *Authorizer) authorizeList(id Identity, attrs authorizer.Attributes) (au
 		id.Pod.Namespace, id.Pod.Name, lifecycle.FieldStatusAssignedPod, id.Pod.Name)
 }
 
-// authorizeGet allows reading a Run assigned to this Pod. Absent and foreign
+// authorizeGet allows reading a Run assigned to this Pod (and handing over
+// its log). Absent and foreign
 // Runs get the same answer, so a 403 tells nothing about other Runs.
 func (a *Authorizer) authorizeGet(ctx context.Context, id Identity, name string) (authorizer.Decision, string, error) {
 	run, err := a.getRun(ctx, id.Namespace, name)

@@ -62,6 +62,22 @@ type LeaderElection struct {
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 }
 
+// Validate checks the Lease's name and timings when election is on; it
+// changes nothing, so flags can be checked at startup with it.
+func (le LeaderElection) Validate() error {
+	if !le.Enabled {
+		return nil
+	}
+	if le.Namespace == "" || le.Name == "" {
+		return errors.New("leader election needs the namespace and name of its Lease (--leader-elect-resource-namespace, --leader-elect-resource-name)")
+	}
+	if le.LeaseDuration <= le.RenewDeadline || le.RenewDeadline <= le.RetryPeriod || le.RetryPeriod <= 0 {
+		return fmt.Errorf("leader election needs --leader-elect-lease-duration (%s) > --leader-elect-renew-deadline (%s) > --leader-elect-retry-period (%s) > 0",
+			le.LeaseDuration, le.RenewDeadline, le.RetryPeriod)
+	}
+	return nil
+}
+
 // Config is what the manager needs.
 type Config struct {
 	// KubeConfig reaches the cluster: Deployments, RBAC, Pods, Leases,
@@ -123,14 +139,10 @@ func New(cfg Config) (*Manager, error) {
 		return nil, fmt.Errorf("the heartbeat grace period must not be negative, got %s", cfg.HeartbeatGracePeriod)
 	}
 	le := &cfg.LeaderElection
+	if err := le.Validate(); err != nil {
+		return nil, err
+	}
 	if le.Enabled {
-		if le.Namespace == "" || le.Name == "" {
-			return nil, errors.New("leader election needs the namespace and name of its Lease")
-		}
-		if le.LeaseDuration <= le.RenewDeadline || le.RenewDeadline <= le.RetryPeriod || le.RetryPeriod <= 0 {
-			return nil, fmt.Errorf("leader election needs lease duration (%s) > renew deadline (%s) > retry period (%s) > 0",
-				le.LeaseDuration, le.RenewDeadline, le.RetryPeriod)
-		}
 		if le.Identity == "" {
 			host, err := os.Hostname()
 			if err != nil {

@@ -22,6 +22,7 @@ func PolicyRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runtimes/finalizers"}, Verbs: []string{"update"}},
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs"}, Verbs: []string{"get", "list", "watch", "update", "patch", "delete"}},
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs/status"}, Verbs: []string{"update", "patch"}},
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs/log"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		{APIGroups: []string{rbacv1.GroupName}, Resources: []string{"roles", "rolebindings"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},

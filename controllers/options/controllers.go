@@ -46,8 +46,20 @@ func (o *ControllersOptions) AddFlags(fs *pflag.FlagSet) {
 
 // AddManagerFlags registers the leader election and the workers, which
 // kruntimes-controllers exposes; hosted in kruntimes-apiserver, the
-// controllers keep their defaults.
+// controllers keep their default workers (see AddLeaderElectionFlags).
 func (o *ControllersOptions) AddManagerFlags(fs *pflag.FlagSet) {
+	o.AddLeaderElectionFlags(fs)
+	fs.IntVar(&o.Manager.RuntimeWorkers, "runtime-workers", o.Manager.RuntimeWorkers, "Runtimes reconciled concurrently.")
+	fs.IntVar(&o.Manager.SchedulerWorkers, "scheduler-workers", o.Manager.SchedulerWorkers,
+		"Runs scheduled concurrently; choosing a Pod is serialized, binding is not.")
+	fs.IntVar(&o.Manager.RecoveryWorkers, "recovery-workers", o.Manager.RecoveryWorkers, "Runs of lost Runtime Pods recovered concurrently.")
+	fs.IntVar(&o.Manager.GCWorkers, "gc-workers", o.Manager.GCWorkers, "Expired Runs deleted concurrently.")
+}
+
+// AddLeaderElectionFlags registers the --leader-elect* flags, which every
+// binary running the controllers takes: replicas of kruntimes-apiserver
+// elect the one that runs them.
+func (o *ControllersOptions) AddLeaderElectionFlags(fs *pflag.FlagSet) {
 	le := &o.Manager.LeaderElection
 	fs.BoolVar(&le.Enabled, "leader-elect", le.Enabled,
 		"Elect one leader among replicas to run the controllers; turn off only for a single replica.")
@@ -60,11 +72,6 @@ func (o *ControllersOptions) AddManagerFlags(fs *pflag.FlagSet) {
 		"How long the leader keeps retrying a renewal before it stops leading; less than the lease duration.")
 	fs.DurationVar(&le.RetryPeriod, "leader-elect-retry-period", le.RetryPeriod,
 		"How often replicas try to acquire or renew the Lease.")
-	fs.IntVar(&o.Manager.RuntimeWorkers, "runtime-workers", o.Manager.RuntimeWorkers, "Runtimes reconciled concurrently.")
-	fs.IntVar(&o.Manager.SchedulerWorkers, "scheduler-workers", o.Manager.SchedulerWorkers,
-		"Runs scheduled concurrently; choosing a Pod is serialized, binding is not.")
-	fs.IntVar(&o.Manager.RecoveryWorkers, "recovery-workers", o.Manager.RecoveryWorkers, "Runs of lost Runtime Pods recovered concurrently.")
-	fs.IntVar(&o.Manager.GCWorkers, "gc-workers", o.Manager.GCWorkers, "Expired Runs deleted concurrently.")
 }
 
 // Validate checks the settings; manager.New checks the rest.
@@ -72,6 +79,9 @@ func (o *ControllersOptions) Validate() []error {
 	var errs []error
 	if o.Manager.HeartbeatGracePeriod < 0 {
 		errs = append(errs, fmt.Errorf("--recovery-heartbeat-grace-period must not be negative, got %s", o.Manager.HeartbeatGracePeriod))
+	}
+	if err := o.Manager.LeaderElection.Validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if o.RuntimedCAKeyFile != "" && o.RuntimedCAFile == "" {
 		errs = append(errs, errors.New("--runtimed-ca-key-file needs --runtimed-ca-file"))

@@ -101,6 +101,9 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		{"an argument is refused", []string{"extra"}, func(*Options) {}, "takes no arguments"},
 		{"a negative grace period is refused", nil, func(o *Options) { o.Controllers.Manager.HeartbeatGracePeriod = -time.Second }, "--recovery-heartbeat-grace-period must not be negative"},
 		{"a CA key without its CA is refused", nil, func(o *Options) { o.Controllers.RuntimedCAKeyFile = "ca.key" }, "--runtimed-ca-key-file needs --runtimed-ca-file"},
+		{"a renew deadline past the lease duration is refused", nil, func(o *Options) { o.Controllers.Manager.LeaderElection.RenewDeadline = time.Minute },
+			"leader election needs --leader-elect-lease-duration (15s) > --leader-elect-renew-deadline (1m0s) > --leader-elect-retry-period (2s) > 0"},
+		{"a Lease without a name is refused", nil, func(o *Options) { o.Controllers.Manager.LeaderElection.Name = "" }, "leader election needs the namespace and name of its Lease"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -29,6 +29,7 @@ var runtimeKind = v1alpha1.SchemeGroupVersion.WithKind("Runtime")
 
 // RuntimedPolicyRules are what runtimed may do in its Runtime's namespace:
 // read and claim Runs (update for its finalizer), write their status,
+// hand over the log of each attempt,
 // heartbeat through a Lease, and record events. Whoever creates the Role
 // must hold these permissions itself, so the controllers' own RBAC includes
 // them.
@@ -36,6 +37,7 @@ func RuntimedPolicyRules() []rbacv1.PolicyRule {
 	return []rbacv1.PolicyRule{
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs"}, Verbs: []string{"get", "list", "watch", "update", "patch"}},
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs/status"}, Verbs: []string{"update", "patch"}},
+		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs/log"}, Verbs: []string{"create"}},
 		{APIGroups: []string{coordinationv1.GroupName}, Resources: []string{"leases"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch"}},
 		{APIGroups: []string{"", "events.k8s.io"}, Resources: []string{"events"}, Verbs: []string{"create", "patch"}},
 	}

@@ -22,6 +22,12 @@ func (s *Scheduler) bind(ctx context.Context, run *v1alpha1.Run, pod *corev1.Pod
 	_, err := s.client.KruntimesV1alpha1().Runs(run.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{})
 	bindingDuration.Observe(s.clock.Since(start).Seconds())
 	if err != nil {
+		if apierrors.IsConflict(err) {
+			// Routine: the retry starts from the newer copy. The Run keeps
+			// its place in line meanwhile, so a younger one does not take
+			// the slot.
+			s.join(run)
+		}
 		if definitelyNotApplied(err) {
 			s.assumed.forget(run.UID)
 		} else {
@@ -62,20 +68,5 @@ func (s *Scheduler) cancel(ctx context.Context, run *v1alpha1.Run) error {
 	observeAttempt(resultCancelled)
 	klog.FromContext(ctx).V(2).Info("Cancelled Pending Run")
 	s.recorder.Event(run, corev1.EventTypeNormal, eventCancelled, cancelledMessage)
-	return nil
-}
-
-// markUnschedulable records why run cannot be placed, in status.message
-// and a Scheduled=False condition, writing only when that changed.
-func (s *Scheduler) markUnschedulable(ctx context.Context, run *v1alpha1.Run, reason, msg string) error {
-	update, changed := unschedulableUpdate(run, reason, msg, s.clock.Now())
-	if !changed {
-		return nil
-	}
-	if _, err := s.client.KruntimesV1alpha1().Runs(run.Namespace).UpdateStatus(ctx, update, metav1.UpdateOptions{}); err != nil {
-		return fmt.Errorf("recording why Run %s/%s cannot be scheduled: %w", run.Namespace, run.Name, err)
-	}
-	klog.FromContext(ctx).V(2).Info("Run cannot be scheduled", "reason", reason, "message", msg)
-	s.recorder.Event(run, corev1.EventTypeWarning, eventFailedScheduling, msg)
 	return nil
 }

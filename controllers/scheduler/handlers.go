@@ -8,6 +8,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/retry"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 )
 
@@ -44,9 +45,16 @@ func (s *Scheduler) addRun(obj any) {
 	}
 	s.arrivals.see(run.UID)
 	s.observe(run)
-	if wantsScheduling(run) {
-		s.enqueueRun(run)
+	if !wantsScheduling(run) {
+		return
 	}
+	if !run.Spec.CancelRequested && !retry.NotBefore(run).After(s.clock.Now()) {
+		// In line from the start, so that the oldest of the Runs listed
+		// when the scheduler starts takes the first free slot, whichever
+		// is tried first.
+		s.join(run)
+	}
+	s.enqueueRun(run)
 }
 
 func (s *Scheduler) updateRun(oldObj, newObj any) {
@@ -55,8 +63,17 @@ func (s *Scheduler) updateRun(oldObj, newObj any) {
 		return
 	}
 	s.observe(run)
-	if wantsScheduling(run) {
+	key := run.Namespace + "/" + run.Name
+	switch {
+	case !wantsScheduling(run):
+		s.lines.leave(key)
+	case schedulingChanged(old, run) || !s.lines.isParked(key):
 		s.enqueueRun(run)
+	case s.noteWanted(key):
+		// A parked Run changed in nothing the scheduler decides on (its
+		// labels, the note just written); a note that lost a race to this
+		// copy is written from it.
+		s.notes.Add(key)
 	}
 	released := holdsCapacity(old) && !(holdsCapacity(run) && run.Status.AssignedPodUID == old.Status.AssignedPodUID)
 	// A Run that leaves the line without taking a slot (cancelled, being
@@ -67,11 +84,26 @@ func (s *Scheduler) updateRun(oldObj, newObj any) {
 	}
 }
 
+// schedulingChanged reports whether a Pending Run changed in something the
+// scheduler decides on: a parked Run that changed in nothing else stays
+// parked.
+func schedulingChanged(old, run *v1alpha1.Run) bool {
+	return old.Spec.Runtime != run.Spec.Runtime ||
+		old.Spec.CancelRequested != run.Spec.CancelRequested ||
+		old.Status.Phase != run.Status.Phase ||
+		old.Status.Attempt != run.Status.Attempt ||
+		(old.DeletionTimestamp == nil) != (run.DeletionTimestamp == nil) ||
+		!retry.NotBefore(old).Equal(retry.NotBefore(run))
+}
+
 func (s *Scheduler) deleteRun(obj any) {
 	run := runFrom(obj)
 	if run == nil {
 		return
 	}
+	key := run.Namespace + "/" + run.Name
+	s.lines.leave(key)
+	s.forgetNote(key)
 	s.assumed.forget(run.UID)
 	s.arrivals.forget(run.UID)
 	if holdsCapacity(run) || wantsScheduling(run) {
@@ -94,8 +126,11 @@ func (s *Scheduler) runtimeUpdated(oldObj, newObj any) {
 	if !ok || !okOld {
 		return
 	}
-	if old.Spec.Capacity != rt.Spec.Capacity || old.UID != rt.UID {
+	switch {
+	case old.UID != rt.UID || (old.DeletionTimestamp == nil) != (rt.DeletionTimestamp == nil):
 		s.wakeAll(rt.Namespace, rt.Name)
+	case old.Spec.Capacity != rt.Spec.Capacity:
+		s.wakeRuntime(rt.Namespace, rt.Name)
 	}
 }
 
@@ -104,11 +139,11 @@ func (s *Scheduler) podChanged(obj any) {
 		obj = tombstone.Obj
 	}
 	if pod, ok := obj.(*corev1.Pod); ok {
-		s.wakeAll(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+		s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
 	}
 }
 
-// podUpdated wakes the Runtime's Pending Runs when a Pod may have become a
+// podUpdated wakes the Runtime's parked Runs when a Pod may have become a
 // candidate; status churn that changes nothing of that is ignored.
 func (s *Scheduler) podUpdated(oldObj, newObj any) {
 	old, okOld := oldObj.(*corev1.Pod)
@@ -119,11 +154,11 @@ func (s *Scheduler) podUpdated(oldObj, newObj any) {
 	if old.Status.Phase != pod.Status.Phase || podReady(old) != podReady(pod) ||
 		(old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) ||
 		old.Labels[lifecycle.LabelRuntime] != pod.Labels[lifecycle.LabelRuntime] {
-		s.wakeAll(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+		s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
 	}
 }
 
-// leaseUpdated wakes the Pending Runs of a Pod's Runtime when its heartbeat
+// leaseUpdated wakes the parked Runs of a Pod's Runtime when its heartbeat
 // turns fresh; the renewals of a fresh heartbeat change nothing.
 func (s *Scheduler) leaseUpdated(oldObj, newObj any) {
 	lease, ok := newObj.(*coordinationv1.Lease)
@@ -142,5 +177,5 @@ func (s *Scheduler) leaseUpdated(oldObj, newObj any) {
 	if err != nil {
 		return
 	}
-	s.wakeAll(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+	s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
 }

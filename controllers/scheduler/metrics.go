@@ -18,6 +18,16 @@ const (
 	resultCancelled       = "cancelled"
 )
 
+// The queues of kruntimes_scheduler_queue_depth.
+const (
+	queueActive = "active"
+	queueParked = "parked"
+	queueNotes  = "notes"
+)
+
+// missingRuntime is the runtime label of Runs whose Runtime does not exist.
+const missingRuntime = "<missing>"
+
 var (
 	attempts = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 		Name:           "kruntimes_scheduler_attempts_total",
@@ -37,11 +47,27 @@ var (
 		StabilityLevel: compbasemetrics.ALPHA,
 	})
 
+	pendingRuns = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Name: "kruntimes_scheduler_pending_runs",
+		Help: "Pending Runs the scheduler is placing or has parked, by namespace and Runtime. " +
+			"Runs naming a Runtime that does not exist are counted under runtime=\"<missing>\", " +
+			"so Runs cannot add series; Runtime names are chosen by those who may create Runtimes.",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"namespace", "runtime"})
+	queueDepth = compbasemetrics.NewGaugeVec(&compbasemetrics.GaugeOpts{
+		Name: "kruntimes_scheduler_queue_depth",
+		Help: "Runs in each of the scheduler's queues: active (to be tried, namespaces in turn), " +
+			"parked (waiting for an event that can give their Runtime a slot), notes (Pending notes to write).",
+		StabilityLevel: compbasemetrics.ALPHA,
+	}, []string{"queue"})
+
 	metricsOnce sync.Once
 )
 
 func registerMetrics() {
-	metricsOnce.Do(func() { legacyregistry.MustRegister(attempts, bindingDuration, pendingDuration) })
+	metricsOnce.Do(func() {
+		legacyregistry.MustRegister(attempts, bindingDuration, pendingDuration, pendingRuns, queueDepth)
+	})
 }
 
 func observeAttempt(result string) { attempts.WithLabelValues(result).Inc() }

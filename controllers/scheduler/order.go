@@ -1,14 +1,11 @@
 package scheduler
 
 import (
-	"slices"
 	"sync"
-	"time"
 
 	"k8s.io/apimachinery/pkg/types"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
-	"kruntimes.io/kruntimes/apis/retry"
 )
 
 // arrivals numbers Runs in the order the scheduler first saw them. The
@@ -60,16 +57,6 @@ func older(a *v1alpha1.Run, seqA uint64, b *v1alpha1.Run, seqB uint64) bool {
 	return a.UID < b.UID
 }
 
-// eligible reports whether run could take a slot now: Pending, not being
-// deleted or cancelled, past its retry backoff, not already holding a
-// reservation, and not backing off after a failed sync (a Run whose bind
-// keeps failing must not hold up the line behind it).
-func (s *Scheduler) eligible(run *v1alpha1.Run, now time.Time) bool {
-	return wantsScheduling(run) && !run.Spec.CancelRequested &&
-		!retry.NotBefore(run).After(now) && !s.assumed.holds(run.UID, now) &&
-		!s.failing.has(run.Namespace+"/"+run.Name)
-}
-
 // keySet is a set of queue keys safe for concurrent use.
 type keySet struct {
 	mu   sync.Mutex
@@ -99,11 +86,6 @@ func (k *keySet) has(key string) bool {
 	return ok
 }
 
-// pending returns the Pending Runs of one Runtime.
-func (s *Scheduler) pending(namespace, runtime string) []*v1alpha1.Run {
-	return s.indexed(PendingIndex, namespace+"/"+runtime)
-}
-
 // indexed returns the Runs the informer holds under key of index.
 func (s *Scheduler) indexed(index, key string) []*v1alpha1.Run {
 	objs, err := s.runIndexer.ByIndex(index, key)
@@ -117,65 +99,4 @@ func (s *Scheduler) indexed(index, key string) []*v1alpha1.Run {
 		}
 	}
 	return runs
-}
-
-// oldest returns the n oldest of runs, oldest first. Free slots go to the
-// Runs waiting for them in this order, so a Run is never overtaken by one
-// created after it. n is usually the one slot just released, so this
-// selects rather than sorts a long line.
-func (s *Scheduler) oldest(runs []*v1alpha1.Run, n int) []*v1alpha1.Run {
-	type entry struct {
-		run *v1alpha1.Run
-		seq uint64
-	}
-	entries := make([]entry, len(runs))
-	s.arrivals.mu.Lock()
-	for i, run := range runs {
-		entries[i] = entry{run, s.arrivals.seq[run.UID]}
-	}
-	s.arrivals.mu.Unlock()
-	less := func(a, b entry) bool { return older(a.run, a.seq, b.run, b.seq) }
-	n = min(n, len(entries))
-	if n > 8 {
-		slices.SortFunc(entries, func(a, b entry) int {
-			switch {
-			case less(a, b):
-				return -1
-			case less(b, a):
-				return 1
-			}
-			return 0
-		})
-	} else {
-		// n passes, each moving the oldest of the rest to the front.
-		for i := range n {
-			for j := i + 1; j < len(entries); j++ {
-				if less(entries[j], entries[i]) {
-					entries[i], entries[j] = entries[j], entries[i]
-				}
-			}
-		}
-	}
-	out := make([]*v1alpha1.Run, n)
-	for i := range out {
-		out[i] = entries[i].run
-	}
-	return out
-}
-
-// atLeastWaitingAhead reports whether at least n eligible Runs of run's
-// Runtime were created before run. It stops counting at n: a young Run in
-// a long line is told so after a few of the Runs ahead of it.
-func (s *Scheduler) atLeastWaitingAhead(run *v1alpha1.Run, n int, now time.Time) bool {
-	seq := s.arrivals.of(run.UID)
-	ahead := 0
-	for _, other := range s.pending(run.Namespace, run.Spec.Runtime) {
-		if ahead >= n {
-			break
-		}
-		if other.UID != run.UID && older(other, s.arrivals.of(other.UID), run, seq) && s.eligible(other, now) {
-			ahead++
-		}
-	}
-	return ahead >= n
 }

@@ -17,10 +17,10 @@ import (
 // orderSeed replays the shuffle of a failed TestOldestOrdersByCreationThenArrival.
 var orderSeed = flag.Uint64("order-seed", 0, "seed of the shuffle in TestOldestOrdersByCreationThenArrival; 0 draws one, which the test logs")
 
-// TestOldestOrdersByCreationThenArrival checks the order free slots are
-// given in: creationTimestamp (whole seconds) first, then the order the
-// scheduler saw the Runs arrive, then UID; selecting a few oldest and
-// sorting all agree.
+// TestOldestOrdersByCreationThenArrival checks the order a Runtime's line
+// wakes its parked Runs in, which is the order its free slots are given
+// in: creationTimestamp (whole seconds) first, then the order the
+// scheduler saw the Runs arrive, then UID.
 func TestOldestOrdersByCreationThenArrival(t *testing.T) {
 	s := &Scheduler{arrivals: newArrivals()}
 	var want []*v1alpha1.Run
@@ -49,8 +49,14 @@ func TestOldestOrdersByCreationThenArrival(t *testing.T) {
 	shuffled := append([]*v1alpha1.Run(nil), want...)
 	shuffle.Shuffle(len(shuffled), func(i, j int) { shuffled[i], shuffled[j] = shuffled[j], shuffled[i] })
 	for _, n := range []int{1, 3, 8, 9, len(want), len(want) + 5} {
-		got := s.oldest(append([]*v1alpha1.Run(nil), shuffled...), n)
-		assert.Equal(t, names(want[:min(n, len(want))]), names(got), "n=%d", n)
+		ls := newLines(func(_, runtime string) string { return runtime })
+		for _, run := range shuffled {
+			ls.try(lineEntry{key: run.Name, line: "ns/bash", created: run.CreationTimestamp.Time,
+				seq: s.arrivals.of(run.UID), uid: run.UID}, "ns", "bash")
+			ls.park(run.Name)
+		}
+		got := ls.wake("ns/bash", n, "")
+		assert.Equal(t, names(want[:min(n, len(want))]), got, "n=%d", n)
 	}
 
 	s.arrivals.forget(want[1].UID)

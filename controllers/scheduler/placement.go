@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -85,8 +86,9 @@ type podLoad struct {
 type placement struct {
 	// pod is the chosen Pod, nil when none fits.
 	pod *corev1.Pod
-	// message says why no Pod fits.
-	message string
+	// reason and message say why no Pod fits; result is the attempt's
+	// result in kruntimes_scheduler_attempts_total.
+	reason, message, result string
 }
 
 // capacityOf is how many Runs each Pod of rt takes at once.
@@ -120,7 +122,15 @@ func choosePod(loads []podLoad, capacity int32, excluded map[string]int) placeme
 	if best != nil {
 		return placement{pod: best.pod}
 	}
-	return placement{message: noCapacityMessage(len(loads), capacity, excluded)}
+	return noCapacity(len(loads), capacity, excluded)
+}
+
+func noCapacity(full int, capacity int32, excluded map[string]int) placement {
+	return placement{
+		reason:  lifecycle.ReasonNoCapacity,
+		message: noCapacityMessage(full, capacity, excluded),
+		result:  resultNoCapacity,
+	}
 }
 
 func noCapacityMessage(full int, capacity int32, excluded map[string]int) string {
@@ -160,30 +170,59 @@ func usage(pod *corev1.Pod, runs []*v1alpha1.Run, assumed []types.UID) int {
 	return len(seen)
 }
 
-// place chooses a Pod for run among rt's candidates and reserves the slot.
-// Free slots go to the oldest waiting Runs: a Run with as many older ones
-// waiting as there are free slots leaves them the slots.
-func (s *Scheduler) place(run *v1alpha1.Run, rt *v1alpha1.Runtime) placement {
+// place chooses a Pod for run among its Runtime's candidates and reserves
+// the slot, taking run out of its line; or parks run on its line. Free
+// slots go to the oldest Runs of the line: a Run with as many older ones
+// in line as there are free slots leaves them the slots, and wakes those
+// of them that are parked.
+func (s *Scheduler) place(run *v1alpha1.Run) (placement, error) {
+	key, lineKey := run.Namespace+"/"+run.Name, run.Namespace+"/"+run.Spec.Runtime
 	s.placing.Lock()
 	defer s.placing.Unlock()
 	// A reservation left by an earlier attempt of this Run is not a load.
 	s.assumed.forget(run.UID)
+	rt, err := s.runtimes.Runtimes(run.Namespace).Get(run.Spec.Runtime)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return placement{}, err
+	}
+	if rt == nil || rt.DeletionTimestamp != nil {
+		msg := fmt.Sprintf("Runtime %q does not exist in namespace %s; create it, or recreate this Run naming an existing Runtime", run.Spec.Runtime, run.Namespace)
+		if rt != nil {
+			msg = fmt.Sprintf("Runtime %q is being deleted; the Run waits for a Runtime of that name", run.Spec.Runtime)
+		}
+		s.park(key, lineKey)
+		return placement{reason: lifecycle.ReasonRuntimeNotFound, message: msg, result: resultRuntimeNotFound}, nil
+	}
 	now := s.clock.Now()
 	loads, excluded, err := s.loads(run.Namespace, rt, now)
 	if err != nil {
-		return placement{message: err.Error()}
+		return placement{}, err
 	}
 	capacity := capacityOf(rt)
-	if free := freeSlots(loads, rt); free > 0 && s.atLeastWaitingAhead(run, free, now) {
-		// The older Runs take every free slot, as if the Pods were full;
-		// releasing the slots queued them.
-		return placement{message: noCapacityMessage(len(loads), capacity, excluded)}
+	if free := freeSlots(loads, rt); free > 0 && s.lines.ahead(key, free) {
+		// The older Runs take every free slot, as if the Pods were full.
+		s.park(key, lineKey)
+		for _, k := range s.lines.wake(lineKey, free, key) {
+			s.queue.Add(k)
+		}
+		return noCapacity(len(loads), capacity, excluded), nil
 	}
 	p := choosePod(loads, capacity, excluded)
-	if p.pod != nil {
-		s.assumed.assume(run.UID, p.pod.UID)
+	if p.pod == nil {
+		s.park(key, lineKey)
+		return p, nil
 	}
-	return p
+	s.assumed.assume(run.UID, p.pod.UID)
+	s.lines.leave(key)
+	return p, nil
+}
+
+// park parks the Run of key on lineKey and queues the line's recheck if
+// it has none queued.
+func (s *Scheduler) park(key, lineKey string) {
+	if s.lines.park(key) {
+		s.checks.AddAfter(lineKey, parkedRecheck)
+	}
 }
 
 // loads returns rt's candidate Pods with their usage, and counts the other

@@ -20,28 +20,16 @@ import (
 	"k8s.io/utils/clock"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
-	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/retry"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	informers "kruntimes.io/kruntimes/client/informers/externalversions/kruntimes/v1alpha1"
 	listers "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
 )
 
-// Indexes the scheduler adds to the Run informer.
-const (
-	// PendingIndex keys Pending Runs by <namespace>/<spec.runtime>:
-	// releasing capacity wakes the waiting Runs of one Runtime, without
-	// scanning the namespace or the Runtime's finished Runs.
-	PendingIndex = "kruntimes.io/pending"
-	// AssignedPodIndex keys Runs by <namespace>/<status.assignedPod>: a
-	// Pod's usage is read without scanning the namespace.
-	AssignedPodIndex = "kruntimes.io/assigned-pod"
-)
-
-// unschedulableRecheck re-examines a Run that found no slot even without
-// an event: a heartbeat turning stale makes no event, and a missed wake-up
-// must not strand a Run.
-const unschedulableRecheck = 30 * time.Second
+// AssignedPodIndex keys the Runs that hold a slot by
+// <namespace>/<status.assignedPod>, an index the scheduler adds to the Run
+// informer: a Pod's usage is read without scanning the namespace.
+const AssignedPodIndex = "kruntimes.io/assigned-pod"
 
 // Event reasons on a Run.
 const (
@@ -61,18 +49,31 @@ type Scheduler struct {
 	leases     coordinationlisters.LeaseLister
 	synced     []cache.InformerSynced
 
+	// queue holds the keys of Runs to try, namespaces in turn.
 	queue workqueue.TypedRateLimitingInterface[string]
-	// wakes holds <namespace>/<runtime> of Runtimes that released slots:
-	// one worker hands them to their oldest waiting Runs, off the informer's
-	// event handler, and releases that arrive meanwhile share one pass.
-	wakes    workqueue.TypedInterface[string]
+	// lines holds, per Runtime, its Pending Runs being tried or parked.
+	lines *lines
+	// wakes holds <namespace>/<runtime> of Runtimes that may have free
+	// slots: one worker hands them to their oldest parked Runs, off the
+	// informer's event handler, and wakes that arrive meanwhile share one
+	// pass.
+	wakes workqueue.TypedInterface[string]
+	// checks holds <namespace>/<runtime> of Runtimes with parked Runs, each
+	// due parkedRecheck after it was queued.
+	checks workqueue.TypedDelayingInterface[string]
+	// notes holds the keys of parked Runs whose Pending note may have to
+	// be written; want holds the note.
+	notes    workqueue.TypedRateLimitingInterface[string]
+	noteMu   sync.Mutex
+	want     map[string]note
 	assumed  *assumeCache
 	arrivals *arrivals
 	// failing holds the keys of Runs whose last sync failed other than
 	// by a routine conflict; they wait out their backoff out of line.
 	failing keySet
 	// placing serializes choosing a Pod and reserving its slot, so two
-	// workers never give the same slot away; binding runs outside it.
+	// workers never give the same slot away, and parking a Run with
+	// waking its line, so no wake-up is missed; binding runs outside it.
 	placing sync.Mutex
 	clock   clock.WithTicker
 }
@@ -92,6 +93,12 @@ func WithClock(c clock.WithTicker) Option {
 // New returns a scheduler fed by the given informers; podInformer may be
 // filtered to Pods labelled kruntimes.io/runtime. It adds RuntimeIndex and
 // AssignedPodIndex to the Run informer, so call it before starting that.
+//
+// Runs that cannot be placed park on their Runtime's line and are tried
+// again only on an event that may give that Runtime a slot: the Runtime
+// created or changed, one of its Pods becoming a candidate, a fresh
+// heartbeat, a slot released (one parked Run per free slot, oldest first),
+// or every parkedRecheck. The Runs to try are taken namespaces in turn.
 func New(ctx context.Context,
 	runInformer informers.RunInformer,
 	runtimeInformer informers.RuntimeInformer,
@@ -103,7 +110,6 @@ func New(ctx context.Context,
 ) (*Scheduler, error) {
 	registerMetrics()
 	if err := runInformer.Informer().AddIndexers(cache.Indexers{
-		PendingIndex:     pendingIndexFunc,
 		AssignedPodIndex: assignedPodIndexFunc,
 	}); err != nil {
 		return nil, fmt.Errorf("indexing Runs by Runtime and Pod: %w", err)
@@ -124,19 +130,40 @@ func New(ctx context.Context,
 		},
 		assumed:  newAssumeCache(),
 		arrivals: newArrivals(),
+		want:     map[string]note{},
 		clock:    clock.RealClock{},
 	}
 	for _, opt := range opts {
 		opt(s)
 	}
+	s.lines = newLines(s.seriesOf)
+	active := workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{
+		Name:  "kruntimes_scheduler",
+		Clock: s.clock,
+		Queue: newRoundRobin(func(n int) { queueDepth.WithLabelValues(queueActive).Set(float64(n)) }),
+	})
 	s.queue = workqueue.NewTypedRateLimitingQueueWithConfig(
 		workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kruntimes_scheduler", Clock: s.clock},
+		workqueue.TypedRateLimitingQueueConfig[string]{
+			Name:  "kruntimes_scheduler",
+			Clock: s.clock,
+			DelayingQueue: workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
+				Name: "kruntimes_scheduler", Clock: s.clock, Queue: active,
+			}),
+		},
 	)
 	s.wakes = workqueue.NewTypedWithConfig(workqueue.TypedQueueConfig[string]{
 		Name:  "kruntimes_scheduler_wakes",
 		Clock: s.clock,
 	})
+	s.checks = workqueue.NewTypedDelayingQueueWithConfig(workqueue.TypedDelayingQueueConfig[string]{
+		Name:  "kruntimes_scheduler_checks",
+		Clock: s.clock,
+	})
+	s.notes = workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: "kruntimes_scheduler_notes", Clock: s.clock},
+	)
 	for what, handler := range map[string]struct {
 		informer cache.SharedIndexInformer
 		funcs    cache.ResourceEventHandlerFuncs
@@ -178,6 +205,8 @@ func (s *Scheduler) Run(ctx context.Context, workers int) {
 		logger.Info("Shutting down Run scheduler")
 		s.queue.ShutDown()
 		s.wakes.ShutDown()
+		s.checks.ShutDown()
+		s.notes.ShutDown()
 		wg.Wait()
 	}()
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, s.synced...) {
@@ -187,18 +216,9 @@ func (s *Scheduler) Run(ctx context.Context, workers int) {
 		wg.Go(func() { wait.UntilWithContext(ctx, s.worker, time.Second) })
 	}
 	wg.Go(func() { wait.UntilWithContext(ctx, s.wakeWorker, time.Second) })
+	wg.Go(func() { wait.UntilWithContext(ctx, s.checkWorker, time.Second) })
+	wg.Go(func() { wait.UntilWithContext(ctx, s.noteWorker, time.Second) })
 	<-ctx.Done()
-}
-
-func pendingIndexFunc(obj any) ([]string, error) {
-	run, ok := obj.(*v1alpha1.Run)
-	if !ok {
-		return nil, fmt.Errorf("not a Run: %T", obj)
-	}
-	if !wantsScheduling(run) {
-		return nil, nil
-	}
-	return []string{run.Namespace + "/" + run.Spec.Runtime}, nil
 }
 
 func assignedPodIndexFunc(obj any) ([]string, error) {
@@ -206,7 +226,7 @@ func assignedPodIndexFunc(obj any) ([]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("not a Run: %T", obj)
 	}
-	if run.Status.AssignedPod == "" {
+	if !holdsCapacity(run) {
 		return nil, nil
 	}
 	return []string{run.Namespace + "/" + run.Status.AssignedPod}, nil
@@ -222,12 +242,20 @@ func (s *Scheduler) processNextWorkItem(ctx context.Context) bool {
 	if quit {
 		return false
 	}
+	s.process(ctx, key)
+	return true
+}
+
+// process syncs the Run of key, taken from the queue, and hands the key
+// back to the queue.
+func (s *Scheduler) process(ctx context.Context, key string) {
 	defer s.queue.Done(key)
 	err := s.sync(ctx, key)
 	failing := err != nil && !apierrors.IsConflict(err)
 	if s.failing.set(key, failing) && failing {
-		// It may have been handed a free slot it cannot take: the next
-		// Run in line gets it.
+		// It waits out its backoff out of line. It may have been handed a
+		// free slot it cannot take: the next Run in line gets it.
+		s.lines.leave(key)
 		s.wakeRuntimeOf(key)
 	}
 	if err != nil {
@@ -238,16 +266,15 @@ func (s *Scheduler) processNextWorkItem(ctx context.Context) bool {
 			utilruntime.HandleErrorWithContext(ctx, err, "Failed to schedule Run, will retry", "key", key)
 		}
 		s.queue.AddRateLimited(key)
-		return true
+		return
 	}
 	s.queue.Forget(key)
-	return true
 }
 
 // sync schedules the Run of key: cancel it if asked, wait out its retry
-// backoff, or bind it to the least-loaded candidate Pod, or say why it
-// cannot be placed. It reads only informer state and writes with the Run's
-// resourceVersion, so running it twice never binds twice.
+// backoff, or bind it to the least-loaded candidate Pod, or park it on its
+// Runtime's line and note why. It reads only informer state and writes
+// with the Run's resourceVersion, so running it twice never binds twice.
 func (s *Scheduler) sync(ctx context.Context, key string) error {
 	namespace, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
@@ -255,46 +282,62 @@ func (s *Scheduler) sync(ctx context.Context, key string) error {
 	}
 	run, err := s.runs.Runs(namespace).Get(name)
 	if apierrors.IsNotFound(err) {
+		s.lines.leave(key)
 		return nil
 	}
 	if err != nil {
 		return err
 	}
 	if !wantsScheduling(run) {
+		s.lines.leave(key)
 		return nil
 	}
 	logger := klog.LoggerWithValues(klog.FromContext(ctx), "run", klog.KObj(run), "runUID", run.UID)
 	ctx = klog.NewContext(ctx, logger)
 
 	if run.Spec.CancelRequested {
+		s.lines.leave(key)
 		return s.cancel(ctx, run)
 	}
 	now := s.clock.Now()
 	if s.assumed.bound(run.UID, now) {
 		// Bound already; a copy older than the binding is in the informer.
+		s.lines.leave(key)
 		return nil
 	}
 	if notBefore := retry.NotBefore(run); notBefore.After(now) {
+		s.lines.leave(key)
 		s.queue.AddAfter(key, notBefore.Sub(now))
 		return nil
 	}
-	rt, err := s.runtimes.Runtimes(namespace).Get(run.Spec.Runtime)
-	if err != nil && !apierrors.IsNotFound(err) {
+	s.join(run)
+	p, err := s.place(run)
+	if err != nil {
 		return err
 	}
-	if rt == nil || rt.DeletionTimestamp != nil {
-		msg := fmt.Sprintf("Runtime %q does not exist in namespace %s; create it, or recreate this Run naming an existing Runtime", run.Spec.Runtime, namespace)
-		if rt != nil {
-			msg = fmt.Sprintf("Runtime %q is being deleted; the Run waits for a Runtime of that name", run.Spec.Runtime)
-		}
-		observeAttempt(resultRuntimeNotFound)
-		return s.markUnschedulable(ctx, run, lifecycle.ReasonRuntimeNotFound, msg)
-	}
-	p := s.place(run, rt)
 	if p.pod == nil {
-		observeAttempt(resultNoCapacity)
-		s.queue.AddAfter(key, unschedulableRecheck)
-		return s.markUnschedulable(ctx, run, lifecycle.ReasonNoCapacity, p.message)
+		observeAttempt(p.result)
+		s.noteLater(key, note{reason: p.reason, message: p.message})
+		return nil
 	}
 	return s.bind(ctx, run, p.pod)
+}
+
+// join puts run in its Runtime's line, being tried.
+func (s *Scheduler) join(run *v1alpha1.Run) {
+	s.lines.try(lineEntry{
+		key:     run.Namespace + "/" + run.Name,
+		line:    run.Namespace + "/" + run.Spec.Runtime,
+		created: run.CreationTimestamp.Time,
+		seq:     s.arrivals.of(run.UID),
+		uid:     run.UID,
+	}, run.Namespace, run.Spec.Runtime)
+}
+
+// seriesOf is the runtime label Runs of runtime are counted under.
+func (s *Scheduler) seriesOf(namespace, runtime string) string {
+	if _, err := s.runtimes.Runtimes(namespace).Get(runtime); err != nil {
+		return missingRuntime
+	}
+	return runtime
 }

@@ -2,29 +2,29 @@ package scheduler
 
 import (
 	"context"
-	"slices"
 	"strings"
 
 	"k8s.io/client-go/tools/cache"
-
-	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 )
 
-// wakeAll queues every waiting Run of one Runtime, oldest first: its Pods
-// or its spec changed, which may change what each Run waits for.
+// wakeAll moves every parked Run of one Runtime back to be tried, oldest
+// first: the Runtime was created, deleted or replaced, which changes why
+// each of them waits.
 func (s *Scheduler) wakeAll(namespace, runtime string) {
 	if runtime == "" {
 		return
 	}
-	runs := s.pending(namespace, runtime)
-	for _, run := range s.oldest(runs, len(runs)) {
-		s.enqueueRun(run)
+	s.placing.Lock()
+	keys := s.lines.wake(namespace+"/"+runtime, -1, "")
+	s.placing.Unlock()
+	for _, key := range keys {
+		s.queue.Add(key)
 	}
 }
 
-// wakeRuntime has the wake worker queue as many of the Runtime's oldest
-// waiting Runs as it has free slots: a released slot costs one placement,
-// not one per waiting Run.
+// wakeRuntime has the wake worker move as many of the Runtime's oldest
+// parked Runs back to be tried as it has free slots: a released slot
+// costs one placement, not one per waiting Run.
 func (s *Scheduler) wakeRuntime(namespace, runtime string) {
 	if runtime != "" {
 		s.wakes.Add(namespace + "/" + runtime)
@@ -54,31 +54,52 @@ func (s *Scheduler) wakeWorker(context.Context) {
 	}
 }
 
-// fillFreeSlots queues as many of the Runtime's oldest waiting Runs as it
-// has free slots.
+// checkWorker looks at each Runtime with parked Runs every parkedRecheck:
+// a reservation that lapsed released its slot without an event.
+func (s *Scheduler) checkWorker(context.Context) {
+	for {
+		key, quit := s.checks.Get()
+		if quit {
+			return
+		}
+		namespace, runtime, _ := strings.Cut(key, "/")
+		s.fillFreeSlots(namespace, runtime)
+		if s.lines.rechecked(key) {
+			s.checks.AddAfter(key, parkedRecheck)
+		}
+		s.checks.Done(key)
+	}
+}
+
+// fillFreeSlots moves as many of the Runtime's oldest parked Runs back to
+// be tried as it has free slots not already sought by Runs being tried.
 func (s *Scheduler) fillFreeSlots(namespace, runtime string) {
-	now := s.clock.Now()
-	pending := s.pending(namespace, runtime)
-	if len(pending) == 0 {
-		return
+	lineKey := namespace + "/" + runtime
+	s.placing.Lock()
+	keys := s.freeSlotsFor(lineKey, namespace, runtime)
+	s.placing.Unlock()
+	for _, key := range keys {
+		s.queue.Add(key)
+	}
+}
+
+func (s *Scheduler) freeSlotsFor(lineKey, namespace, runtime string) []string {
+	parked, trying := s.lines.depth(lineKey)
+	if parked == 0 {
+		return nil
 	}
 	rt, err := s.runtimes.Runtimes(namespace).Get(runtime)
+	if err != nil || rt.DeletionTimestamp != nil {
+		// Its creation wakes them.
+		return nil
+	}
+	loads, _, err := s.loads(namespace, rt, s.clock.Now())
 	if err != nil {
-		// Each waiting Run will say that the Runtime is missing.
-		s.wakeAll(namespace, runtime)
-		return
+		return nil
 	}
-	loads, _, err := s.loads(namespace, rt, now)
-	if err != nil {
-		s.wakeAll(namespace, runtime)
-		return
+	n := freeSlots(loads, rt) - trying
+	if n <= 0 {
+		return nil
 	}
-	free := freeSlots(loads, rt)
-	if free == 0 {
-		return
-	}
-	waiting := slices.DeleteFunc(pending, func(run *v1alpha1.Run) bool { return !s.eligible(run, now) })
-	for _, run := range s.oldest(waiting, free) {
-		s.enqueueRun(run)
-	}
+	return s.lines.wake(lineKey, n, "")
 }

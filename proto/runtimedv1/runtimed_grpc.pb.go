@@ -33,11 +33,15 @@ const (
 // For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
 type RuntimedClient interface {
 	// Invoke runs one invocation of a Ready function Run held by this Pod.
-	// The fencing tuple (run_uid, attempt, pod_uid) must match runtimed's own
-	// live registration; otherwise FailedPrecondition, and nothing ran.
-	// ResourceExhausted: the Run already has an invocation in flight (nothing
-	// ran). DeadlineExceeded: the invocation was stopped at its deadline.
-	// A handler error is a successful RPC whose response carries the error.
+	// An error whose status carries the detail kruntimes.runtime.v1.NotStarted
+	// promises that nothing ran: the fencing tuple (run_uid, attempt, pod_uid)
+	// does not match runtimed's own live registration (FailedPrecondition),
+	// the Run already has an invocation in flight (ResourceExhausted), the
+	// request is invalid (InvalidArgument), or the Runtime Server refused the
+	// call before its handler started or was not reached. DeadlineExceeded
+	// without it: the invocation was stopped at its deadline. Any other error
+	// is Aborted: the handler may have run. A handler error is a successful
+	// RPC whose response carries the error.
 	Invoke(ctx context.Context, in *InvokeRequest, opts ...grpc.CallOption) (*InvokeResponse, error)
 }
 
@@ -64,11 +68,15 @@ func (c *runtimedClient) Invoke(ctx context.Context, in *InvokeRequest, opts ...
 // for forward compatibility.
 type RuntimedServer interface {
 	// Invoke runs one invocation of a Ready function Run held by this Pod.
-	// The fencing tuple (run_uid, attempt, pod_uid) must match runtimed's own
-	// live registration; otherwise FailedPrecondition, and nothing ran.
-	// ResourceExhausted: the Run already has an invocation in flight (nothing
-	// ran). DeadlineExceeded: the invocation was stopped at its deadline.
-	// A handler error is a successful RPC whose response carries the error.
+	// An error whose status carries the detail kruntimes.runtime.v1.NotStarted
+	// promises that nothing ran: the fencing tuple (run_uid, attempt, pod_uid)
+	// does not match runtimed's own live registration (FailedPrecondition),
+	// the Run already has an invocation in flight (ResourceExhausted), the
+	// request is invalid (InvalidArgument), or the Runtime Server refused the
+	// call before its handler started or was not reached. DeadlineExceeded
+	// without it: the invocation was stopped at its deadline. Any other error
+	// is Aborted: the handler may have run. A handler error is a successful
+	// RPC whose response carries the error.
 	Invoke(context.Context, *InvokeRequest) (*InvokeResponse, error)
 	mustEmbedUnimplementedRuntimedServer()
 }

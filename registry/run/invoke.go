@@ -22,8 +22,9 @@ type Router interface {
 	// Route says where an invocation of the Run namespace/name goes; uid,
 	// when set, must be the Run's. Its errors are API errors, and nothing
 	// ran when it returns one: NotFound (no such Run, or uid names an
-	// earlier one), BadRequest (a task Run), ServiceUnavailable (not Ready,
-	// ending, being recovered, or invoke is off or starting).
+	// earlier one), BadRequest (a task Run), Conflict (the Run ended or is
+	// being deleted), NotImplemented (invoke is off), ServiceUnavailable
+	// (not Ready, being recovered, or routing is starting).
 	Route(ctx context.Context, namespace, name string, uid types.UID) (*Route, error)
 }
 

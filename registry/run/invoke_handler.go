@@ -11,7 +11,9 @@ import (
 	"mime"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -27,16 +29,28 @@ import (
 	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 )
 
-// deadlineMargin is kept between the invocation's deadline and the
-// request's, so that this server's typed 504 arrives before kube-apiserver
-// gives up on the request with a plain one.
-const deadlineMargin = time.Second
+// maxDeadlineMargin bounds the margin kept between the invocation's
+// deadline and the request's, so that this server's typed 504 arrives
+// before kube-apiserver gives up on the request with a plain one. The
+// margin is a tenth of the time the request has left, at most this: a
+// short ?timeout=, common for agent tools, keeps most of its time.
+const maxDeadlineMargin = time.Second
 
-// rpcSlack lets the Runtime Server stop a handler at its deadline, and say
-// so, before the call itself is cut.
-const rpcSlack = 200 * time.Millisecond
+// minInvocationTimeout is the shortest invocation sent to runtimed: the
+// hop counts whole milliseconds, where 0 would mean no bound at all.
+const minInvocationTimeout = 10 * time.Millisecond
+
+// margins are what is kept of the time a request has left: margin before
+// the invocation's deadline, and the RPC's slack past it (a fifth of the
+// margin) that lets the Runtime Server stop a handler at its deadline, and
+// say so, before the call itself is cut.
+func margins(left time.Duration) (margin, rpcSlack time.Duration) {
+	margin = min(left/10, maxDeadlineMargin)
+	return margin, margin / 5
+}
 
 // retryAfterSeconds is what 429 and 503 ask clients to wait.
 const retryAfterSeconds = 1
@@ -69,10 +83,11 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 	ctx := req.Context()
 	// Minted here and nowhere else: every hop after this one is handed it.
 	invocationID := req.Header.Get(invocation.HeaderID)
-	if len(invocationID) > invocation.MaxIDBytes {
-		return h.fail(apierrors.NewBadRequest(fmt.Sprintf("%s has %d bytes; at most %d are allowed", invocation.HeaderID, len(invocationID), invocation.MaxIDBytes)))
-	}
-	if invocationID == "" {
+	if invocationID != "" {
+		if err := invocation.CheckID(invocationID); err != nil {
+			return h.fail(apierrors.NewBadRequest(fmt.Sprintf("%s: %v", invocation.HeaderID, err)))
+		}
+	} else {
 		invocationID = newInvocationID()
 	}
 	w.Header().Set(invocation.HeaderID, invocationID)
@@ -95,7 +110,7 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 	if err != nil {
 		return h.fail(routeStatus(err))
 	}
-	timeout, err := h.invocationTimeout(ctx, route.Deadline)
+	timeout, rpcSlack, err := h.invocationTimeout(ctx, route.Deadline)
 	if err != nil {
 		return h.fail(err)
 	}
@@ -142,24 +157,28 @@ func (h *invokeHandler) fail(err error) int {
 
 // invocationTimeout is the request's own deadline less the margin, bounded
 // by the server's maximum and the Run's remaining lifetime (runDeadline,
-// zero when the Run has none).
-func (h *invokeHandler) invocationTimeout(ctx context.Context, runDeadline time.Time) (time.Duration, error) {
-	timeout := h.maxTimeout
+// zero when the Run has none), and the slack the RPC gets past it.
+func (h *invokeHandler) invocationTimeout(ctx context.Context, runDeadline time.Time) (timeout, rpcSlack time.Duration, err error) {
+	timeout = h.maxTimeout
+	_, rpcSlack = margins(timeout)
 	if deadline, ok := ctx.Deadline(); ok {
-		left := time.Until(deadline) - deadlineMargin
-		if left <= 0 {
-			return 0, apierrors.NewBadRequest(fmt.Sprintf("the request's timeout leaves no time to invoke: pass ?timeout= longer than %s", deadlineMargin))
+		left := time.Until(deadline)
+		margin, slack := margins(left)
+		if left-margin < minInvocationTimeout {
+			return 0, 0, apierrors.NewBadRequest(fmt.Sprintf("the request's timeout leaves no time to invoke: pass a ?timeout= of at least %s", minInvocationTimeout*10/9+time.Millisecond))
 		}
-		timeout = min(timeout, left)
+		if left-margin < timeout {
+			timeout, rpcSlack = left-margin, slack
+		}
 	}
 	if !runDeadline.IsZero() {
 		left := time.Until(runDeadline)
-		if left <= 0 {
-			return 0, unavailable("the Run's spec.timeout has passed; it is ending")
+		if left < minInvocationTimeout {
+			return 0, 0, unavailable("the Run's spec.timeout has passed; it is ending")
 		}
 		timeout = min(timeout, left)
 	}
-	return timeout, nil
+	return timeout, rpcSlack, nil
 }
 
 // checkContentType accepts JSON, with parameters or without a type at all
@@ -222,40 +241,54 @@ func unavailable(message string) error {
 }
 
 // routeStatus is the answer to an invocation the router could not route:
-// its API error, with Retry-After when it is a 503.
+// its API error, with Retry-After when it is a 503 and only then (a 409 or
+// a 501 is permanent, and a Retry-After would invite retries forever).
 func routeStatus(err error) error {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return apierrors.NewInternalError(err)
+	}
+	st := status.Status()
 	switch {
-	case apierrors.IsServiceUnavailable(err):
-		var status apierrors.APIStatus
-		errors.As(err, &status)
-		return unavailable(status.Status().Message)
-	case apierrors.IsNotFound(err), apierrors.IsBadRequest(err):
+	case st.Code == http.StatusServiceUnavailable:
+		return unavailable(st.Message)
+	case st.Code >= 400 && st.Code < 500, st.Code == http.StatusNotImplemented:
+		if st.Details != nil && st.Details.RetryAfterSeconds != 0 {
+			st.Details = st.Details.DeepCopy()
+			st.Details.RetryAfterSeconds = 0
+			return &apierrors.StatusError{ErrStatus: st}
+		}
 		return err
 	}
 	return apierrors.NewInternalError(err)
 }
 
-// rpcStatus maps runtimed's answer; whether the handler may have run
-// decides between the codes that promise it did not (429, 503) and those
-// that do not (502, 504).
+// rpcStatus maps runtimed's answer. Only an answer that carries
+// runtimev1.NotStarted, or a call that never left this server, promises
+// that the handler did not run, and only those get the codes that say so
+// (429, 400, 503 + Retry-After); a code alone promises nothing (an older or
+// custom runtimed's FailedPrecondition, a ResourceExhausted after the
+// handler ran), so every other error is 504 (stopped at its deadline) or
+// 502 (outcome unknown).
 func rpcStatus(err error, dispatched bool, timeout time.Duration) error {
 	st := status.Convert(err)
-	switch st.Code() {
-	case codes.FailedPrecondition:
-		return unavailable("the owning runtimed refused the invocation: " + st.Message())
-	case codes.ResourceExhausted:
-		return apierrors.NewTooManyRequests("the function already has an invocation in flight; one at a time is served", retryAfterSeconds)
-	case codes.DeadlineExceeded:
-		return apierrors.NewTimeoutError(fmt.Sprintf("the invocation did not complete within %s and was stopped", timeout.Round(time.Millisecond)), 0)
-	case codes.InvalidArgument:
-		return apierrors.NewBadRequest(st.Message())
-	}
-	if !dispatched {
+	switch {
+	case runtimev1.IsNotStarted(err):
+		switch st.Code() {
+		case codes.ResourceExhausted:
+			return apierrors.NewTooManyRequests("the function already has an invocation in flight; one at a time is served", retryAfterSeconds)
+		case codes.InvalidArgument:
+			return apierrors.NewBadRequest(st.Message())
+		}
+		return unavailable("the owning runtimed refused the invocation before it started: " + st.Message())
+	case !dispatched:
 		return unavailable("the owning runtimed is unreachable: " + st.Message())
+	case st.Code() == codes.DeadlineExceeded:
+		return apierrors.NewTimeoutError(fmt.Sprintf("the invocation did not complete within %s and was stopped", timeout.Round(time.Millisecond)), 0)
 	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status: metav1.StatusFailure, Code: http.StatusBadGateway, Reason: metav1.StatusReasonInternalError,
-		Message: "the invocation was dispatched and its outcome is unknown (the connection to runtimed failed): " + st.Message(),
+		Message: "the invocation was dispatched and its outcome is unknown: " + st.Message(),
 	}}
 }
 
@@ -269,7 +302,8 @@ func invokeResult(resp *runtimedv1.InvokeResponse) *kruntimes.InvokeResult {
 		DurationMillis: resp.GetDurationNanos() / int64(time.Millisecond),
 	}
 	if len(resp.GetStdout()) > 0 || len(resp.GetStderr()) > 0 {
-		result.Logs = &kruntimes.InvokeLogs{Stdout: string(resp.GetStdout()), Stderr: string(resp.GetStderr()),
+		// A handler writes bytes; the API's strings are UTF-8.
+		result.Logs = &kruntimes.InvokeLogs{Stdout: validUTF8(resp.GetStdout()), Stderr: validUTF8(resp.GetStderr()),
 			StdoutTruncated: resp.GetStdoutTruncated(), StderrTruncated: resp.GetStderrTruncated()}
 	}
 	if e := resp.GetError(); e != nil {
@@ -292,6 +326,15 @@ func jsonOutput(output []byte, contentType string) []byte {
 	// staying one JSON document.
 	output, _ = json.Marshal(string(output))
 	return output
+}
+
+// validUTF8 is b as a string, each run of bytes that are not UTF-8
+// replaced by U+FFFD.
+func validUTF8(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return strings.ToValidUTF8(string(b), "\uFFFD")
 }
 
 func newInvocationID() string {

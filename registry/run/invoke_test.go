@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +14,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -35,6 +38,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes/install"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 )
 
 // codecs serializes as the API server's scheme does.
@@ -92,10 +96,13 @@ type fakeRuntimed struct {
 	during func()
 	// got is the request it was sent; nil when it was not called.
 	got *runtimedv1.InvokeRequest
+	// deadline is the call's.
+	deadline time.Time
 }
 
-func (f *fakeRuntimed) Invoke(_ context.Context, in *runtimedv1.InvokeRequest, opts ...grpc.CallOption) (*runtimedv1.InvokeResponse, error) {
+func (f *fakeRuntimed) Invoke(ctx context.Context, in *runtimedv1.InvokeRequest, opts ...grpc.CallOption) (*runtimedv1.InvokeResponse, error) {
 	f.got = in
+	f.deadline, _ = ctx.Deadline()
 	if f.during != nil {
 		f.during()
 	}
@@ -385,12 +392,12 @@ func TestInvokeAnswers(t *testing.T) {
 		},
 		{
 			name:     "runtimed refusing the fencing tuple is 503 with Retry-After",
-			runtimed: &fakeRuntimed{err: status.Error(codes.FailedPrecondition, "attempt 2 is not registered"), dispatched: true},
+			runtimed: &fakeRuntimed{err: runtimev1.NotStartedError(codes.FailedPrecondition, "attempt 2 is not registered"), dispatched: true},
 			code:     http.StatusServiceUnavailable, retryAfter: "1", reason: metav1.StatusReasonServiceUnavailable, ran: true,
 		},
 		{
 			name:     "an invocation already in flight is 429 with Retry-After",
-			runtimed: &fakeRuntimed{err: status.Error(codes.ResourceExhausted, "busy"), dispatched: true},
+			runtimed: &fakeRuntimed{err: runtimev1.NotStartedError(codes.ResourceExhausted, "busy"), dispatched: true},
 			code:     http.StatusTooManyRequests, retryAfter: "1", reason: metav1.StatusReasonTooManyRequests, ran: true,
 		},
 		{
@@ -400,7 +407,7 @@ func TestInvokeAnswers(t *testing.T) {
 		},
 		{
 			name:     "an input runtimed refuses is 400",
-			runtimed: &fakeRuntimed{err: status.Error(codes.InvalidArgument, "input too large"), dispatched: true},
+			runtimed: &fakeRuntimed{err: runtimev1.NotStartedError(codes.InvalidArgument, "input too large"), dispatched: true},
 			code:     http.StatusBadRequest, reason: metav1.StatusReasonBadRequest, ran: true,
 		},
 		{
@@ -417,6 +424,57 @@ func TestInvokeAnswers(t *testing.T) {
 			name:     "an invocation runtimed reports aborted is 502 without Retry-After",
 			runtimed: &fakeRuntimed{err: status.Error(codes.Aborted, "the invocation was dispatched and its outcome is unknown"), dispatched: true},
 			code:     http.StatusBadGateway, reason: metav1.StatusReasonInternalError, ran: true,
+		},
+		{
+			name:   "an ended or deleting Run is 409 without Retry-After",
+			router: &fakeRouter{err: apierrors.NewConflict(kruntimes.Resource("runs"), "fn", errors.New("it ended (Succeeded) and is not invoked any more"))},
+			code:   http.StatusConflict, reason: metav1.StatusReasonConflict,
+		},
+		{
+			name: "a 409 from the router that asks for a retry still gets no Retry-After",
+			router: &fakeRouter{err: &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusConflict,
+				Reason: metav1.StatusReasonConflict, Details: &metav1.StatusDetails{Name: "fn", RetryAfterSeconds: 3}}}},
+			code: http.StatusConflict, reason: metav1.StatusReasonConflict,
+		},
+		{
+			name: "invoke turned off is 501 without Retry-After",
+			router: &fakeRouter{err: &apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Code: http.StatusNotImplemented,
+				Reason: "NotImplemented", Message: "invoke is not configured"}}},
+			code: http.StatusNotImplemented, reason: "NotImplemented",
+		},
+		{
+			name: "stdout and stderr that are not UTF-8 are 200, each invalid run of bytes a U+FFFD",
+			runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{
+				Stdout: []byte("ok\xff\xfe\n"), Stderr: []byte("bad \xff byte\n"),
+				Error: &runtimedv1.FunctionError{Type: "NonZeroExit", Message: "handler exited with code 1"},
+			}),
+			code: http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				r := a.result(t)
+				require.NotNil(t, r.Logs)
+				assert.Equal(t, "ok\uFFFD\n", r.Logs.Stdout)
+				assert.Equal(t, "bad \uFFFD byte\n", r.Logs.Stderr)
+				assert.True(t, utf8.Valid(a.body), "the body is UTF-8")
+				assert.Equal(t, "NonZeroExit", r.Error.Type)
+			},
+		},
+		{
+			name: "an invocation ID that is not UTF-8 is 400, and not echoed",
+			inv:  call{headers: map[string]string{invocation.HeaderID: "id-\xff"}},
+			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest, noID: true,
+		},
+		{
+			name: "an invocation ID with a control character is 400, and not echoed",
+			inv:  call{headers: map[string]string{invocation.HeaderID: "id\tone"}},
+			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest, noID: true,
+		},
+		{
+			name: "a UTF-8 invocation ID beyond ASCII is passed on",
+			inv:  call{headers: map[string]string{invocation.HeaderID: "commande-n°42"}},
+			code: http.StatusOK, ran: true,
+			check: func(t *testing.T, a answer, sent *runtimedv1.InvokeRequest) {
+				assert.Equal(t, "commande-n°42", sent.GetInvocationId())
+			},
 		},
 	}
 	for _, tc := range cases {
@@ -452,6 +510,59 @@ func TestInvokeAnswers(t *testing.T) {
 			if tc.check != nil {
 				tc.check(t, a, router.runtimed.got)
 			}
+		})
+	}
+}
+
+// TestInvokeClassifiesRuntimedErrors: only an answer that carries
+// NotStarted, or a call that never left, gets a code that promises the
+// handler did not run. The same gRPC code without it (an older runtimed, a
+// custom Runtime Server's answer after its handler ran) is 502, or 504 for
+// DeadlineExceeded.
+func TestInvokeClassifiesRuntimedErrors(t *testing.T) {
+	type want struct {
+		code       int
+		retryAfter string
+	}
+	unavailable := want{http.StatusServiceUnavailable, "1"}
+	unknown := want{http.StatusBadGateway, ""}
+	cases := []struct {
+		code       codes.Code
+		notStarted want
+		without    want
+	}{
+		{codes.ResourceExhausted, want{http.StatusTooManyRequests, "1"}, unknown},
+		{codes.InvalidArgument, want{http.StatusBadRequest, ""}, unknown},
+		{codes.FailedPrecondition, unavailable, unknown},
+		{codes.NotFound, unavailable, unknown},
+		{codes.Unavailable, unavailable, unknown},
+		{codes.Aborted, unavailable, unknown},
+		{codes.Internal, unavailable, unknown},
+		{codes.Unknown, unavailable, unknown},
+		{codes.DeadlineExceeded, unavailable, want{http.StatusGatewayTimeout, ""}},
+	}
+	for _, tc := range cases {
+		for _, variant := range []struct {
+			name string
+			err  error
+			want want
+		}{
+			{"with NotStarted", runtimev1.NotStartedError(tc.code, "refused"), tc.notStarted},
+			{"without NotStarted", status.Error(tc.code, "failed"), tc.without},
+		} {
+			t.Run(fmt.Sprintf("%s %s", tc.code, variant.name), func(t *testing.T) {
+				router := &fakeRouter{runtimed: &fakeRuntimed{err: variant.err, dispatched: true}}
+				a := invoke(t, router, time.Minute, call{})
+				require.Equal(t, variant.want.code, a.code, "%s", a.body)
+				assert.Equal(t, variant.want.retryAfter, a.header.Get("Retry-After"))
+				a.status(t)
+			})
+		}
+		t.Run(fmt.Sprintf("%s never sent", tc.code), func(t *testing.T) {
+			router := &fakeRouter{runtimed: &fakeRuntimed{err: status.Error(tc.code, "not sent")}}
+			a := invoke(t, router, time.Minute, call{})
+			require.Equal(t, http.StatusServiceUnavailable, a.code, "%s", a.body)
+			assert.Equal(t, "1", a.header.Get("Retry-After"))
 		})
 	}
 }
@@ -502,13 +613,17 @@ func TestInvokeTimeout(t *testing.T) {
 	}{
 		{name: "without ?timeout= the server maximum bounds the invocation", max: 5 * time.Second,
 			code: http.StatusOK, sentMin: 5 * time.Second, sentMax: 5 * time.Second},
-		{name: "?timeout= less a second of margin bounds the invocation", request: 10 * time.Second, max: time.Minute,
-			code: http.StatusOK, sentMin: 5 * time.Second, sentMax: 9 * time.Second},
+		{name: "?timeout= less a second of margin bounds the invocation", request: 20 * time.Second, max: time.Minute,
+			code: http.StatusOK, sentMin: 15 * time.Second, sentMax: 19 * time.Second},
+		{name: "?timeout=1s keeps nine tenths of it", request: time.Second, max: time.Minute,
+			code: http.StatusOK, sentMin: 600 * time.Millisecond, sentMax: 900 * time.Millisecond},
+		{name: "?timeout=100ms keeps nine tenths of it", request: 100 * time.Millisecond, max: time.Minute,
+			code: http.StatusOK, sentMin: 10 * time.Millisecond, sentMax: 90 * time.Millisecond},
 		{name: "the server maximum bounds a longer ?timeout=", request: 50 * time.Second, max: 5 * time.Second,
 			code: http.StatusOK, sentMin: 5 * time.Second, sentMax: 5 * time.Second},
 		{name: "the Run's remaining lifetime bounds the invocation", request: 50 * time.Second, max: time.Minute, runLeft: 3 * time.Second,
 			code: http.StatusOK, sentMin: time.Second, sentMax: 3 * time.Second},
-		{name: "a ?timeout= of a second leaves no time: 400", request: time.Second, max: time.Minute,
+		{name: "a ?timeout= of a millisecond leaves no time: 400", request: time.Millisecond, max: time.Minute,
 			code: http.StatusBadRequest},
 		{name: "a Run past its spec.timeout is 503 with Retry-After", max: time.Minute, runLeft: -time.Second,
 			code: http.StatusServiceUnavailable},
@@ -519,6 +634,8 @@ func TestInvokeTimeout(t *testing.T) {
 			if tc.runLeft != 0 {
 				router.deadline = time.Now().Add(tc.runLeft)
 			}
+			started := time.Now()
+			requested := started.Add(tc.request)
 			a := invoke(t, router, tc.max, call{timeout: tc.request})
 			require.Equal(t, tc.code, a.code, "%s", a.body)
 			if tc.code != http.StatusOK {
@@ -528,6 +645,12 @@ func TestInvokeTimeout(t *testing.T) {
 			sent := time.Duration(router.runtimed.got.GetTimeoutMillis()) * time.Millisecond
 			assert.GreaterOrEqual(t, sent, tc.sentMin)
 			assert.LessOrEqual(t, sent, tc.sentMax)
+			if tc.request > 0 {
+				// The call's slack past the invocation's deadline ends
+				// before the request's own deadline.
+				assert.True(t, router.runtimed.deadline.Before(requested), "the call ends %s before the request", requested.Sub(router.runtimed.deadline))
+				assert.Greater(t, router.runtimed.deadline.Sub(started), sent, "the call outlives the invocation by its slack")
+			}
 		})
 	}
 

@@ -14,6 +14,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/registry/printers"
+	logstore "kruntimes.io/kruntimes/registry/runlog"
 	"kruntimes.io/kruntimes/registry/statusrest"
 )
 
@@ -22,6 +23,7 @@ type Storage struct {
 	Run    *REST
 	Status *statusrest.REST
 	Invoke *InvokeREST
+	Log    *LogREST
 }
 
 // REST serves runs.
@@ -31,8 +33,9 @@ type REST struct {
 
 // NewStorage builds the runs and runs/status storage over the backend that
 // optsGetter selects, and runs/invoke over router; maxInvokeTimeout bounds
-// every invocation.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, maxInvokeTimeout time.Duration) (Storage, error) {
+// every invocation; endpoint is what Ready function Runs advertise in
+// status.endpoint.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, maxInvokeTimeout time.Duration, endpoint Endpoint) (Storage, error) {
 	strategy := NewStrategy(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &kruntimes.Run{} },
@@ -57,11 +60,17 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 	if err := store.CompleteWithOptions(options); err != nil {
 		return Storage{}, err
 	}
+	logs, err := logstore.NewStore(optsGetter)
+	if err != nil {
+		return Storage{}, err
+	}
+	store.AfterDelete = deleteLogs(logs)
 
 	return Storage{
 		Run:    &REST{store},
-		Status: statusrest.New(store, NewStatusStrategy(strategy)),
+		Status: statusrest.New(store, NewStatusStrategy(strategy, endpoint)),
 		Invoke: newInvokeREST(router, maxInvokeTimeout),
+		Log:    &LogREST{runs: store, logs: logs, scheme: scheme},
 	}, nil
 }
 

@@ -81,14 +81,17 @@ func (runStrategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Obj
 }
 
 // runStatusStrategy implements runs/status: kruntimes components move the
-// phase through the lifecycle table; spec and metadata stay as they were.
+// phase through the lifecycle table; spec and metadata stay as they were,
+// and status.endpoint is the server's.
 type runStatusStrategy struct {
 	runStrategy
+	endpoint Endpoint
 }
 
-// NewStatusStrategy returns the strategy for the runs/status subresource.
-func NewStatusStrategy(base runStrategy) runStatusStrategy {
-	return runStatusStrategy{base}
+// NewStatusStrategy returns the strategy for the runs/status subresource;
+// endpoint is what a Ready function Run advertises.
+func NewStatusStrategy(base runStrategy, endpoint Endpoint) runStatusStrategy {
+	return runStatusStrategy{base, endpoint}
 }
 
 func (runStatusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
@@ -97,9 +100,15 @@ func (runStatusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Se
 	}
 }
 
-func (runStatusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+func (s runStatusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	newRun, oldRun := obj.(*kruntimes.Run), old.(*kruntimes.Run)
 	newRun.Spec = oldRun.Spec
+	// A writer says whether the Run has an endpoint (runtimed sets one when
+	// the function is Ready); which URL and CA is the server's to say. A
+	// terminal Run's status is frozen, endpoint included.
+	if newRun.Status.Endpoint != nil && !lifecycle.IsTerminal(oldRun.Status.Phase) {
+		newRun.Status.Endpoint = s.endpoint.of(newRun)
+	}
 	// Finalizers and owner references are changed through the main resource;
 	// a status writer working from a stale copy must not drop them.
 	newRun.Finalizers = registrationCleanup(oldRun, newRun.Status.Phase)

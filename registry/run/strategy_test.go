@@ -34,7 +34,7 @@ func TestStatusUpdateManagesTheRegistrationCleanupFinalizer(t *testing.T) {
 		{"re-registering on the same Pod keeps it", run(true, lifecycle.Ready, cleanup), lifecycle.Running, []string{cleanup}},
 		{"a status write that keeps the phase keeps the finalizers as they are", run(true, lifecycle.Running), lifecycle.Running, nil},
 	}
-	strategy := NewStatusStrategy(NewStrategy(nil))
+	strategy := NewStatusStrategy(NewStrategy(nil), Endpoint{Base: "https://kubernetes.default.svc"})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			updated := tc.old.DeepCopy()
@@ -44,4 +44,41 @@ func TestStatusUpdateManagesTheRegistrationCleanupFinalizer(t *testing.T) {
 			assert.Equal(t, tc.want, updated.Finalizers)
 		})
 	}
+}
+
+func TestStatusEndpointIsTheServers(t *testing.T) {
+	ca := []byte("-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n")
+	direct := Endpoint{Base: "https://kruntimes-apiserver.kruntimes-system.svc", CABundle: ca}
+	strategy := NewStatusStrategy(NewStrategy(nil), direct)
+	old := &kruntimes.Run{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "team a", Name: "fn", UID: "u-1"},
+		Spec:       kruntimes.RunSpec{Mode: kruntimes.RunMode{Function: &kruntimes.FunctionMode{}}},
+		Status:     kruntimes.RunStatus{Phase: lifecycle.Running},
+	}
+	want := &kruntimes.RunEndpoint{
+		Protocol: kruntimes.RunEndpointProtocolHTTPS,
+		URL:      "https://kruntimes-apiserver.kruntimes-system.svc/apis/kruntimes.io/v1alpha1/namespaces/team%20a/runs/fn/invoke?uid=u-1",
+		CABundle: ca,
+	}
+
+	t.Run("a foreign URL and CA are replaced", func(t *testing.T) {
+		updated := old.DeepCopy()
+		updated.Status.Phase = lifecycle.Ready
+		updated.Status.Endpoint = &kruntimes.RunEndpoint{Protocol: kruntimes.RunEndpointProtocolHTTPS, URL: "https://evil.example/steal", CABundle: []byte("theirs")}
+		strategy.PrepareForUpdate(t.Context(), updated, old)
+		assert.Equal(t, want, updated.Status.Endpoint)
+	})
+	t.Run("no endpoint stays none", func(t *testing.T) {
+		updated := old.DeepCopy()
+		strategy.PrepareForUpdate(t.Context(), updated, old)
+		assert.Nil(t, updated.Status.Endpoint)
+	})
+	t.Run("a terminal Run's endpoint is left for validation to freeze", func(t *testing.T) {
+		ended := old.DeepCopy()
+		ended.Status.Phase = lifecycle.Cancelled
+		ended.Status.Endpoint = &kruntimes.RunEndpoint{Protocol: kruntimes.RunEndpointProtocolHTTPS, URL: "https://kubernetes.default.svc/old"}
+		updated := ended.DeepCopy()
+		strategy.PrepareForUpdate(t.Context(), updated, ended)
+		assert.Equal(t, ended.Status.Endpoint, updated.Status.Endpoint)
+	})
 }

@@ -3,7 +3,6 @@ package functions
 import (
 	"context"
 	"fmt"
-	"net/url"
 	"sync"
 	"time"
 
@@ -20,6 +19,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runtimepod"
@@ -78,8 +78,7 @@ type Endpoint struct {
 // of is the endpoint of run: the runs/invoke subresource, with ?uid= so a
 // Run created again under the same name is never addressed by it.
 func (e Endpoint) of(run *v1alpha1.Run) *v1alpha1.RunEndpoint {
-	u := fmt.Sprintf("%s/apis/%s/namespaces/%s/runs/%s/invoke?uid=%s", e.Base, v1alpha1.SchemeGroupVersion,
-		url.PathEscape(run.Namespace), url.PathEscape(run.Name), url.QueryEscape(string(run.UID)))
+	u := invocation.EndpointURL(e.Base, run.Namespace, run.Name, string(run.UID))
 	return &v1alpha1.RunEndpoint{Protocol: v1alpha1.RunEndpointProtocolHTTPS, URL: u, CABundle: e.CABundle}
 }
 

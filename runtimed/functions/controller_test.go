@@ -89,7 +89,8 @@ func start(t testing.TB, opts harnessOptions) *harness {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	h.functions = runtimev1.NewFunctionRuntimeClient(conn)
-	h.client = testserver.Start(t, "").Client
+	// The server writes status.endpoint; give it runtimed's base.
+	h.client = testserver.Start(t, "", "--invoke-endpoint-base=https://kube.example").Client
 	h.capacity = opts.capacity
 	h.startController(t)
 	return h

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
@@ -37,9 +39,11 @@ func NewServer(gate Gate, runtimeServer runtimev1.FunctionRuntimeClient, runtime
 	return &Server{gate: gate, runtimeServer: runtimeServer, runtime: runtime}
 }
 
-// Invoke implements runtimedv1.RuntimedServer. Nothing ran when it returns
-// FailedPrecondition, InvalidArgument or ResourceExhausted; the outcome of
-// a DeadlineExceeded, Aborted or Internal answer is the invocation's own.
+// Invoke implements runtimedv1.RuntimedServer. An error that carries
+// runtimev1.NotStarted promises that no handler started: runtimed's own
+// refusals, the Runtime Server's (which mark theirs) and a call that never
+// reached the Runtime Server. DeadlineExceeded is an invocation stopped at
+// its deadline; any other error is Aborted: the handler may have run.
 func (s *Server) Invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*runtimedv1.InvokeResponse, error) {
 	started := time.Now()
 	resp, err := s.invoke(ctx, req)
@@ -54,20 +58,22 @@ func (s *Server) Invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*ru
 }
 
 func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*runtimedv1.InvokeResponse, error) {
+	if err := invocation.CheckID(req.GetInvocationId()); err != nil {
+		return nil, runtimev1.NotStartedError(codes.InvalidArgument, "invocation_id: %v", err)
+	}
 	switch {
-	case req.GetInvocationId() == "" || len(req.GetInvocationId()) > invocation.MaxIDBytes:
-		return nil, status.Errorf(codes.InvalidArgument, "invocation_id must be 1..%d bytes", invocation.MaxIDBytes)
 	case len(req.GetInput()) > invocation.MaxInputBytes:
-		return nil, status.Errorf(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), invocation.MaxInputBytes)
+		return nil, runtimev1.NotStartedError(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), invocation.MaxInputBytes)
 	case req.GetTimeoutMillis() < 0:
-		return nil, status.Error(codes.InvalidArgument, "timeout_millis must not be negative")
+		return nil, runtimev1.NotStartedError(codes.InvalidArgument, "timeout_millis must not be negative")
 	}
 	id, err := s.gate.Admit(types.UID(req.GetRunUid()), req.GetAttempt(), types.UID(req.GetPodUid()))
 	if err != nil {
-		return nil, status.Error(codes.FailedPrecondition, err.Error())
+		return nil, runtimev1.NotStartedError(codes.FailedPrecondition, "%s", err.Error())
 	}
 	// The content type goes on as it came: application/json says the
 	// apiserver validated the input, so the Runtime Server does not scan it.
+	var reached peer.Peer
 	out, err := s.runtimeServer.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{
 		RunUid:         req.GetRunUid(),
 		RegistrationId: id,
@@ -75,9 +81,9 @@ func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*ru
 		Input:          req.GetInput(),
 		ContentType:    req.GetContentType(),
 		TimeoutMillis:  req.GetTimeoutMillis(),
-	})
+	}, grpc.Peer(&reached))
 	if err != nil {
-		return nil, invokeError(err)
+		return nil, invokeError(err, reached.Addr != nil)
 	}
 	resp := &runtimedv1.InvokeResponse{
 		InvocationId:    out.GetInvocationId(),
@@ -97,22 +103,24 @@ func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*ru
 }
 
 // invokeError maps the Runtime Server's answer to what the apiserver makes
-// of it: whether the handler may have run decides the code.
-func invokeError(err error) error {
+// of it; reached says the call got to the Runtime Server. Only an explicit
+// NotStarted, or a call that never left, says that nothing ran: a code
+// alone does not (a custom Runtime Server may answer ResourceExhausted or
+// FailedPrecondition after its handler ran).
+func invokeError(err error, reached bool) error {
 	st := status.Convert(err)
-	switch st.Code() {
-	case codes.ResourceExhausted, codes.DeadlineExceeded, codes.InvalidArgument:
+	switch {
+	case runtimev1.IsNotStarted(err):
 		return err
-	case codes.FailedPrecondition, codes.NotFound:
-		// The registration changed under the gate (superseded or
-		// unregistered): the handler did not run.
-		return status.Error(codes.FailedPrecondition, "the registration cannot take invocations now: "+st.Message())
-	case codes.Canceled:
-		if errors.Is(err, context.Canceled) {
-			return err
-		}
+	case !reached:
+		return runtimev1.NotStartedError(st.Code(), "the Runtime Server was not reached: %s", st.Message())
+	case st.Code() == codes.DeadlineExceeded:
+		return err
+	case st.Code() == codes.Canceled && errors.Is(err, context.Canceled):
+		// The apiserver went away: nobody reads this answer.
+		return err
 	}
-	// Aborted, Internal, Unknown, and Unavailable, which is also how a
-	// connection that broke mid-call ends: dispatched, outcome unknown.
-	return status.Error(codes.Aborted, "the invocation was dispatched and its outcome is unknown: "+st.Message())
+	// Any other error, and Unavailable, which is also how a connection that
+	// broke mid-call ends: dispatched, outcome unknown.
+	return status.Errorf(codes.Aborted, "the invocation was dispatched and its outcome is unknown (%s): %s", st.Code(), st.Message())
 }

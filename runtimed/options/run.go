@@ -289,7 +289,7 @@ func (o *Options) serveInvoke(ctx context.Context, server *invoke.Server) error 
 	if err != nil {
 		return fmt.Errorf("listen on %s for invocations: %w; pick another --invoke-address", o.InvokeAddress, err)
 	}
-	gs := grpc.NewServer(append(transport.ServerOptions(), grpc.Creds(credentials.NewTLS(serverTLS)))...)
+	gs := grpc.NewServer(append(transport.RuntimedServerOptions(), grpc.Creds(credentials.NewTLS(serverTLS)))...)
 	runtimedv1.RegisterRuntimedServer(gs, server)
 	go func() {
 		<-ctx.Done()

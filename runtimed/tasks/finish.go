@@ -36,6 +36,9 @@ func (c *Controller) complete(ctx context.Context, key string, run *v1alpha1.Run
 // then releases its execution. exec is nil when there is none.
 func (c *Controller) finish(ctx context.Context, key string, run *v1alpha1.Run, exec *execution, o runstatus.Outcome) error {
 	logger := runstatus.Logger(ctx, run)
+	if exec != nil {
+		c.saveLog(ctx, run, exec)
+	}
 	updated, retried := runstatus.Finish(run, o, c.clock.Now())
 	if _, err := runstatus.Update(ctx, c.runs, updated); err != nil {
 		return fmt.Errorf("record the outcome of Run %s: %w", key, err)
@@ -133,4 +136,38 @@ func reasonOrPhase(o runstatus.Outcome) string {
 func firstLine(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
 	return line
+}
+
+// saveLog hands the attempt's kept log to kruntimes-apiserver before its
+// outcome is written, so a client that saw the outcome reads all of it. A
+// refused log is logged, never waited on: the outcome is written anyway.
+func (c *Controller) saveLog(ctx context.Context, run *v1alpha1.Run, exec *execution) {
+	c.mu.Lock()
+	result := exec.result
+	c.mu.Unlock()
+	if result.GetLog() == nil {
+		return
+	}
+	rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
+	defer cancel()
+	if err := c.runs.Runs(run.Namespace).SaveLog(rpcCtx, run.Name, run.Status.Attempt, runLogOf(result.GetLog())); err != nil {
+		runstatus.Logger(ctx, run).Error(err, "The apiserver did not keep the attempt's log; recording its outcome anyway", "attempt", run.Status.Attempt)
+	}
+}
+
+// runLogOf is the Runtime Server's log as the API carries it.
+func runLogOf(l *runtimev1.TaskLog) *v1alpha1.RunLog {
+	out := &v1alpha1.RunLog{
+		Chunks:       make([]v1alpha1.RunLogChunk, len(l.GetChunks())),
+		DroppedBytes: l.GetDroppedBytes(),
+		DroppedAfter: l.GetDroppedAfter(),
+	}
+	for i, c := range l.GetChunks() {
+		stream := v1alpha1.RunLogStreamStdout
+		if c.GetStream() == runtimev1.LogStream_LOG_STREAM_STDERR {
+			stream = v1alpha1.RunLogStreamStderr
+		}
+		out.Chunks[i] = v1alpha1.RunLogChunk{Stream: stream, UnixNano: c.GetUnixNano(), Data: c.GetData()}
+	}
+	return out
 }

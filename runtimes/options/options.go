@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"kruntimes.io/kruntimes/apis/runlog"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/runtimes/bash"
 	"kruntimes.io/kruntimes/runtimes/language"
@@ -18,6 +19,13 @@ import (
 // maxSpareWorkers bounds --spare-workers: each is an idle interpreter.
 const maxSpareWorkers = 64
 
+// Bounds of --run-log-max-bytes: the log travels in one gRPC message to
+// runtimed (4 MiB at most by default) and is stored as one record.
+const (
+	minRunLogBytes = 1 << 10
+	maxRunLogBytes = 3 << 20
+)
+
 // Options are the flags of kruntimes-runtime. The Runtime's Pod template
 // sets --language and --listen.
 type Options struct {
@@ -27,6 +35,8 @@ type Options struct {
 	SpareWorkers    int
 	StateDir        string
 	ShutdownTimeout time.Duration
+	// RunLogMaxBytes bounds the log of each task handed to runtimed.
+	RunLogMaxBytes int
 	// MaxProcs is GOMAXPROCS unless $GOMAXPROCS is set; 0 leaves it to Go.
 	MaxProcs int
 }
@@ -38,6 +48,7 @@ func NewOptions() *Options {
 		Listen:          runtimepod.RuntimeSocket,
 		SpareWorkers:    2,
 		ShutdownTimeout: 10 * time.Second,
+		RunLogMaxBytes:  runlog.DefaultMaxBytes,
 		// The server's own work per call is small next to its workers'
 		// (separate processes), and handing a call between goroutines on
 		// one thread costs far less CPU than waking a second one for each
@@ -54,6 +65,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "Private directory for inline scripts and outputs files; a fresh temporary directory when empty.")
 	fs.IntVar(&o.SpareWorkers, "spare-workers", o.SpareWorkers, "Python only: warm workers kept started ahead of registrations, so a registration costs importing its handler instead of starting an interpreter; 0 starts one per registration.")
 	fs.IntVar(&o.MaxProcs, "gomaxprocs", o.MaxProcs, "Most threads executing this server's Go code at once (GOMAXPROCS), unless $GOMAXPROCS is set; 0 leaves it to Go, which takes the CPUs the container may use. User programs and workers are not limited by it.")
+	fs.IntVar(&o.RunLogMaxBytes, "run-log-max-bytes", o.RunLogMaxBytes, "Most bytes of each task's output (stdout and stderr in write order) kept for runs/log: the first and the last half; when a task writes more, the bytes in between are dropped and counted. 0 means the default.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to let in-flight calls finish on SIGTERM before killing all user processes.")
 }
 
@@ -68,6 +80,9 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxProcs < 0 {
 		errs = append(errs, fmt.Errorf("--gomaxprocs must not be negative, got %d", o.MaxProcs))
+	}
+	if o.RunLogMaxBytes != 0 && (o.RunLogMaxBytes < minRunLogBytes || o.RunLogMaxBytes > maxRunLogBytes) {
+		errs = append(errs, fmt.Errorf("--run-log-max-bytes must be between %d and %d, got %d", minRunLogBytes, maxRunLogBytes, o.RunLogMaxBytes))
 	}
 	if o.SpareWorkers < 0 || o.SpareWorkers > maxSpareWorkers {
 		errs = append(errs, fmt.Errorf("--spare-workers must be between 0 and %d, got %d", maxSpareWorkers, o.SpareWorkers))
@@ -91,5 +106,5 @@ func (o *Options) Config(stateDir string) server.Options {
 		}
 		lang, functions = l, l
 	}
-	return server.Options{Language: lang, Functions: functions, StateDir: stateDir, BaseEnv: os.Environ()}
+	return server.Options{Language: lang, Functions: functions, StateDir: stateDir, BaseEnv: os.Environ(), RunLogMaxBytes: o.RunLogMaxBytes}
 }

@@ -25,6 +25,9 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "python on a unix socket is valid", opts: Options{Language: "python", Listen: "unix:///tmp/x.sock"}},
 		{name: "unknown language is rejected", opts: Options{Language: "ruby", Listen: "unix:///tmp/x.sock"}, wantErr: true},
 		{name: "TCP listen address is rejected", opts: Options{Language: "bash", Listen: "tcp://127.0.0.1:9000"}, wantErr: true},
+		{name: "a run log bound of 64 KiB is valid", opts: Options{Language: "bash", Listen: "unix:///tmp/x.sock", RunLogMaxBytes: 64 << 10}},
+		{name: "a run log bound under 1 KiB is rejected", opts: Options{Language: "bash", Listen: "unix:///tmp/x.sock", RunLogMaxBytes: 100}, wantErr: true},
+		{name: "a run log bound over 3 MiB is rejected (one gRPC message)", opts: Options{Language: "bash", Listen: "unix:///tmp/x.sock", RunLogMaxBytes: 4 << 20}, wantErr: true},
 		{name: "empty socket path is rejected", opts: Options{Language: "bash", Listen: "unix://"}, wantErr: true},
 	}
 	for _, tc := range tests {

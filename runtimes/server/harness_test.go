@@ -63,6 +63,7 @@ func newHarnessWithClock(t testing.TB, lang string, clk clock.WithDelayedExecuti
 		StateDir:            filepath.Join(dir, "state"),
 		BaseEnv:             []string{"PATH=" + os.Getenv("PATH")},
 		DefaultDrainTimeout: 10 * time.Second,
+		RunLogMaxBytes:      64 << 10,
 		Clock:               clk,
 	})
 	require.NoError(t, err)

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -19,12 +21,14 @@ import (
 
 // InvokeFunction implements runtimev1.FunctionRuntimeServer.
 func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFunctionRequest) (*runtimev1.InvokeFunctionResponse, error) {
+	// Every refusal up to the handler's start carries NotStarted: runtimed
+	// and the apiserver answer a retryable code only for those.
 	invocationID := req.GetInvocationId()
-	if invocationID == "" || len(invocationID) > invocation.MaxIDBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "invocation_id has %d bytes; it must have 1..%d: pass the ID the apiserver minted", len(invocationID), invocation.MaxIDBytes)
+	if err := invocation.CheckID(invocationID); err != nil {
+		return nil, runtimev1.NotStartedError(codes.InvalidArgument, "invocation_id: %v: pass the ID the apiserver minted", err)
 	}
 	if len(req.GetInput()) > invocation.MaxInputBytes {
-		return nil, status.Errorf(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), invocation.MaxInputBytes)
+		return nil, runtimev1.NotStartedError(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), invocation.MaxInputBytes)
 	}
 	contentType := req.GetContentType()
 	if contentType == "" {
@@ -33,22 +37,22 @@ func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFuncti
 		// by the caller was validated by the apiserver and is not scanned
 		// again.
 		if !json.Valid(req.GetInput()) {
-			return nil, status.Error(codes.InvalidArgument, "input is not valid JSON; send a JSON document or another content_type")
+			return nil, runtimev1.NotStartedError(codes.InvalidArgument, "input is not valid JSON; send a JSON document or another content_type")
 		}
 		contentType = invocation.ContentTypeJSON
 	}
 	if req.GetTimeoutMillis() < 0 {
-		return nil, status.Error(codes.InvalidArgument, "timeout_millis must not be negative")
+		return nil, runtimev1.NotStartedError(codes.InvalidArgument, "timeout_millis must not be negative")
 	}
 	reg, err := s.lookupRegistration(req.GetRunUid(), req.GetRegistrationId())
 	if err != nil {
-		return nil, err
+		return nil, runtimev1.MarkNotStarted(err)
 	}
 
 	select {
 	case reg.slot <- struct{}{}:
 	default:
-		return nil, status.Errorf(codes.ResourceExhausted, "Run %s already has an invocation in flight; retry after it completes", reg.runUID)
+		return nil, runtimev1.NotStartedError(codes.ResourceExhausted, "Run %s already has an invocation in flight; retry after it completes", reg.runUID)
 	}
 	defer func() { <-reg.slot }()
 
@@ -57,16 +61,16 @@ func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFuncti
 	switch {
 	case reg.ended:
 		reg.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "registration ID %q is stale: its generation ended", reg.id)
+		return nil, runtimev1.NotStartedError(codes.FailedPrecondition, "registration ID %q is stale: its generation ended", reg.id)
 	case st.GetState() == runtimev1.FunctionState_FUNCTION_STATE_DRAINING:
 		reg.mu.Unlock()
-		return nil, status.Errorf(codes.Unavailable, "Run %s is being unregistered and accepts no new invocations", reg.runUID)
+		return nil, runtimev1.NotStartedError(codes.Unavailable, "Run %s is being unregistered and accepts no new invocations", reg.runUID)
 	case st.GetState() == runtimev1.FunctionState_FUNCTION_STATE_REGISTERING:
 		reg.mu.Unlock()
-		return nil, status.Errorf(codes.Unavailable, "Run %s is still registering; retry once RegisterFunction returned READY", reg.runUID)
+		return nil, runtimev1.NotStartedError(codes.Unavailable, "Run %s is still registering; retry once RegisterFunction returned READY", reg.runUID)
 	case st.GetState() == runtimev1.FunctionState_FUNCTION_STATE_FAILED:
 		reg.mu.Unlock()
-		return nil, status.Errorf(codes.FailedPrecondition, "Run %s registration FAILED (%s); register a higher attempt", reg.runUID, st.GetFatalError())
+		return nil, runtimev1.NotStartedError(codes.FailedPrecondition, "Run %s registration FAILED (%s); register a higher attempt", reg.runUID, st.GetFatalError())
 	}
 	started := s.opts.Clock.Now()
 	reg.inFlight++
@@ -152,11 +156,23 @@ func boundResult(invocationID, contentType string, duration time.Duration, res *
 	if ferr != nil {
 		resp.Output = nil
 		resp.Outputs = nil
+		// Protobuf strings must be UTF-8 (an invalid one fails the whole
+		// answer), and a handler's bytes need not be: invalid bytes become
+		// U+FFFD before the bounds are applied.
 		resp.Error = &runtimev1.FunctionError{
-			Type:    language.Truncate(ferr.Type, invocation.MaxIDBytes, false),
-			Message: language.Truncate(ferr.Message, language.MaxErrorMessageBytes, false),
-			Stack:   language.Truncate(ferr.Stack, language.MaxErrorStackBytes, true),
+			Type:    language.Truncate(validUTF8(ferr.Type), invocation.MaxIDBytes, false),
+			Message: language.Truncate(validUTF8(ferr.Message), language.MaxErrorMessageBytes, false),
+			Stack:   language.Truncate(validUTF8(ferr.Stack), language.MaxErrorStackBytes, true),
 		}
 	}
 	return resp
+}
+
+// validUTF8 is s with each run of bytes that are not UTF-8 replaced by
+// U+FFFD.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"kruntimes.io/kruntimes/apis/runlog"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimes/language"
 )
@@ -33,6 +34,10 @@ type Options struct {
 	MaxTasks int
 	// TaskLogBytes bounds the retained tail of each task's stdout and stderr.
 	TaskLogBytes int
+	// RunLogMaxBytes bounds the log of each task (both streams in write
+	// order, a head and a tail) handed to runtimed for runs/log;
+	// runlog.DefaultMaxBytes when zero.
+	RunLogMaxBytes int
 	// RegisterTimeout bounds loading a function (e.g. a Python import).
 	RegisterTimeout time.Duration
 	// DefaultDrainTimeout is how long Unregister lets an invocation finish
@@ -86,6 +91,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.MaxTasks <= 0 {
 		opts.MaxTasks = DefaultMaxTasks
+	}
+	if opts.RunLogMaxBytes <= 0 {
+		opts.RunLogMaxBytes = runlog.DefaultMaxBytes
 	}
 	if opts.TaskLogBytes <= 0 {
 		opts.TaskLogBytes = DefaultTaskLogBytes

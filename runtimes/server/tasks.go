@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -19,6 +20,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runlog"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimes/language"
 	"kruntimes.io/kruntimes/runtimes/outputs"
@@ -41,7 +43,9 @@ type task struct {
 	dir    string // private scratch: inline script, outputs file
 	stdout *process.Capture
 	stderr *process.Capture
-	done   chan struct{}
+	// log records both streams in write order for runs/log.
+	log  *runlog.Recorder
+	done chan struct{}
 
 	mu        sync.Mutex
 	group     *process.Group
@@ -71,6 +75,7 @@ func (t *task) snapshot(includeLogs bool) *runtimev1.TaskStatus {
 	if includeLogs {
 		st.Stdout, st.Stderr = t.stdout.Bytes(), t.stderr.Bytes()
 		st.StdoutTruncated, st.StderrTruncated = t.stdout.Truncated(), t.stderr.Truncated()
+		st.Log = taskLog(t.log.Log())
 	}
 	return st
 }
@@ -129,6 +134,7 @@ func (s *Server) Execute(ctx context.Context, req *runtimev1.ExecuteRequest) (*r
 		digest: digest,
 		stdout: process.NewTailCapture(s.opts.TaskLogBytes),
 		stderr: process.NewTailCapture(s.opts.TaskLogBytes),
+		log:    runlog.NewRecorder(s.opts.RunLogMaxBytes, s.opts.Clock.Now),
 		done:   make(chan struct{}),
 		status: &runtimev1.TaskStatus{
 			TaskId:        req.GetTaskId(),
@@ -179,8 +185,8 @@ func (s *Server) startTask(ctx context.Context, t *task, req *runtimev1.ExecuteR
 		Argv:   s.opts.Language.TaskArgv(file, args),
 		Dir:    req.GetWorkingDir(),
 		Env:    s.env(append(env, language.EnvOutputs+"="+outputsFile)...),
-		Stdout: t.stdout,
-		Stderr: t.stderr,
+		Stdout: io.MultiWriter(t.stdout, t.log.Writer(runlog.StreamStdout)),
+		Stderr: io.MultiWriter(t.stderr, t.log.Writer(runlog.StreamStderr)),
 	})
 	if err != nil {
 		fail(ReasonStartFailed, fmt.Sprintf("start task: %v; check working_dir and the interpreter", err))
@@ -330,4 +336,21 @@ func (s *Server) List(context.Context, *runtimev1.ListRequest) (*runtimev1.ListR
 	}
 	sort.Slice(resp.Tasks, func(i, j int) bool { return resp.Tasks[i].GetTaskId() < resp.Tasks[j].GetTaskId() })
 	return resp, nil
+}
+
+// taskLog is l as the Runtime Server API carries it.
+func taskLog(l runlog.Log) *runtimev1.TaskLog {
+	out := &runtimev1.TaskLog{
+		Chunks:       make([]*runtimev1.LogChunk, len(l.Chunks)),
+		DroppedBytes: l.DroppedBytes,
+		DroppedAfter: int32(l.DroppedAfter),
+	}
+	for i, c := range l.Chunks {
+		stream := runtimev1.LogStream_LOG_STREAM_STDOUT
+		if c.Stream == runlog.StreamStderr {
+			stream = runtimev1.LogStream_LOG_STREAM_STDERR
+		}
+		out.Chunks[i] = &runtimev1.LogChunk{Stream: stream, UnixNano: c.Time.UnixNano(), Data: c.Data}
+	}
+	return out
 }

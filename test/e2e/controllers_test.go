@@ -311,8 +311,13 @@ func countPhase(items []v1alpha1.Run, phase lifecycle.Phase) int {
 // waitRuns polls the Runs of ns until done holds and returns them.
 func waitRuns(ctx context.Context, t *testing.T, client versioned.Interface, ns, what string, done func([]v1alpha1.Run) bool) []v1alpha1.Run {
 	t.Helper()
+	return waitRunsTimeout(ctx, t, client, ns, what, framework.ShortTimeout, done)
+}
+
+func waitRunsTimeout(ctx context.Context, t *testing.T, client versioned.Interface, ns, what string, timeout time.Duration, done func([]v1alpha1.Run) bool) []v1alpha1.Run {
+	t.Helper()
 	var items []v1alpha1.Run
-	err := framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+	err := framework.Poll(ctx, framework.PollInterval, timeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		list, err := client.KruntimesV1alpha1().Runs(ns).List(ctx, metav1.ListOptions{})
 		if seen.Err(err) {
 			return false, nil
@@ -322,7 +327,7 @@ func waitRuns(ctx context.Context, t *testing.T, client versioned.Interface, ns,
 	})
 	if err != nil {
 		sort.Slice(items, func(i, j int) bool { return items[i].Name < items[j].Name })
-		for _, r := range items {
+		for _, r := range items[:min(len(items), 100)] {
 			t.Logf("%s: %s pod=%s reason=%s message=%q", r.Name, r.Status.Phase, r.Status.AssignedPod, scheduledReason(&r), r.Status.Message)
 		}
 	}

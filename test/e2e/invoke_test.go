@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -326,6 +327,45 @@ func TestInvoke(t *testing.T) {
 		assert.Empty(t, a.header.Get("Retry-After"))
 		next := admin.post(ctx, t, invokePath(ns, "sleeper"), []byte(`0`), nil)
 		assert.Equal(t, http.StatusOK, next.code, "%s", next.body)
+	})
+
+	t.Run("a bash handler writing bytes that are not UTF-8 to stderr is 200 with the function error", func(t *testing.T) {
+		createRun(ctx, t, runs, ns, functionRun("binary", "bash", "handler.sh", "printf 'bad \\377\\376 bytes\\n' >&2\nexit 1\n", "handler.sh"))
+		waitForRun(ctx, t, runs, ns, "binary", functionTimeout, "Ready", inPhase(lifecycle.Ready))
+		a := admin.post(ctx, t, invokePath(ns, "binary"), []byte(`{}`), nil)
+		r := a.result(t)
+		assert.Equal(t, "NonZeroExit", a.header.Get("X-Kruntime-Function-Error"))
+		require.NotNil(t, r.Error)
+		assert.Equal(t, "NonZeroExit", r.Error.Type)
+		require.NotNil(t, r.Logs)
+		assert.Equal(t, "bad \uFFFD bytes\n", r.Logs.Stderr, "each invalid run of bytes is one U+FFFD")
+		assert.True(t, utf8.Valid(a.body), "the answer is UTF-8: %q", a.body)
+	})
+
+	t.Run("an invocation ID that is not UTF-8 is 400 through kube-apiserver, and runs nothing", func(t *testing.T) {
+		a := admin.post(ctx, t, invokePath(ns, "echo"), []byte(`{}`), map[string]string{"X-Kruntime-Invocation-ID": "id-\xff"})
+		require.Equal(t, http.StatusBadRequest, a.code, "%s", a.body)
+		assert.Contains(t, a.status(t).Message, "UTF-8")
+		assert.Empty(t, a.header.Get("Retry-After"))
+		a = admin.post(ctx, t, invokePath(ns, "echo"), []byte(`{}`), map[string]string{"X-Kruntime-Invocation-ID": "naïve-✓"})
+		assert.Equal(t, http.StatusOK, a.code, "a UTF-8 ID beyond ASCII is fine: %s", a.body)
+	})
+
+	t.Run("a cancelled Run is 409 without Retry-After", func(t *testing.T) {
+		ready(t, "doomed", "handlers.echo")
+		out, err := f.Kubectl(ctx, "-n", ns, "patch", "run", "doomed", "--type=merge", "-p", `{"spec":{"cancelRequested":true}}`)
+		require.NoError(t, err, out)
+		waitForRun(ctx, t, runs, ns, "doomed", functionTimeout, "Cancelled", inPhase(lifecycle.Cancelled))
+		var last answer
+		err = framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, _ *framework.Observed) (bool, error) {
+			last = admin.post(ctx, t, invokePath(ns, "doomed"), []byte(`{}`), nil)
+			return last.code == http.StatusConflict, nil
+		})
+		require.NoError(t, err, "the last answer: %d %s", last.code, last.body)
+		st := last.status(t)
+		assert.Equal(t, metav1.StatusReasonConflict, st.Reason)
+		assert.Contains(t, st.Message, "Cancelled")
+		assert.Empty(t, last.header.Get("Retry-After"), "a Run that ended will not be invocable again")
 	})
 
 	t.Run("the Go client and krt invoke", func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -51,6 +52,10 @@ type Config struct {
 	// "embedded" (the default) or "etcd3", the cluster's etcd under the
 	// prefix /kruntimes.
 	KruntimesStorage string
+	// KruntimesReplicas is how many kruntimes-apiserver processes run
+	// (default 1), behind a Service front that hands each new connection to
+	// the next ready one. More than one needs KruntimesStorage etcd3.
+	KruntimesReplicas int
 	// KruntimesArgs are extra flags of kruntimes-apiserver, after the ones
 	// the cluster sets, e.g. a short --recovery-heartbeat-grace-period.
 	KruntimesArgs []string
@@ -79,6 +84,10 @@ type Cluster struct {
 	components []*component
 	cancel     context.CancelFunc
 	agentDone  chan struct{}
+	// front is the Service front of several kruntimes-apiserver replicas.
+	front       *serviceFront
+	stopFront   context.CancelFunc
+	kruntimesUp []*component
 
 	// APIServerURL is the secure URL of kube-apiserver.
 	APIServerURL string
@@ -91,6 +100,9 @@ type Cluster struct {
 	KruntimesRunning bool
 	// KruntimesSkipReason says why kruntimes-apiserver is not running.
 	KruntimesSkipReason string
+	// KruntimesURL is kruntimes-apiserver's own secure URL, the direct
+	// entry point (its serving certificate is signed by the cluster CA).
+	KruntimesURL string
 }
 
 // ErrAlreadyRunning is returned when another process holds the state directory.
@@ -120,6 +132,12 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.Kruntimes == "" {
 		cfg.Kruntimes = KruntimesRequired
+	}
+	if cfg.KruntimesReplicas == 0 {
+		cfg.KruntimesReplicas = 1
+	}
+	if cfg.KruntimesReplicas > 1 && cfg.KruntimesStorage != "etcd3" {
+		return nil, fmt.Errorf("%d kruntimes-apiserver replicas need etcd3 storage: the embedded backend's data file has one writer", cfg.KruntimesReplicas)
 	}
 	c := &Cluster{cfg: cfg}
 	if err := c.start(ctx); err != nil {
@@ -356,6 +374,13 @@ func (c *Cluster) auditPolicyPath() string { return filepath.Join(c.cfg.StateDir
 // AuditLogPath is kube-apiserver's audit log: one JSON event per invocation.
 func (c *Cluster) AuditLogPath() string { return filepath.Join(c.cfg.StateDir, "logs", "audit.log") }
 
+// KruntimesAuditLogPath is kruntimes-apiserver's own audit log: one JSON
+// event per invocation, through aggregation or direct, annotated with
+// kruntimes.io/entry-point.
+func (c *Cluster) KruntimesAuditLogPath() string {
+	return filepath.Join(c.cfg.StateDir, "logs", "kruntimes-audit.log")
+}
+
 // clientConfig is a client-certificate configuration for one of the pairs.
 func (c *Cluster) clientConfig(pair string) *rest.Config {
 	return &rest.Config{
@@ -438,6 +463,11 @@ func (c *Cluster) Stop(ctx context.Context) {
 		c.components[i].stop(ctx)
 	}
 	c.components = nil
+	if c.stopFront != nil {
+		c.stopFront()
+		c.front.wait()
+		c.stopFront = nil
+	}
 	if c.lock != nil {
 		_ = os.Remove(c.lockPath())
 		c.lock.Close()
@@ -542,10 +572,21 @@ func insecureTLS() *tls.Config {
 	return &tls.Config{InsecureSkipVerify: true} //nolint:gosec
 }
 
-// Err reports the first control-plane process that has exited.
+// Err reports the first control-plane process that has exited. Of several
+// kruntimes-apiserver replicas only the last one counts: losing one is what
+// replicas are for.
 func (c *Cluster) Err() error {
+	replicasUp := 0
+	for _, comp := range c.kruntimesUp {
+		if comp.running() == nil {
+			replicasUp++
+		}
+	}
 	for _, comp := range c.components {
 		if err := comp.running(); err != nil {
+			if len(c.kruntimesUp) > 1 && replicasUp > 0 && slices.Contains(c.kruntimesUp, comp) {
+				continue
+			}
 			return err
 		}
 	}

@@ -120,11 +120,11 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		return err
 	}
 
-	ports, err := freePorts(1)
+	n := c.cfg.KruntimesReplicas
+	ports, err := freePorts(n)
 	if err != nil {
 		return err
 	}
-	port := ports[0]
 	storage := []string{"--storage-backend=embedded", "--storage-path=" + filepath.Join(dir, "data")}
 	where := "embedded storage in " + filepath.Join(dir, "data")
 	switch c.cfg.KruntimesStorage {
@@ -135,44 +135,83 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 	default:
 		return fmt.Errorf("kruntimes storage %q: want embedded or etcd3", c.cfg.KruntimesStorage)
 	}
-	c.progress("kruntimes-apiserver on https://127.0.0.1:%d (%s)", port, where)
-	args := []string{
-		"--secure-port=" + strconv.Itoa(port),
-		"--bind-address=127.0.0.1",
-		"--cert-dir=" + filepath.Join(dir, "certs"),
-		"--tls-cert-file=" + servingCert,
-		"--tls-private-key-file=" + servingKey,
-		"--authentication-kubeconfig=" + kubeconfig,
-		"--authorization-kubeconfig=" + kubeconfig,
-		"--kubeconfig=" + kubeconfig,
-		// The invoke hop: this server's client pair for runtimed, and the
-		// CA with which the runtime controller issues each Runtime's
-		// runtimed serving pair.
-		"--runtimed-ca-file=" + invokeCA.cert,
-		"--runtimed-ca-key-file=" + invokeCA.key,
-		"--runtimed-client-cert-file=" + invokeCA.clientCert,
-		"--runtimed-client-key-file=" + invokeCA.clientKey,
-		// Endpoints this machine's clients reach: kube-apiserver itself.
-		"--invoke-endpoint-base=" + c.APIServerURL,
-		// pprof without authentication, on a socket only this machine's
-		// root reaches: for profiling under the benchmarks.
-		"--debug-socket-path=" + filepath.Join(dir, "debug.sock"),
-	}
-	args = append(args, storage...)
-	args = append(args, c.cfg.KruntimesArgs...)
-	proc, err := startComponent(ctx, logDir, repobin.APIServer.Name, c.binary(repobin.APIServer.Name), args...)
-	if err != nil {
-		return err
-	}
-	c.components = append(c.components, proc)
 	caPEM, err := os.ReadFile(c.pki.clusterCA())
 	if err != nil {
 		return err
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(caPEM)
-	if err := c.waitHTTP(ctx, proc, fmt.Sprintf("https://127.0.0.1:%d/readyz", port), tlsWithRoots(pool)); err != nil {
-		return err
+	backends := make([]string, n)
+	for i, port := range ports {
+		name, debugSocket, auditLog := repobin.APIServer.Name, filepath.Join(dir, "debug.sock"), c.KruntimesAuditLogPath()
+		if i > 0 {
+			name, debugSocket = fmt.Sprintf("%s-%d", name, i), filepath.Join(dir, fmt.Sprintf("debug-%d.sock", i))
+			auditLog = filepath.Join(filepath.Dir(auditLog), fmt.Sprintf("kruntimes-%d-audit.log", i))
+		}
+		c.progress("%s on https://127.0.0.1:%d (%s)", name, port, where)
+		args := []string{
+			"--secure-port=" + strconv.Itoa(port),
+			"--bind-address=127.0.0.1",
+			"--cert-dir=" + filepath.Join(dir, "certs"),
+			"--tls-cert-file=" + servingCert,
+			"--tls-private-key-file=" + servingKey,
+			"--authentication-kubeconfig=" + kubeconfig,
+			"--authorization-kubeconfig=" + kubeconfig,
+			"--kubeconfig=" + kubeconfig,
+			// The invoke hop: this server's client pair for runtimed, and the
+			// CA with which the runtime controller issues each Runtime's
+			// runtimed serving pair.
+			"--runtimed-ca-file=" + invokeCA.cert,
+			"--runtimed-ca-key-file=" + invokeCA.key,
+			"--runtimed-client-cert-file=" + invokeCA.clientCert,
+			"--runtimed-client-key-file=" + invokeCA.clientKey,
+			// Endpoints this machine's clients reach: kube-apiserver itself.
+			"--invoke-endpoint-base=" + c.APIServerURL,
+			// pprof without authentication, on a socket only this machine's
+			// root reaches: for profiling under the benchmarks.
+			"--debug-socket-path=" + debugSocket,
+			// Its own audit log, with kube-apiserver's policy: every
+			// invocation, through aggregation or direct, tagged with its
+			// entry point (kruntimes.io/entry-point). One file per replica.
+			"--audit-policy-file=" + c.auditPolicyPath(),
+			"--audit-log-path=" + auditLog,
+			"--audit-log-maxsize=100",
+			"--audit-log-maxbackup=1",
+		}
+		args = append(args, storage...)
+		args = append(args, c.cfg.KruntimesArgs...)
+		proc, err := startComponent(ctx, logDir, name, c.binary(repobin.APIServer.Name), args...)
+		if err != nil {
+			return err
+		}
+		c.components = append(c.components, proc)
+		c.kruntimesUp = append(c.kruntimesUp, proc)
+		if err := c.waitHTTP(ctx, proc, fmt.Sprintf("https://127.0.0.1:%d/readyz", port), tlsWithRoots(pool)); err != nil {
+			return err
+		}
+		backends[i] = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	port := ports[0]
+	// Direct callers reach the first replica (or the front, below).
+	c.KruntimesURL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	if n > 1 {
+		// The front lives as long as the cluster, not this start call.
+		frontCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		front, err := startServiceFront(frontCtx, "127.0.0.1:0", backends, tlsWithRoots(pool))
+		if err != nil {
+			stop()
+			return err
+		}
+		c.front, c.stopFront = front, stop
+		_, frontPort, _ := net.SplitHostPort(front.Addr())
+		port, _ = strconv.Atoi(frontPort)
+		c.KruntimesURL = "https://" + front.Addr()
+		c.progress("Service front of %d kruntimes-apiserver replicas on 127.0.0.1:%d (each new connection to the next ready one)", n, port)
+	}
+	proc := c.kruntimesUp[0]
+	if n > 1 {
+		// Available as long as any replica runs.
+		proc = nil
 	}
 
 	c.progress("registering APIService %s (ExternalName Service %s/%s → localhost:%d)", KruntimesAPIService, KruntimesNamespace, KruntimesService, port)
@@ -187,7 +226,24 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		return err
 	}
 	c.progress("waiting for APIService %s to become Available", KruntimesAPIService)
-	return WaitAPIServiceAvailable(ctx, dyn, KruntimesAPIService, 3*time.Minute, proc.running)
+	alive := func() error { return nil }
+	if proc != nil {
+		alive = proc.running
+	}
+	return WaitAPIServiceAvailable(ctx, dyn, KruntimesAPIService, 3*time.Minute, alive)
+}
+
+// KruntimesReplicaPIDs returns the process ID of each kruntimes-apiserver
+// replica still running, in start order (0 for one that exited), for tests
+// that kill one.
+func (c *Cluster) KruntimesReplicaPIDs() []int {
+	pids := make([]int, len(c.kruntimesUp))
+	for i, comp := range c.kruntimesUp {
+		if comp.running() == nil {
+			pids[i] = comp.cmd.Process.Pid
+		}
+	}
+	return pids
 }
 
 func (c *Cluster) loadClusterCA() (*pki.CA, error) {

@@ -38,6 +38,8 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&RuntimeList{},
 		&RunInvokeOptions{},
 		&InvokeResult{},
+		&RunLogOptions{},
+		&RunLog{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

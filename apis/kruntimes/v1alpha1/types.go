@@ -374,3 +374,91 @@ type InvokeLogs struct {
 	// +optional
 	StderrTruncated bool `json:"stderrTruncated,omitempty" protobuf:"varint,4,opt,name=stderrTruncated"`
 }
+
+// RunLogStream selects the output streams runs/log shows.
+type RunLogStream string
+
+// RunLogStreams.
+const (
+	// RunLogStreamAll shows stdout and stderr interleaved in write order.
+	RunLogStreamAll RunLogStream = "All"
+	// RunLogStreamStdout shows stdout only.
+	RunLogStreamStdout RunLogStream = "Stdout"
+	// RunLogStreamStderr shows stderr only.
+	RunLogStreamStderr RunLogStream = "Stderr"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +k8s:conversion-gen:explicit-from=net/url.Values
+
+// RunLogOptions are the query parameters of
+// GET .../runs/NAME/log, as PodLogOptions are those of pods/log.
+type RunLogOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Follow streams the log while the attempt runs. Not served yet: the
+	// answer is what is kept, which is nothing while an attempt runs.
+	// +optional
+	Follow bool `json:"follow,omitempty" protobuf:"varint,1,opt,name=follow"`
+	// TailLines, when set, shows only that many lines from the end.
+	// +optional
+	TailLines *int64 `json:"tailLines,omitempty" protobuf:"varint,2,opt,name=tailLines"`
+	// LimitBytes, when set, cuts the answer after that many bytes.
+	// +optional
+	LimitBytes *int64 `json:"limitBytes,omitempty" protobuf:"varint,3,opt,name=limitBytes"`
+	// Timestamps prefixes every line with the time it was written
+	// (RFC 3339 with sub-second digits).
+	// +optional
+	Timestamps bool `json:"timestamps,omitempty" protobuf:"varint,4,opt,name=timestamps"`
+	// Attempt selects an attempt (1-based); the Run's latest when absent.
+	// +optional
+	Attempt *int32 `json:"attempt,omitempty" protobuf:"varint,5,opt,name=attempt"`
+	// Stream selects All (stdout and stderr interleaved in write order, the
+	// default), Stdout or Stderr.
+	// +optional
+	// (A plain string: query parameters are simple types in OpenAPI.)
+	Stream string `json:"stream,omitempty" protobuf:"bytes,6,opt,name=stream"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RunLog is the kept log of one attempt of a task Run, which runtimed
+// sends with POST .../runs/NAME/log?attempt=N before it records the
+// attempt's outcome. kruntimes-apiserver stores it outside the Run (lists
+// and watches of Runs never carry it) and serves it as text by
+// GET .../runs/NAME/log; it is not a resource of its own.
+type RunLog struct {
+	metav1.TypeMeta `json:",inline"`
+	// Set by the server.
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// RunUID is the uid of the Run the log belongs to; set by the server.
+	// +optional
+	RunUID types.UID `json:"runUID,omitempty" protobuf:"bytes,2,opt,name=runUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
+	// Attempt is the attempt the log belongs to; set by the server from the
+	// query.
+	// +optional
+	Attempt int32 `json:"attempt,omitempty" protobuf:"varint,3,opt,name=attempt"`
+	// Chunks are the program's writes in write order.
+	// +optional
+	// +listType=atomic
+	Chunks []RunLogChunk `json:"chunks,omitempty" protobuf:"bytes,4,rep,name=chunks"`
+	// DroppedBytes were written but not kept: they came between
+	// chunks[:droppedAfter] (the head) and chunks[droppedAfter:] (the tail).
+	// +optional
+	DroppedBytes int64 `json:"droppedBytes,omitempty" protobuf:"varint,5,opt,name=droppedBytes"`
+	// DroppedAfter is the number of head chunks.
+	// +optional
+	DroppedAfter int32 `json:"droppedAfter,omitempty" protobuf:"varint,6,opt,name=droppedAfter"`
+}
+
+// RunLogChunk is one write of the task's program.
+type RunLogChunk struct {
+	// Stream is Stdout or Stderr.
+	Stream RunLogStream `json:"stream" protobuf:"bytes,1,opt,name=stream,casttype=RunLogStream"`
+	// UnixNano is when it was written, in nanoseconds since the Unix epoch.
+	UnixNano int64 `json:"unixNano" protobuf:"varint,2,opt,name=unixNano"`
+	// Data are the bytes exactly as written.
+	Data []byte `json:"data" protobuf:"bytes,3,opt,name=data"`
+}

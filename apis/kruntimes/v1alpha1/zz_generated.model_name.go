@@ -77,6 +77,21 @@ func (in RunList) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RunLog) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.RunLog"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RunLogChunk) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.RunLogChunk"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RunLogOptions) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.RunLogOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in RunMode) OpenAPIModelName() string {
 	return "io.kruntimes.v1alpha1.RunMode"
 }

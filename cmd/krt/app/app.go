@@ -47,6 +47,7 @@ func Run(args []string, streams genericiooptions.IOStreams) int {
 	flags := genericclioptions.NewConfigFlags(true)
 	flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(newInvokeCommand(flags, streams, &code))
+	root.AddCommand(newLogsCommand(flags, streams, &code))
 	root.SetArgs(args)
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)

@@ -44,10 +44,21 @@ func (g *restOptionsGetter) GetRESTOptions(gr schema.GroupResource, _ runtime.Ob
 	}, nil
 }
 
+// UncachedStorageDecorator implements what registry/runlog asks of a
+// RESTOptionsGetter for a resource that is never listed or watched: this
+// backend's store without a watch cache.
+func (g *restOptionsGetter) UncachedStorageDecorator() generic.StorageDecorator {
+	return g.backend.storageDecorator(false)
+}
+
 // StorageDecorator returns a generic.StorageDecorator building this
 // backend's store for a resource, wrapped in the apiserver's watch cache
 // unless Options.DisableWatchCache is set.
 func (b *Backend) StorageDecorator() generic.StorageDecorator {
+	return b.storageDecorator(!b.opts.DisableWatchCache)
+}
+
+func (b *Backend) storageDecorator(watchCache bool) generic.StorageDecorator {
 	return func(config *storagebackend.ConfigForResource, resourcePrefix string,
 		keyFunc func(runtime.Object) (string, error), newFunc, newListFunc func() runtime.Object,
 		getAttrs storage.AttrFunc, trigger storage.IndexerFuncs, indexers *cache.Indexers,
@@ -70,7 +81,7 @@ func (b *Backend) StorageDecorator() generic.StorageDecorator {
 			s.setTransformer(s.transformer.Load().raw)
 			bare = newCorruptObjectDeleter(s, config.GroupResource)
 		}
-		if b.opts.DisableWatchCache {
+		if !watchCache {
 			// The store holds no resources of its own: the Backend's owner
 			// closes the file.
 			return bare, func() {}, nil

@@ -9,13 +9,17 @@
 //   - runtime-server: InvokeFunction on the Runtime Server's unix socket;
 //   - get-run: an aggregated GET of the same Run, the cheapest
 //     authenticated round trip through aggregation to kruntimes-apiserver;
-//   - get-pod: a GET of a core object (a Runtime Pod) from kube-apiserver.
+//   - get-pod: a GET of a core object (a Runtime Pod) from kube-apiserver;
+//   - direct-invoke, direct-get: invoke and get-run sent to
+//     kruntimes-apiserver's own address (the direct entry point), past
+//     kube-apiserver, with the kubeconfig's credentials or --direct-token.
 //
 // Every client keeps its connections alive, as a service calling functions
 // would. Below each line, the CPU each of the local cluster's processes
 // (by command name) spent per request of it.
 //
 //	go run ./test/bench/invoke --kubeconfig .local/kubeconfig --state .local/cluster --requests 3000 --concurrency 32
+//	go run ./test/bench/invoke --kubeconfig .local/kubeconfig --state .local/cluster --requests 1000 --paths invoke,direct-invoke,get-run,direct-get
 package main
 
 import (
@@ -40,7 +44,10 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -61,6 +68,7 @@ type options struct {
 	kubeconfig, namespace, runtime, state string
 	requests, concurrency                 int
 	paths                                 string
+	directURL, directToken                string
 }
 
 func main() {
@@ -71,7 +79,9 @@ func main() {
 	flag.StringVar(&o.state, "state", ".local/cluster", "State directory of the local cluster: the invoke hop's certificates are read from it.")
 	flag.IntVar(&o.requests, "requests", 2000, "Requests per path and concurrency.")
 	flag.IntVar(&o.concurrency, "concurrency", 32, "The higher concurrency, after 1; one function per worker.")
-	flag.StringVar(&o.paths, "paths", "invoke,runtimed,runtime-server,get-run,get-pod", "Comma-separated paths to measure.")
+	flag.StringVar(&o.paths, "paths", "invoke,runtimed,runtime-server,get-run,get-pod", "Comma-separated paths to measure: invoke, runtimed, runtime-server, get-run, get-pod, direct-invoke, direct-get.")
+	flag.StringVar(&o.directURL, "direct-url", "", "kruntimes-apiserver's own URL for the direct-* paths; by default https://127.0.0.1:<the port of the local cluster's APIService>.")
+	flag.StringVar(&o.directToken, "direct-token", "", "Bearer token for the direct-* paths instead of the kubeconfig's credentials (e.g. kubectl create token NAME), to measure the TokenReview path.")
 	flag.Parse()
 	if err := run(context.Background(), o); err != nil {
 		fmt.Fprintln(os.Stderr, "invoke:", err)
@@ -108,6 +118,13 @@ func run(ctx context.Context, o options) error {
 	}
 	if transport, ok := httpClient.Transport.(*http.Transport); ok {
 		transport.MaxIdleConnsPerHost = o.concurrency
+	}
+
+	var direct direct
+	if strings.Contains(o.paths, "direct-") {
+		if direct, err = directClient(ctx, config, o); err != nil {
+			return err
+		}
 	}
 
 	batch := fmt.Sprintf("bench-%d", time.Now().UnixNano()%1_000_000)
@@ -201,6 +218,12 @@ func run(ctx context.Context, o options) error {
 		}},
 		{"get-run", func(ctx context.Context, t *target) error {
 			return get(ctx, httpClient, config.Host+"/apis/kruntimes.io/v1alpha1/namespaces/"+o.namespace+"/runs/"+t.run.Name)
+		}},
+		{"direct-invoke", func(ctx context.Context, t *target) error {
+			return post(ctx, direct.client, direct.url+"/apis/kruntimes.io/v1alpha1/namespaces/"+o.namespace+"/runs/"+t.run.Name+"/invoke", []byte(`{}`))
+		}},
+		{"direct-get", func(ctx context.Context, t *target) error {
+			return get(ctx, direct.client, direct.url+"/apis/kruntimes.io/v1alpha1/namespaces/"+o.namespace+"/runs/"+t.run.Name)
 		}},
 		{"get-pod", func(ctx context.Context, t *target) error {
 			return get(ctx, httpClient, config.Host+"/api/v1/namespaces/"+o.namespace+"/pods/"+t.pod.Name)
@@ -336,4 +359,49 @@ func cpuPerRequest(before, after map[string]time.Duration, requests int) string 
 
 func pct(d []time.Duration, p int) string {
 	return d[(len(d)-1)*p/100].Round(10 * time.Microsecond).String()
+}
+
+// direct reaches kruntimes-apiserver past kube-apiserver.
+type direct struct {
+	url    string
+	client *http.Client
+}
+
+// directClient returns a keep-alive client for the direct entry point:
+// --direct-url, or the local cluster's kruntimes-apiserver (its APIService's
+// port on loopback; the serving certificate is signed by the cluster CA the
+// kubeconfig trusts).
+func directClient(ctx context.Context, config *rest.Config, o options) (direct, error) {
+	d := direct{url: o.directURL}
+	if d.url == "" {
+		dyn, err := dynamic.NewForConfig(config)
+		if err != nil {
+			return d, err
+		}
+		apiService, err := dyn.Resource(schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}).
+			Get(ctx, "v1alpha1.kruntimes.io", metav1.GetOptions{})
+		if err != nil {
+			return d, fmt.Errorf("finding kruntimes-apiserver's port (or pass --direct-url): %w", err)
+		}
+		port, found, err := unstructured.NestedInt64(apiService.Object, "spec", "service", "port")
+		if err != nil || !found {
+			return d, fmt.Errorf("the APIService has no spec.service.port; pass --direct-url")
+		}
+		d.url = fmt.Sprintf("https://127.0.0.1:%d", port)
+	}
+	directConfig := rest.CopyConfig(config)
+	if o.directToken != "" {
+		directConfig = rest.AnonymousClientConfig(config)
+		directConfig.BearerToken = o.directToken
+	}
+	directConfig.Host = d.url
+	client, err := rest.HTTPClientFor(directConfig)
+	if err != nil {
+		return d, err
+	}
+	if transport, ok := client.Transport.(*http.Transport); ok {
+		transport.MaxIdleConnsPerHost = o.concurrency
+	}
+	d.client = client
+	return d, nil
 }

@@ -29,6 +29,8 @@ type Options struct {
 	PodIPBase  string
 	Kruntimes  string
 	Storage    string
+	// Replicas is the number of kruntimes-apiserver processes.
+	Replicas int
 	// KruntimesArgs are extra flags of kruntimes-apiserver.
 	KruntimesArgs []string
 	Build         bool
@@ -45,6 +47,7 @@ func NewOptions(out io.Writer) *Options {
 		PodIPBase: "127.100.0.0",
 		Kruntimes: string(localcluster.KruntimesRequired),
 		Storage:   "embedded",
+		Replicas:  1,
 		Build:     true,
 		Out:       out,
 	}
@@ -88,6 +91,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.PodIPBase, "pod-ip-base", o.PodIPBase, "First address of the loopback /16 block Pod IPs are taken from.")
 	fs.StringVar(&o.Kruntimes, "kruntimes-apiserver", o.Kruntimes, "Whether to run kruntimes-apiserver: required, or disabled (Kubernetes alone).")
 	fs.StringVar(&o.Storage, "kruntimes-storage", o.Storage, "kruntimes-apiserver's storage backend: embedded (a file in the state directory), or etcd3 (the cluster's etcd, under /kruntimes).")
+	fs.IntVar(&o.Replicas, "kruntimes-apiserver-replicas", o.Replicas, "How many kruntimes-apiserver processes to run, behind a Service front that hands each new connection to the next one whose /readyz passes; more than 1 needs --kruntimes-storage=etcd3. The hosted controllers elect one leader among them.")
 	fs.StringArrayVar(&o.KruntimesArgs, "kruntimes-apiserver-arg", o.KruntimesArgs, "An extra flag of kruntimes-apiserver, e.g. --kruntimes-apiserver-arg=--recovery-heartbeat-grace-period=5s; repeat for more.")
 	fs.BoolVar(&o.Build, "build", o.Build, "Build the repository binaries container images map to (bin/runtimed, bin/e2e-testserver, …) before starting.")
 }
@@ -125,6 +129,12 @@ func (o *Options) Validate(args []string) error {
 	if len(args) > 0 {
 		errs = append(errs, fmt.Errorf("localcluster takes no arguments, got %q", args))
 	}
+	switch {
+	case o.Replicas < 1:
+		errs = append(errs, fmt.Errorf("--kruntimes-apiserver-replicas must be at least 1, got %d", o.Replicas))
+	case o.Replicas > 1 && o.Storage != "etcd3":
+		errs = append(errs, fmt.Errorf("--kruntimes-apiserver-replicas=%d needs --kruntimes-storage=etcd3: the embedded backend's data file has one writer", o.Replicas))
+	}
 	if base := net.ParseIP(o.PodIPBase).To4(); base == nil || base[0] != 127 {
 		errs = append(errs, fmt.Errorf("--pod-ip-base %q is not a 127.x.0.0 address", o.PodIPBase))
 	}
@@ -134,15 +144,16 @@ func (o *Options) Validate(args []string) error {
 // Config is the cluster the flags describe.
 func (o *Options) Config() localcluster.Config {
 	return localcluster.Config{
-		RepoRoot:         o.RepoRoot,
-		StateDir:         o.StateDir,
-		KubeconfigPath:   o.Kubeconfig,
-		NodeName:         o.NodeName,
-		PodIPBase:        net.ParseIP(o.PodIPBase).To4(),
-		Kruntimes:        localcluster.KruntimesMode(o.Kruntimes),
-		KruntimesStorage: o.Storage,
-		KruntimesArgs:    o.KruntimesArgs,
-		Progress:         o.Out,
+		RepoRoot:          o.RepoRoot,
+		StateDir:          o.StateDir,
+		KubeconfigPath:    o.Kubeconfig,
+		NodeName:          o.NodeName,
+		PodIPBase:         net.ParseIP(o.PodIPBase).To4(),
+		Kruntimes:         localcluster.KruntimesMode(o.Kruntimes),
+		KruntimesStorage:  o.Storage,
+		KruntimesArgs:     o.KruntimesArgs,
+		KruntimesReplicas: o.Replicas,
+		Progress:          o.Out,
 	}
 }
 

@@ -24,8 +24,13 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		name    string
 		args    []string
 		podIPs  string
+		mutate  func(*Options)
 		wantErr string
 	}{
+		{name: "two replicas on etcd3 are valid", podIPs: "127.100.0.0", mutate: func(o *Options) { o.Replicas, o.Storage = 2, "etcd3" }},
+		{name: "two replicas on the embedded storage are refused", podIPs: "127.100.0.0", mutate: func(o *Options) { o.Replicas = 2 },
+			wantErr: "--kruntimes-apiserver-replicas=2 needs --kruntimes-storage=etcd3"},
+		{name: "no replica is refused", podIPs: "127.100.0.0", mutate: func(o *Options) { o.Replicas = 0 }, wantErr: "must be at least 1"},
 		{name: "the defaults are valid", podIPs: "127.100.0.0"},
 		{name: "Pod IPs off loopback are refused", podIPs: "10.0.0.0", wantErr: "is not a 127.x.0.0 address"},
 		{name: "an IPv6 base is refused", podIPs: "::1", wantErr: "is not a 127.x.0.0 address"},
@@ -35,6 +40,9 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			o := NewOptions(io.Discard)
 			o.PodIPBase = tc.podIPs
+			if tc.mutate != nil {
+				tc.mutate(o)
+			}
 			err := o.Validate(tc.args)
 			if tc.wantErr == "" {
 				assert.NoError(t, err)

@@ -7,14 +7,17 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	kruntimesv1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/client/clientset/versioned/scheme"
 )
 
 // InvokeOptions shape one invocation.
@@ -30,8 +33,17 @@ type InvokeOptions struct {
 	InvocationID string
 }
 
-// RunExpansion adds the runs/invoke subresource to the Runs client.
+// RunExpansion adds the runs/invoke and runs/log subresources to the Runs
+// client.
 type RunExpansion interface {
+	// GetLogs returns the request for the log of the task Run name, as
+	// PodExpansion.GetLogs does for a Pod: DoRaw reads it, Stream(ctx)
+	// copies it. The body is text exactly as the program wrote it.
+	GetLogs(name string, opts *kruntimesv1alpha1.RunLogOptions) *rest.Request
+	// SaveLog hands the kept log of one attempt of the task Run name to
+	// kruntimes-apiserver (runtimed does, before it records the attempt's
+	// outcome).
+	SaveLog(ctx context.Context, name string, attempt int32, log *kruntimesv1alpha1.RunLog) error
 	// Invoke runs the function Run name once with input, a JSON document,
 	// and returns its result. A handler error is a result whose Error is
 	// set; an error is returned when the invocation did not complete, and
@@ -39,6 +51,34 @@ type RunExpansion interface {
 	// sent once: client-go's retries of answers with Retry-After are off,
 	// because a retried invocation would run again.
 	Invoke(ctx context.Context, name string, input []byte, opts InvokeOptions) (*kruntimesv1alpha1.InvokeResult, error)
+}
+
+// GetLogs implements RunExpansion.
+func (c *runs) GetLogs(name string, opts *kruntimesv1alpha1.RunLogOptions) *rest.Request {
+	return c.GetClient().Get().
+		Namespace(c.GetNamespace()).
+		Resource("runs").
+		Name(name).
+		SubResource("log").
+		VersionedParams(opts, scheme.ParameterCodec)
+}
+
+// SaveLog implements RunExpansion.
+func (c *runs) SaveLog(ctx context.Context, name string, attempt int32, log *kruntimesv1alpha1.RunLog) error {
+	body, err := json.Marshal(log)
+	if err != nil {
+		return fmt.Errorf("encode the log of Run %s: %w", name, err)
+	}
+	return c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("runs").
+		Name(name).
+		SubResource("log").
+		Param("attempt", strconv.Itoa(int(attempt))).
+		SetHeader("Content-Type", "application/json").
+		Body(body).
+		Do(ctx).
+		Error()
 }
 
 // Invoke implements RunExpansion.

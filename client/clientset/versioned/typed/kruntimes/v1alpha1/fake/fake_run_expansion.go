@@ -2,8 +2,13 @@ package fake
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	fakerest "k8s.io/client-go/rest/fake"
 	testing "k8s.io/client-go/testing"
 
 	kruntimesv1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
@@ -21,4 +26,33 @@ func (c *fakeRuns) Invoke(ctx context.Context, name string, input []byte, opts t
 		return nil, err
 	}
 	return obj.(*kruntimesv1alpha1.InvokeResult), err
+}
+
+func runsResource() schema.GroupVersionResource {
+	return kruntimesv1alpha1.SchemeGroupVersion.WithResource("runs")
+}
+
+// GetLogs records a get of runs/log and returns a request that answers
+// "fake logs", as the fake Pods client does.
+func (c *fakeRuns) GetLogs(name string, opts *kruntimesv1alpha1.RunLogOptions) *rest.Request {
+	action := testing.GenericActionImpl{}
+	action.Verb = "get"
+	action.Namespace = c.Namespace()
+	action.Resource = runsResource()
+	action.Subresource = "log"
+	action.Value = opts
+	_, _ = c.Fake.Invokes(action, &kruntimesv1alpha1.Run{})
+	client := &fakerest.RESTClient{
+		Client: fakerest.CreateHTTPClient(func(*http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("fake logs"))}, nil
+		}),
+	}
+	return client.Request()
+}
+
+// SaveLog records a create of runs/log.
+func (c *fakeRuns) SaveLog(ctx context.Context, name string, attempt int32, log *kruntimesv1alpha1.RunLog) error {
+	action := testing.NewCreateSubresourceAction(runsResource(), name, "log", c.Namespace(), log)
+	_, err := c.Fake.Invokes(action, log)
+	return err
 }

@@ -1,0 +1,164 @@
+package runlog
+
+import (
+	"io"
+	"sync"
+	"time"
+)
+
+// Stream says which of a program's output streams a chunk was written to.
+type Stream string
+
+// Streams, as runs/log's `stream` option names them.
+const (
+	StreamAll    Stream = "All"
+	StreamStdout Stream = "Stdout"
+	StreamStderr Stream = "Stderr"
+)
+
+// DefaultMaxBytes bounds the kept log of one attempt unless configured.
+const DefaultMaxBytes = 1 << 20
+
+// chunkOverhead is what a chunk costs beyond its bytes (stream, time, the
+// encoding's framing). Counting it keeps a program that writes one byte at
+// a time within the bound too.
+const chunkOverhead = 16
+
+// Chunk is one write of a program.
+type Chunk struct {
+	Stream Stream
+	Time   time.Time
+	Data   []byte
+}
+
+// Log is what was kept of one attempt: Chunks in write order; when more was
+// written than the bound, DroppedBytes bytes were dropped between
+// Chunks[:DroppedAfter] (the head) and Chunks[DroppedAfter:] (the tail).
+type Log struct {
+	Chunks       []Chunk
+	DroppedBytes int64
+	DroppedAfter int
+}
+
+// Recorder keeps a bounded log of both streams of one program. It is safe
+// for concurrent use; writes never fail and never block on a reader, so a
+// chatty program is never stalled by it.
+type Recorder struct {
+	mu        sync.Mutex
+	now       func() time.Time
+	headLimit int
+	tailLimit int
+
+	head      []Chunk
+	headBytes int
+	// tail[tailStart:] are the kept tail chunks, oldest first.
+	tail      []Chunk
+	tailStart int
+	tailBytes int
+	dropped   int64
+}
+
+// NewRecorder keeps at most maxBytes (DefaultMaxBytes when not positive):
+// the first half and the last half of what is written. now tells the time
+// of each write; time.Now when nil.
+func NewRecorder(maxBytes int, now func() time.Time) *Recorder {
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
+	if now == nil {
+		now = time.Now
+	}
+	head := maxBytes / 2
+	return &Recorder{now: now, headLimit: head, tailLimit: maxBytes - head}
+}
+
+// Writer returns the io.Writer of one stream (StreamStdout or StreamStderr).
+func (r *Recorder) Writer(s Stream) io.Writer { return streamWriter{r: r, stream: s} }
+
+type streamWriter struct {
+	r      *Recorder
+	stream Stream
+}
+
+func (w streamWriter) Write(p []byte) (int, error) {
+	w.r.write(w.stream, p)
+	return len(p), nil
+}
+
+func (r *Recorder) write(s Stream, p []byte) {
+	if len(p) == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.now()
+	if r.tailBytes == 0 && r.dropped == 0 {
+		room := r.headLimit - r.headBytes - chunkOverhead
+		if room > 0 {
+			n := min(room, len(p))
+			r.head = append(r.head, Chunk{Stream: s, Time: t, Data: append([]byte(nil), p[:n]...)})
+			r.headBytes += n + chunkOverhead
+			p = p[n:]
+			if len(p) == 0 {
+				return
+			}
+		}
+	}
+	r.appendTail(Chunk{Stream: s, Time: t, Data: p})
+}
+
+// appendTail keeps c's last bytes in the tail and evicts the oldest tail
+// bytes beyond the limit, counting them as dropped.
+func (r *Recorder) appendTail(c Chunk) {
+	if room := r.tailLimit - chunkOverhead; len(c.Data) > room {
+		drop := len(c.Data) - max(room, 0)
+		r.dropped += int64(drop)
+		c.Data = c.Data[drop:]
+		// Everything kept before is older than these bytes.
+		for _, old := range r.tail[r.tailStart:] {
+			r.dropped += int64(len(old.Data))
+		}
+		r.tail, r.tailStart, r.tailBytes = r.tail[:0], 0, 0
+		if len(c.Data) == 0 {
+			return
+		}
+	}
+	c.Data = append([]byte(nil), c.Data...)
+	r.tail = append(r.tail, c)
+	r.tailBytes += len(c.Data) + chunkOverhead
+	for r.tailBytes > r.tailLimit {
+		oldest := &r.tail[r.tailStart]
+		over := r.tailBytes - r.tailLimit
+		if over < len(oldest.Data) {
+			// Trim the oldest chunk's front; its cost stays counted.
+			oldest.Data = oldest.Data[over:]
+			r.tailBytes -= over
+			r.dropped += int64(over)
+			break
+		}
+		r.dropped += int64(len(oldest.Data))
+		r.tailBytes -= len(oldest.Data) + chunkOverhead
+		*oldest = Chunk{}
+		r.tailStart++
+	}
+	// Compact once half the slice is evicted, so appends stay amortized O(1).
+	if r.tailStart > len(r.tail)/2 {
+		n := copy(r.tail, r.tail[r.tailStart:])
+		clear(r.tail[n:])
+		r.tail, r.tailStart = r.tail[:n], 0
+	}
+}
+
+// Log returns a copy of what is kept so far.
+func (r *Recorder) Log() Log {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	chunks := make([]Chunk, 0, len(r.head)+len(r.tail)-r.tailStart)
+	for _, c := range r.head {
+		chunks = append(chunks, Chunk{Stream: c.Stream, Time: c.Time, Data: append([]byte(nil), c.Data...)})
+	}
+	for _, c := range r.tail[r.tailStart:] {
+		chunks = append(chunks, Chunk{Stream: c.Stream, Time: c.Time, Data: append([]byte(nil), c.Data...)})
+	}
+	return Log{Chunks: chunks, DroppedBytes: r.dropped, DroppedAfter: len(r.head)}
+}

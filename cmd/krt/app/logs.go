@@ -1,0 +1,99 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+)
+
+type logsOptions struct {
+	follow, timestamps        bool
+	tail, limitBytes, attempt int64
+	stream                    string
+}
+
+func newLogsCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
+	o := &logsOptions{tail: -1}
+	cmd := &cobra.Command{
+		Use:   "logs NAME [-n NAMESPACE] [-f] [--tail N] [--limit-bytes N] [--attempt N] [--timestamps] [--stream All|Stdout|Stderr]",
+		Short: "Print what a task Run printed",
+		Long: `Print the kept log of an attempt of a task Run (the runs/log subresource):
+stdout and stderr in the order they were written, the bytes exactly as the
+program wrote them. An attempt's log is kept once it ends; while it runs
+there is nothing to print yet (live follow is not served yet). Exit codes:
+0 printed, 1 any error, 2 bad usage.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			*code = printLogs(cmd.Context(), flags, streams, args[0], o)
+			return nil
+		},
+	}
+	cmd.Flags().BoolVarP(&o.follow, "follow", "f", false, "Follow the log (sent as follow=true; the server answers what is kept until live follow is served).")
+	cmd.Flags().Int64Var(&o.tail, "tail", o.tail, "Lines from the end to print; -1 prints all.")
+	cmd.Flags().Int64Var(&o.limitBytes, "limit-bytes", 0, "Most bytes to print; 0 means no limit.")
+	cmd.Flags().Int64Var(&o.attempt, "attempt", 0, "The attempt to print (1-based); 0 means the latest.")
+	cmd.Flags().BoolVar(&o.timestamps, "timestamps", false, "Prefix each line with the time it was written.")
+	cmd.Flags().StringVar(&o.stream, "stream", "", "All (default), Stdout or Stderr.")
+	return cmd
+}
+
+// logOptions are the runs/log options o asks for.
+func (o *logsOptions) logOptions() *v1alpha1.RunLogOptions {
+	opts := &v1alpha1.RunLogOptions{Follow: o.follow, Timestamps: o.timestamps, Stream: o.stream}
+	if o.tail >= 0 {
+		opts.TailLines = &o.tail
+	}
+	if o.limitBytes > 0 {
+		opts.LimitBytes = &o.limitBytes
+	}
+	if o.attempt > 0 {
+		a := int32(o.attempt)
+		opts.Attempt = &a
+	}
+	return opts
+}
+
+func printLogs(ctx context.Context, flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, name string, o *logsOptions) int {
+	if o.attempt < 0 || o.attempt > 1<<31-1 {
+		fmt.Fprintf(streams.ErrOut, "error: --attempt must be between 0 and %d\n", 1<<31-1)
+		return ExitUsage
+	}
+	config, err := flags.ToRESTConfig()
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "error:", err)
+		return ExitError
+	}
+	namespace, _, err := flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "error:", err)
+		return ExitError
+	}
+	client, err := versioned.NewForConfig(config)
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "error:", err)
+		return ExitError
+	}
+	body, err := client.KruntimesV1alpha1().Runs(namespace).GetLogs(name, o.logOptions()).Stream(ctx)
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "Error from server:", err)
+		if apierrors.IsNotFound(err) {
+			fmt.Fprintln(streams.ErrOut, "(a server older than runs/log answers 404 for every Run: check `kubectl get --raw /apis/kruntimes.io/v1alpha1` lists runs/log)")
+		}
+		return ExitError
+	}
+	defer body.Close()
+	// Copied unchanged: the bytes are the program's.
+	if _, err := io.Copy(streams.Out, body); err != nil {
+		fmt.Fprintln(streams.ErrOut, "error: reading the log:", err)
+		return ExitError
+	}
+	return ExitOK
+}

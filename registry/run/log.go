@@ -1,0 +1,208 @@
+package run
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/klog/v2"
+
+	"kruntimes.io/kruntimes/apis/kruntimes"
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/runlog"
+	logstore "kruntimes.io/kruntimes/registry/runlog"
+)
+
+// maxLogBodyBytes bounds a hand-over's body: a log of the Runtime Server's
+// largest bound (3 MiB), base64 in JSON, with each chunk's framing.
+const maxLogBodyBytes = 16 << 20
+
+// LogREST serves runs/log: GET answers the kept log of an attempt of a
+// task Run as text, exactly as written; POST is runtimed handing it over
+// before it records the attempt's outcome.
+type LogREST struct {
+	runs   *genericregistry.Store
+	logs   *logstore.Store
+	scheme *runtime.Scheme
+}
+
+var (
+	_ rest.Connecter = &LogREST{}
+	_ rest.Storage   = &LogREST{}
+)
+
+// New returns the kind a hand-over carries.
+func (r *LogREST) New() runtime.Object { return &kruntimes.RunLog{} }
+
+// Destroy releases the log store.
+func (r *LogREST) Destroy() { r.logs.Destroy() }
+
+// ConnectMethods implements rest.Connecter: GET reads (verb get), POST
+// hands a log over (verb create).
+func (r *LogREST) ConnectMethods() []string { return []string{http.MethodGet, http.MethodPost} }
+
+// NewConnectOptions implements rest.Connecter.
+func (r *LogREST) NewConnectOptions() (runtime.Object, bool, string) {
+	return &kruntimes.RunLogOptions{}, false, ""
+}
+
+// ProducesMIMETypes implements rest.StorageMetadata, as pods/log does.
+func (r *LogREST) ProducesMIMETypes(string) []string { return []string{"text/plain"} }
+
+// ProducesObject implements rest.StorageMetadata.
+func (r *LogREST) ProducesObject(string) any { return "" }
+
+// ValidateLogOptions says what is wrong with runs/log's options.
+func ValidateLogOptions(o *kruntimes.RunLogOptions) field.ErrorList {
+	var errs field.ErrorList
+	if o.TailLines != nil && *o.TailLines < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("tailLines"), *o.TailLines, "must not be negative"))
+	}
+	if o.LimitBytes != nil && *o.LimitBytes < 1 {
+		errs = append(errs, field.Invalid(field.NewPath("limitBytes"), *o.LimitBytes, "must be positive"))
+	}
+	if o.Attempt != nil && *o.Attempt < 1 {
+		errs = append(errs, field.Invalid(field.NewPath("attempt"), *o.Attempt, "attempts count from 1"))
+	}
+	switch o.Stream {
+	case "", kruntimes.RunLogStreamAll, kruntimes.RunLogStreamStdout, kruntimes.RunLogStreamStderr:
+	default:
+		errs = append(errs, field.NotSupported(field.NewPath("stream"), o.Stream, []string{string(kruntimes.RunLogStreamAll), string(kruntimes.RunLogStreamStdout), string(kruntimes.RunLogStreamStderr)}))
+	}
+	return errs
+}
+
+// Connect implements rest.Connecter.
+func (r *LogREST) Connect(ctx context.Context, name string, opts runtime.Object, responder rest.Responder) (http.Handler, error) {
+	options, _ := opts.(*kruntimes.RunLogOptions)
+	if options == nil {
+		options = &kruntimes.RunLogOptions{}
+	}
+	if errs := ValidateLogOptions(options); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(kruntimes.Kind("RunLogOptions"), name, errs)
+	}
+	obj, err := r.runs.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	run := obj.(*kruntimes.Run)
+	if run.Spec.Mode.Function != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("Run %s is a function: its invocations answer their logs; runs/log keeps the logs of tasks", name))
+	}
+	namespace, _ := genericapirequest.NamespaceFrom(ctx)
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method == http.MethodPost {
+			r.save(req, namespace, run, options, responder)
+			return
+		}
+		r.serve(req.Context(), w, namespace, run, options, responder)
+	}), nil
+}
+
+// attemptsExist names the attempts a Run has had, for a 400.
+func attemptsExist(run *kruntimes.Run) string {
+	switch n := run.Status.Attempt; n {
+	case 0:
+		return "none has started yet"
+	case 1:
+		return "attempt 1 exists"
+	default:
+		return fmt.Sprintf("attempts 1 to %d exist", n)
+	}
+}
+
+func (r *LogREST) serve(ctx context.Context, w http.ResponseWriter, namespace string, run *kruntimes.Run, o *kruntimes.RunLogOptions, responder rest.Responder) {
+	attempt := run.Status.Attempt
+	if o.Attempt != nil {
+		attempt = *o.Attempt
+		if attempt > run.Status.Attempt {
+			responder.Error(apierrors.NewBadRequest(fmt.Sprintf("attempt %d of Run %s never ran: %s", attempt, run.Name, attemptsExist(run))))
+			return
+		}
+	}
+	var text []byte
+	if attempt > 0 {
+		record, err := r.logs.Get(ctx, namespace, run.Name, run.UID, attempt)
+		if err != nil {
+			responder.Error(apierrors.NewInternalError(fmt.Errorf("read the log of attempt %d of Run %s: %w", attempt, run.Name, err)))
+			return
+		}
+		if record != nil {
+			text = runlog.Render(logOf(record), runlog.RenderOptions{
+				Stream: runlog.Stream(o.Stream), Timestamps: o.Timestamps, TailLines: o.TailLines, LimitBytes: o.LimitBytes,
+			})
+		}
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Content-Length", strconv.Itoa(len(text)))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(text)
+}
+
+func (r *LogREST) save(req *http.Request, namespace string, run *kruntimes.Run, o *kruntimes.RunLogOptions, responder rest.Responder) {
+	if o.Attempt == nil {
+		responder.Error(apierrors.NewBadRequest("a log is handed over with ?attempt=N"))
+		return
+	}
+	if *o.Attempt > run.Status.Attempt {
+		responder.Error(apierrors.NewBadRequest(fmt.Sprintf("attempt %d of Run %s never ran: %s", *o.Attempt, run.Name, attemptsExist(run))))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(nil, req.Body, maxLogBodyBytes))
+	if err != nil {
+		responder.Error(apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a log is at most %d bytes of JSON: %v", maxLogBodyBytes, err)))
+		return
+	}
+	versioned := &v1alpha1.RunLog{}
+	if err := json.Unmarshal(body, versioned); err != nil {
+		responder.Error(apierrors.NewBadRequest(fmt.Sprintf("decode the RunLog: %v", err)))
+		return
+	}
+	log := &kruntimes.RunLog{}
+	if err := r.scheme.Convert(versioned, log, nil); err != nil {
+		responder.Error(apierrors.NewBadRequest(fmt.Sprintf("convert the RunLog: %v", err)))
+		return
+	}
+	if err := r.logs.Save(req.Context(), namespace, run.Name, run.UID, *o.Attempt, log); err != nil {
+		responder.Error(apierrors.NewInternalError(fmt.Errorf("keep the log of attempt %d of Run %s: %w", *o.Attempt, run.Name, err)))
+		return
+	}
+	responder.Object(http.StatusCreated, &metav1.Status{Status: metav1.StatusSuccess, Code: http.StatusCreated})
+}
+
+// logOf is a stored record as apis/runlog renders it.
+func logOf(record *kruntimes.RunLog) runlog.Log {
+	l := runlog.Log{Chunks: make([]runlog.Chunk, len(record.Chunks)), DroppedBytes: record.DroppedBytes, DroppedAfter: int(record.DroppedAfter)}
+	for i, c := range record.Chunks {
+		l.Chunks[i] = runlog.Chunk{Stream: runlog.Stream(c.Stream), Time: time.Unix(0, c.UnixNano), Data: c.Data}
+	}
+	return l
+}
+
+// deleteLogs is the Runs store's AfterDelete: the logs go with their Run
+// (kubectl delete, the last finalizer, TTL GC, namespace deletion).
+func deleteLogs(logs *logstore.Store) genericregistry.AfterDeleteFunc {
+	return func(obj runtime.Object, _ *metav1.DeleteOptions) {
+		run, ok := obj.(*kruntimes.Run)
+		if !ok {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := logs.Delete(ctx, run.Namespace, run.Name, run.UID, max(run.Status.Attempt, 1)); err != nil {
+			klog.Background().Error(err, "The logs of a deleted Run were left behind; they are never served for a later Run of the name", "run", klog.KObj(run), "runUID", run.UID)
+		}
+	}
+}

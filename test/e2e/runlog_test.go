@@ -1,0 +1,67 @@
+package e2e
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/test/e2e/framework"
+)
+
+// TestRunLogOfTasks runs a task on a real Runtime Pod and reads what it
+// printed through kube-apiserver's aggregation: runtimed handed the log over
+// (create runs/log, granted by the runtime controller) before the outcome.
+func TestRunLogOfTasks(t *testing.T) {
+	f := framework.Get(t)
+	client := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "runlog")
+	ctx := framework.Context(t, 4*time.Minute)
+	examples := filepath.Join(f.RepoRoot, "artifacts", "examples")
+
+	out, err := f.Kubectl(ctx, "-n", ns, "apply", "-f", filepath.Join(examples, "runtime-bash.yaml"))
+	require.NoError(t, err, out)
+	out, err = f.Kubectl(ctx, "-n", ns, "wait", "--for=condition=Ready", "runtime/bash", "--timeout=3m")
+	require.NoError(t, err, out)
+
+	// The writes are 300 ms apart: stdout and stderr are two pipes, and only
+	// writes that far apart have an order to keep.
+	printer := strings.NewReplacer("name: hello", "name: printer",
+		`echo "hello, $NAME"`, `echo one; sleep 0.3; printf '\377\000\033[31m\n' >&2; sleep 0.3; echo three`).
+		Replace(mustRead(t, filepath.Join(examples, "run-task.yaml")))
+	out, err = f.KubectlWithInput(ctx, printer, "-n", ns, "create", "-f", "-")
+	require.NoError(t, err, out)
+	out, err = f.Kubectl(ctx, "-n", ns, "wait", "--for=jsonpath={.status.phase}=Succeeded", "run/printer", "--timeout=90s")
+	require.NoError(t, err, out)
+
+	// Read right after Succeeded: the log was kept before the outcome.
+	const want = "one\n\xff\x00\x1b[31m\nthree\n"
+	logPath := "/apis/kruntimes.io/v1alpha1/namespaces/" + ns + "/runs/printer/log"
+	out, err = f.Kubectl(ctx, "get", "--raw", logPath)
+	require.NoError(t, err, out)
+	assert.Equal(t, want, out, "kubectl get --raw through aggregation: bytes exact, write order")
+
+	runs := client.KruntimesV1alpha1().Runs(ns)
+	got, err := runs.GetLogs("printer", &v1alpha1.RunLogOptions{Stream: string(v1alpha1.RunLogStreamStderr)}).DoRaw(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "\xff\x00\x1b[31m\n", string(got))
+	got, err = runs.GetLogs("printer", &v1alpha1.RunLogOptions{TailLines: ptrTo[int64](1)}).DoRaw(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "three\n", string(got))
+
+	require.NoError(t, runs.Delete(ctx, "printer", metav1.DeleteOptions{}))
+	err = framework.Poll(ctx, framework.PollInterval, time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+		_, err := runs.GetLogs("printer", &v1alpha1.RunLogOptions{}).DoRaw(ctx)
+		return apierrors.IsNotFound(err), nil
+	})
+	require.NoError(t, err, "the log of a deleted Run is 404")
+}
+
+func ptrTo[T any](v T) *T { return &v }

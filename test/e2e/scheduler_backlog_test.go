@@ -1,0 +1,85 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/test/e2e/framework"
+)
+
+// TestSchedulerBacklogOfMissingRuntimeDelaysNoOtherNamespace is issue 28's
+// operator scenario on the hosted scheduler: 5,000 Pending Runs in one
+// namespace name a Runtime that does not exist; a function Run for a
+// healthy Runtime in another namespace becomes Ready in its usual time;
+// creating the missing Runtime then places the 5,000 in creation order.
+func TestSchedulerBacklogOfMissingRuntimeDelaysNoOtherNamespace(t *testing.T) {
+	f := framework.Get(t)
+	client := controllersClient(t, f)
+	ctx := framework.Context(t, 15*time.Minute)
+	nsA := f.CreateNamespace(t, "backlog-a")
+	nsB := f.CreateNamespace(t, "backlog-b")
+
+	_, err := client.KruntimesV1alpha1().Runtimes(nsB).Create(ctx, functionRuntime("python", "python", 8), metav1.CreateOptions{})
+	require.NoError(t, err)
+	hostOf(ctx, t, f, nsB, "python")
+
+	const backlog = 5000
+	start := time.Now()
+	createInParallel(t, ctx, backlog, func(ctx context.Context, i int) error {
+		_, err := client.KruntimesV1alpha1().Runs(nsA).Create(ctx, newTaskRun(fmt.Sprintf("q%05d", i), "late"), metav1.CreateOptions{})
+		return err
+	})
+	t.Logf("created %d Runs for a missing Runtime in %s", backlog, time.Since(start).Round(time.Millisecond))
+
+	created := time.Now()
+	createRun(ctx, t, client, nsB, functionRun("echo", "python", "handler.py", "def handle(event, context):\n    return event\n", "handler.handle"))
+	ready := waitForRun(ctx, t, client, nsB, "echo", functionTimeout, "Ready", inPhase(lifecycle.Ready))
+	took := time.Since(created)
+	t.Logf("the other namespace's function was Ready %s after its creation (ReadyTime - creationTimestamp %s)",
+		took.Round(time.Millisecond), ready.Status.ReadyTime.Sub(ready.CreationTimestamp.Time).Round(time.Millisecond))
+	assert.Less(t, took, 5*time.Second, "a backlog for a missing Runtime delays no other namespace")
+
+	// Every Run of the backlog says why it waits.
+	list := waitRunsTimeout(ctx, t, client, nsA, "every Run noted RuntimeNotFound", 5*time.Minute, func(runs []v1alpha1.Run) bool {
+		n := 0
+		for i := range runs {
+			if scheduledReason(&runs[i]) == lifecycle.ReasonRuntimeNotFound {
+				n++
+			}
+		}
+		return n == backlog
+	})
+	require.Len(t, list, backlog)
+
+	// The Runtime appears: the backlog is placed, oldest first.
+	placing := time.Now()
+	_, err = client.KruntimesV1alpha1().Runtimes(nsA).Create(ctx, newTestRuntime("late", 1, 64), metav1.CreateOptions{})
+	require.NoError(t, err)
+	done := waitRunsTimeout(ctx, t, client, nsA, "every Run of the backlog Succeeded", 12*time.Minute, func(runs []v1alpha1.Run) bool {
+		return countPhase(runs, lifecycle.Succeeded) == backlog
+	})
+	t.Logf("placing and running the %d took %s", backlog, time.Since(placing).Round(time.Second))
+	// Sorted by when each was bound, a Run created in an earlier second
+	// than one bound before it was overtaken.
+	slices.SortFunc(done, func(a, b v1alpha1.Run) int { return a.Status.ScheduledTime.Time.Compare(b.Status.ScheduledTime.Time) })
+	overtaken, latest := 0, time.Time{}
+	for _, r := range done {
+		if r.CreationTimestamp.Time.Before(latest) {
+			overtaken++
+		}
+		if r.CreationTimestamp.Time.After(latest) {
+			latest = r.CreationTimestamp.Time
+		}
+	}
+	t.Logf("%d of %d Runs were bound after a Run created in a later second", overtaken, backlog)
+	assert.LessOrEqual(t, overtaken, 64, "placed in creation order (up to one Pod's worth of concurrent bindings)")
+}

@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apiserver"
+	logstore "kruntimes.io/kruntimes/registry/runlog"
+	"kruntimes.io/kruntimes/registry/storage/embedded"
+)
+
+// logBackend is a storage backend the log test restarts the server on and
+// looks into.
+type logBackend struct {
+	start func(t *testing.T) *testServer
+	// stored says whether any run log record is in storage; the server is
+	// stopped for the embedded backend, whose file it locks.
+	stored func(t *testing.T, uid types.UID) bool
+}
+
+// TestRunLogKeptOnEveryBackend hands a log over as runtimed does and reads
+// it back through runs/log on both storage backends.
+func TestRunLogKeptOnEveryBackend(t *testing.T) {
+	dir := t.TempDir()
+	cfg := testserver.NewTestConfig(t)
+	etcd := testserver.RunEtcd(t, cfg)
+	backends := map[string]logBackend{
+		"embedded": {
+			start: func(t *testing.T) *testServer { return startServer(t, dir) },
+			stored: func(t *testing.T, uid types.UID) bool {
+				backend, err := embedded.Open(dir, embedded.Options{})
+				require.NoError(t, err)
+				defer backend.Close()
+				store, err := logstore.NewStore(backend.RESTOptionsGetter(*storagebackend.NewDefaultConfig("/registry/kruntimes.io", apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion))))
+				require.NoError(t, err)
+				defer store.Destroy()
+				record, err := store.Get(context.Background(), namespace, "printer", uid, 1)
+				require.NoError(t, err)
+				return record != nil
+			},
+		},
+		"etcd3": {
+			start: func(t *testing.T) *testServer {
+				return startServer(t, "", "--storage-backend=etcd3", "--etcd-servers="+strings.Join(etcd.Endpoints(), ","))
+			},
+			stored: func(t *testing.T, _ types.UID) bool {
+				resp, err := etcd.KV.Get(context.Background(), "/registry/kruntimes.io/kruntimes.io/runlogs/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+				require.NoError(t, err)
+				return resp.Count > 0
+			},
+		},
+	}
+	for name, b := range backends {
+		t.Run(name, func(t *testing.T) { testRunLog(t, b) })
+	}
+}
+
+func testRunLog(t *testing.T, b logBackend) {
+	ctx := context.Background()
+	s := b.start(t)
+	runs := s.client.KruntimesV1alpha1().Runs(namespace)
+	run, err := runs.Create(ctx, taskRun("printer"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	logPath := "/apis/kruntimes.io/v1alpha1/namespaces/" + namespace + "/runs/printer/log"
+
+	// Not started: an empty 200.
+	code, body := s.raw(t, http.MethodGet, logPath, "", nil, nil)
+	assert.Equal(t, http.StatusOK, code, string(body))
+	assert.Empty(t, body)
+
+	for _, step := range steps(scheduled, running) {
+		step(&run.Status)
+		run, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	const t0 = int64(1767323045000000000) // 2026-01-02T03:04:05Z
+	err = runs.SaveLog(ctx, "printer", 1, &v1alpha1.RunLog{Chunks: []v1alpha1.RunLogChunk{
+		{Stream: v1alpha1.RunLogStreamStdout, UnixNano: t0, Data: []byte("one\n")},
+		{Stream: v1alpha1.RunLogStreamStderr, UnixNano: t0 + 1000, Data: []byte("\xff\x00\x1b[31m\n")},
+		{Stream: v1alpha1.RunLogStreamStdout, UnixNano: t0 + 2000, Data: []byte("three\n")},
+	}})
+	require.NoError(t, err)
+	run.Status.Phase = lifecycle.Succeeded
+	run.Status.ExitCode = ptr[int32](0)
+	_, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+	require.NoError(t, err)
+
+	get := func(t *testing.T, s *testServer, opts *v1alpha1.RunLogOptions) string {
+		t.Helper()
+		b, err := s.client.KruntimesV1alpha1().Runs(namespace).GetLogs("printer", opts).DoRaw(ctx)
+		require.NoError(t, err)
+		return string(b)
+	}
+	check := func(t *testing.T, s *testServer) {
+		assert.Equal(t, "one\n\xff\x00\x1b[31m\nthree\n", get(t, s, &v1alpha1.RunLogOptions{}), "both streams in write order, bytes exact")
+		assert.Equal(t, "one\nthree\n", get(t, s, &v1alpha1.RunLogOptions{Stream: string(v1alpha1.RunLogStreamStdout)}))
+		assert.Equal(t, "\xff\x00\x1b[31m\n", get(t, s, &v1alpha1.RunLogOptions{Stream: string(v1alpha1.RunLogStreamStderr)}))
+		assert.Equal(t, "three\n", get(t, s, &v1alpha1.RunLogOptions{TailLines: ptr[int64](1)}))
+		assert.Equal(t, "one", get(t, s, &v1alpha1.RunLogOptions{LimitBytes: ptr[int64](3)}))
+		assert.Equal(t, "2026-01-02T03:04:05Z one\n", get(t, s, &v1alpha1.RunLogOptions{Timestamps: true, LimitBytes: ptr[int64](25)}))
+		assert.Equal(t, "one\n\xff\x00\x1b[31m\nthree\n", get(t, s, &v1alpha1.RunLogOptions{Attempt: ptr[int32](1)}))
+	}
+	check(t, s)
+
+	t.Run("answers", func(t *testing.T) {
+		code, body := s.raw(t, http.MethodGet, logPath, "", nil, nil)
+		assert.Equal(t, http.StatusOK, code)
+		assert.Equal(t, "one\n\xff\x00\x1b[31m\nthree\n", string(body))
+		code, body = s.raw(t, http.MethodGet, logPath+"?attempt=2", "", nil, nil)
+		assert.Equal(t, http.StatusBadRequest, code)
+		assert.Contains(t, string(body), "attempt 1 exists")
+		for _, q := range []string{"tailLines=-1", "limitBytes=0", "attempt=0", "stream=Both"} {
+			code, body = s.raw(t, http.MethodGet, logPath+"?"+q, "", nil, nil)
+			assert.Equal(t, http.StatusUnprocessableEntity, code, "%s: %s", q, body)
+		}
+		code, _ = s.raw(t, http.MethodGet, "/apis/kruntimes.io/v1alpha1/namespaces/"+namespace+"/runs/absent/log", "", nil, nil)
+		assert.Equal(t, http.StatusNotFound, code)
+		_, err := runs.Create(ctx, functionRun("fn"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		code, _ = s.raw(t, http.MethodGet, "/apis/kruntimes.io/v1alpha1/namespaces/"+namespace+"/runs/fn/log", "", nil, nil)
+		assert.Equal(t, http.StatusBadRequest, code, "a function Run has no kept log")
+	})
+
+	t.Run("a list of Runs carries no log", func(t *testing.T) {
+		code, body := s.raw(t, http.MethodGet, "/apis/kruntimes.io/v1alpha1/namespaces/"+namespace+"/runs", "", nil, nil)
+		require.Equal(t, http.StatusOK, code)
+		assert.NotContains(t, string(body), "three")
+	})
+
+	// Served after a restart; the record is in storage, outside the Run.
+	s.stop()
+	require.True(t, b.stored(t, run.UID), "the log is kept in storage")
+	s = b.start(t)
+	check(t, s)
+
+	require.NoError(t, s.client.KruntimesV1alpha1().Runs(namespace).Delete(ctx, "printer", metav1.DeleteOptions{}))
+	s.stop()
+	assert.False(t, b.stored(t, run.UID), "the log is gone from storage with its Run")
+}
