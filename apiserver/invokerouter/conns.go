@@ -12,11 +12,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/runtimepod"
+	"kruntimes.io/kruntimes/client/tombstone"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	"kruntimes.io/kruntimes/proto/transport"
 )
@@ -90,10 +90,7 @@ func (d *runtimedConns) client(podUID types.UID, ip, namespace, runtime string) 
 // forgetPod closes the connection to a Pod that is gone and remembers its
 // UID for goneMemory.
 func (d *runtimedConns) forgetPod(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	pod, ok := obj.(*corev1.Pod)
+	pod, ok := tombstone.As[*corev1.Pod](obj)
 	if !ok {
 		return
 	}

@@ -4,21 +4,13 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	"k8s.io/client-go/tools/cache"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/retry"
 	"kruntimes.io/kruntimes/apis/runtimepod"
+	"kruntimes.io/kruntimes/client/tombstone"
 )
-
-func runFrom(obj any) *v1alpha1.Run {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	run, _ := obj.(*v1alpha1.Run)
-	return run
-}
 
 // wantsScheduling reports whether the scheduler has work for run: placing
 // it, or cancelling it.
@@ -39,8 +31,8 @@ func (s *Scheduler) observe(run *v1alpha1.Run) {
 }
 
 func (s *Scheduler) addRun(obj any) {
-	run := runFrom(obj)
-	if run == nil {
+	run, ok := obj.(*v1alpha1.Run)
+	if !ok {
 		return
 	}
 	s.arrivals.see(run.UID)
@@ -58,8 +50,9 @@ func (s *Scheduler) addRun(obj any) {
 }
 
 func (s *Scheduler) updateRun(oldObj, newObj any) {
-	old, run := runFrom(oldObj), runFrom(newObj)
-	if old == nil || run == nil {
+	old, okOld := oldObj.(*v1alpha1.Run)
+	run, ok := newObj.(*v1alpha1.Run)
+	if !ok || !okOld {
 		return
 	}
 	s.observe(run)
@@ -97,8 +90,8 @@ func schedulingChanged(old, run *v1alpha1.Run) bool {
 }
 
 func (s *Scheduler) deleteRun(obj any) {
-	run := runFrom(obj)
-	if run == nil {
+	run, ok := tombstone.As[*v1alpha1.Run](obj)
+	if !ok {
 		return
 	}
 	key := run.Namespace + "/" + run.Name
@@ -112,10 +105,7 @@ func (s *Scheduler) deleteRun(obj any) {
 }
 
 func (s *Scheduler) runtimeChanged(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	if rt, ok := obj.(*v1alpha1.Runtime); ok {
+	if rt, ok := tombstone.As[*v1alpha1.Runtime](obj); ok {
 		s.wakeAll(rt.Namespace, rt.Name)
 	}
 }
@@ -135,10 +125,7 @@ func (s *Scheduler) runtimeUpdated(oldObj, newObj any) {
 }
 
 func (s *Scheduler) podChanged(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	if pod, ok := obj.(*corev1.Pod); ok {
+	if pod, ok := tombstone.As[*corev1.Pod](obj); ok {
 		s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
 	}
 }
