@@ -48,6 +48,8 @@ func Run(args []string, streams genericiooptions.IOStreams) int {
 	flags.AddFlags(root.PersistentFlags())
 	root.AddCommand(newInvokeCommand(flags, streams, &code))
 	root.AddCommand(newLogsCommand(flags, streams, &code))
+	root.AddCommand(newRunCommand(flags, streams, &code))
+	root.AddCommand(newCancelCommand(flags, streams, &code))
 	root.SetArgs(args)
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)

@@ -1,0 +1,412 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
+)
+
+// Exit codes of krt run besides the task's own (as timeout(1), env(1) and
+// docker run use them; a task's own 124–130 cannot be told apart by the code).
+const (
+	ExitRunTimeout    = 124 // the Run ended as Timeout
+	ExitRunKrtFailed  = 125 // krt failed, or the create was refused
+	ExitRunNoExitCode = 126 // the Run Failed without an exit code (it could not start or run)
+	ExitRunLost       = 129 // the connection was lost: list/watch failing for lostAfter
+	ExitRunCancelled  = 130 // the Run ended as Cancelled, or a second Ctrl-C
+)
+
+// lostAfter is how long list/watch may fail before krt run gives up with 129.
+var lostAfter = 30 * time.Second
+
+// notifySignals subscribes c to the signals that cancel a Run; tests replace it.
+var notifySignals = func(c chan<- os.Signal) func() {
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	return func() { signal.Stop(c) }
+}
+
+var (
+	errLost        = errors.New("lost the connection to the server")
+	errInterrupted = errors.New("interrupted twice")
+)
+
+// inlineCommand is the script of a Run created from `krt run -- COMMAND ARGS…`:
+// the command and its arguments are the task's args.
+const inlineCommand = "exec \"$@\"\n"
+
+type runOptions struct {
+	runtime, name, file string
+	env                 []string
+	timeout             time.Duration
+	wait                bool
+}
+
+const runLong = `Create a task Run, wait for it to end, print the kept log of each attempt
+(its stdout to standard output unchanged, its stderr to standard error; krt's
+own messages go to standard error) and exit with the task's exit code.
+
+The program is a script (-f FILE, or -f - for standard input; arguments after
+-- are passed to it) or a command after -- alone, which runs as exec "$@" in an
+inline bash script: the Runtime (-r, default bash) must run bash scripts.
+
+The server does not stream a running attempt's log yet: each attempt's log
+is printed once that attempt has ended, retries included. --wait waits for
+the end without printing the log.
+
+Ctrl-C or SIGTERM requests cancellation of the Run (spec.cancelRequested)
+and keeps following it until it ends; a second Ctrl-C stops krt at once (the
+Run is still cancelled).
+
+Exit codes:
+  0-255  the task's exit code (Succeeded, or Failed with an exit code)
+  124    the Run ended as Timeout (spec.timeout, --timeout)
+  125    krt failed, the flags were wrong, or the create was refused
+  126    the Run Failed without an exit code (it could not start or run)
+  129    the connection was lost (list and watch failed for 30s)
+  130    the Run ended as Cancelled, or a second Ctrl-C
+A task's own 124-130 cannot be told apart from krt's by the code.`
+
+func newRunCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
+	o := &runOptions{runtime: "bash"}
+	cmd := &cobra.Command{
+		Use:   "run [-r RUNTIME] [--name N] [--env K=V]... [--timeout D] [--wait] (-f SCRIPT [-- ARGS...] | -- COMMAND ARGS...)",
+		Short: "Run a task and print what it printed",
+		Long:  runLong,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			run, err := o.build(args, cmd.ArgsLenAtDash(), streams.In)
+			if err != nil {
+				*code = ExitRunKrtFailed
+				return err
+			}
+			*code = runTask(cmd.Context(), flags, streams, run, o.wait)
+			return nil
+		},
+	}
+	cmd.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		*code = ExitRunKrtFailed
+		return err
+	})
+	cmd.Flags().StringVarP(&o.runtime, "runtime", "r", o.runtime, "The Runtime that runs the task; a command after -- needs one that runs bash.")
+	cmd.Flags().StringVar(&o.name, "name", "", "The Run's name; generated (run-xxxxx) when empty.")
+	cmd.Flags().StringArrayVar(&o.env, "env", nil, "An environment variable NAME=VALUE for the task; repeat for more.")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "The Run's spec.timeout: it ends as Timeout (exit 124) past it; none when 0.")
+	cmd.Flags().BoolVar(&o.wait, "wait", false, "Wait for the Run to end without printing its log.")
+	cmd.Flags().StringVarP(&o.file, "filename", "f", "", "The script to run; - reads it from standard input.")
+	return cmd
+}
+
+// build is the Run o and the arguments describe. atDash is where -- was
+// (cobra's ArgsLenAtDash: -1 when absent).
+func (o *runOptions) build(args []string, atDash int, stdin io.Reader) (*v1alpha1.Run, error) {
+	if atDash != 0 && len(args) > 0 {
+		bad := args
+		if atDash > 0 {
+			bad = args[:atDash]
+		}
+		return nil, fmt.Errorf("unexpected arguments %q: put the command after --", bad)
+	}
+	var source string
+	switch {
+	case o.file == "-":
+		data, err := io.ReadAll(stdin)
+		if err != nil {
+			return nil, fmt.Errorf("reading the script from standard input: %w", err)
+		}
+		source = string(data)
+	case o.file != "":
+		data, err := os.ReadFile(o.file)
+		if err != nil {
+			return nil, err
+		}
+		source = string(data)
+	case len(args) == 0:
+		return nil, errors.New("give the script with -f SCRIPT or the command after --")
+	default:
+		source = inlineCommand
+	}
+	if o.runtime == "" {
+		return nil, errors.New("--runtime must not be empty")
+	}
+	if o.timeout < 0 {
+		return nil, errors.New("--timeout must not be negative")
+	}
+	run := &v1alpha1.Run{
+		Spec: v1alpha1.RunSpec{
+			Runtime: o.runtime,
+			Source:  v1alpha1.RunSource{Inline: source},
+			Mode:    v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: args}},
+		},
+	}
+	if len(args) == 0 {
+		run.Spec.Mode.Task.Args = nil
+	}
+	if o.name != "" {
+		run.Name = o.name
+	} else {
+		run.GenerateName = "run-"
+	}
+	for _, kv := range o.env {
+		name, value, ok := strings.Cut(kv, "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("--env %q: want NAME=VALUE", kv)
+		}
+		run.Spec.Env = append(run.Spec.Env, v1alpha1.EnvVar{Name: name, Value: value})
+	}
+	if o.timeout > 0 {
+		run.Spec.Timeout = &metav1.Duration{Duration: o.timeout}
+	}
+	return run, nil
+}
+
+// runExitCode is krt run's exit code for a Run in a terminal phase.
+func runExitCode(run *v1alpha1.Run) int {
+	switch run.Status.Phase {
+	case lifecycle.Succeeded:
+		if run.Status.ExitCode != nil {
+			return int(*run.Status.ExitCode)
+		}
+		return ExitOK
+	case lifecycle.Failed:
+		if run.Status.ExitCode != nil && *run.Status.ExitCode != 0 {
+			return int(*run.Status.ExitCode)
+		}
+		return ExitRunNoExitCode
+	case lifecycle.Timeout:
+		return ExitRunTimeout
+	case lifecycle.Cancelled:
+		return ExitRunCancelled
+	}
+	return ExitRunKrtFailed
+}
+
+func clientFor(flags *genericclioptions.ConfigFlags) (typedv1alpha1.RunInterface, string, error) {
+	config, err := flags.ToRESTConfig()
+	if err != nil {
+		return nil, "", err
+	}
+	namespace, _, err := flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return nil, "", err
+	}
+	client, err := versioned.NewForConfig(config)
+	if err != nil {
+		return nil, "", err
+	}
+	return client.KruntimesV1alpha1().Runs(namespace), namespace, nil
+}
+
+func runTask(ctx context.Context, flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, run *v1alpha1.Run, wait bool) int {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	runs, _, err := clientFor(flags)
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "error:", err)
+		return ExitRunKrtFailed
+	}
+	// Signals are watched from before the create, so a Ctrl-C right after
+	// it still cancels the Run.
+	sigs := make(chan os.Signal, 2)
+	stop := notifySignals(sigs)
+	defer stop()
+
+	created, err := runs.Create(ctx, run, metav1.CreateOptions{})
+	if err != nil {
+		fmt.Fprintln(streams.ErrOut, "Error from server:", err)
+		return ExitRunKrtFailed
+	}
+	fmt.Fprintf(streams.ErrOut, "run/%s created\n", created.Name)
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go func() {
+		cancelled := false
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-sigs:
+				if cancelled {
+					fmt.Fprintln(streams.ErrOut, "interrupted again: stopping (the Run is cancelled)")
+					cancel(errInterrupted)
+					return
+				}
+				cancelled = true
+				fmt.Fprintf(streams.ErrOut, "cancelling run/%s (Ctrl-C again to stop waiting)\n", created.Name)
+				if err := requestCancel(ctx, runs, created.Name); err != nil {
+					fmt.Fprintln(streams.ErrOut, "error: cancelling:", err)
+				}
+			}
+		}
+	}()
+
+	printed := int32(0) // attempts whose log was printed
+	printUpTo := func(through int32) {
+		for ; printed < through; printed++ {
+			if !wait {
+				printAttemptLog(ctx, runs, streams, created.Name, printed+1, through)
+			}
+		}
+	}
+	final, err := untilTerminal(ctx, runs, created, func(r *v1alpha1.Run) {
+		// An attempt ended when a later one began.
+		printUpTo(r.Status.Attempt - 1)
+	})
+	if err != nil {
+		switch {
+		case errors.Is(err, errInterrupted):
+			return ExitRunCancelled
+		case errors.Is(err, errLost):
+			fmt.Fprintf(streams.ErrOut, "error: %v: list and watch of run/%s failed for %s\n", errLost, created.Name, lostAfter)
+			return ExitRunLost
+		}
+		fmt.Fprintln(streams.ErrOut, "error:", err)
+		return ExitRunKrtFailed
+	}
+	printUpTo(final.Status.Attempt)
+	code := runExitCode(final)
+	fmt.Fprintf(streams.ErrOut, "run/%s %s%s\n", final.Name, final.Status.Phase, describeEnd(final))
+	return code
+}
+
+func describeEnd(run *v1alpha1.Run) string {
+	s := ""
+	if run.Status.ExitCode != nil {
+		s += fmt.Sprintf(" (exit code %d)", *run.Status.ExitCode)
+	}
+	if run.Status.Message != "" {
+		s += ": " + run.Status.Message
+	}
+	return s
+}
+
+// printAttemptLog prints attempt n's kept log: stdout to standard output,
+// stderr to standard error, each byte-exact.
+func printAttemptLog(ctx context.Context, runs typedv1alpha1.RunInterface, streams genericiooptions.IOStreams, name string, n, of int32) {
+	if of > 1 {
+		fmt.Fprintf(streams.ErrOut, "--- attempt %d ---\n", n)
+	}
+	for _, s := range []struct {
+		stream string
+		to     io.Writer
+	}{{"Stdout", streams.Out}, {"Stderr", streams.ErrOut}} {
+		attempt := n
+		body, err := runs.GetLogs(name, &v1alpha1.RunLogOptions{Attempt: &attempt, Stream: s.stream}).Stream(ctx)
+		if err != nil {
+			fmt.Fprintf(streams.ErrOut, "warning: the log of attempt %d (%s): %v\n", n, s.stream, err)
+			continue
+		}
+		_, err = io.Copy(s.to, body)
+		body.Close()
+		if err != nil {
+			fmt.Fprintf(streams.ErrOut, "warning: reading the log of attempt %d (%s): %v\n", n, s.stream, err)
+		}
+	}
+}
+
+// untilTerminal follows the Run by list and watch (watchtools.UntilWithSync)
+// until it is in a terminal phase, calling seen for each state of it. When
+// list and watch fail for lostAfter it cancels ctx with errLost.
+func untilTerminal(ctx context.Context, runs typedv1alpha1.RunInterface, run *v1alpha1.Run, seen func(*v1alpha1.Run)) (*v1alpha1.Run, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	health := &connHealth{}
+	go health.watch(ctx, cancel, lostAfter)
+	selector := fields.OneTermEqualSelector("metadata.name", run.Name).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			list, err := runs.List(ctx, opts)
+			health.observe(err)
+			return list, err
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			w, err := runs.Watch(ctx, opts)
+			health.observe(err)
+			return w, err
+		},
+	}
+	event, err := watchtools.UntilWithSync(ctx, lw, &v1alpha1.Run{}, nil, func(e watch.Event) (bool, error) {
+		switch e.Type {
+		case watch.Deleted:
+			return false, fmt.Errorf("run/%s was deleted before it ended", run.Name)
+		case watch.Added, watch.Modified:
+		default:
+			return false, nil
+		}
+		r, ok := e.Object.(*v1alpha1.Run)
+		if !ok || r.UID != run.UID {
+			if ok && run.UID != "" {
+				return false, fmt.Errorf("run/%s was replaced by another Run of that name", run.Name)
+			}
+			return false, nil
+		}
+		seen(r)
+		return lifecycle.IsTerminal(r.Status.Phase), nil
+	})
+	if err != nil {
+		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+			return nil, cause
+		}
+		return nil, err
+	}
+	return event.Object.(*v1alpha1.Run), nil
+}
+
+// connHealth tracks since when list and watch have been failing.
+type connHealth struct {
+	mu           sync.Mutex
+	failingSince time.Time
+}
+
+func (h *connHealth) observe(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	switch {
+	case err == nil:
+		h.failingSince = time.Time{}
+	case h.failingSince.IsZero():
+		h.failingSince = time.Now()
+	}
+}
+
+func (h *connHealth) watch(ctx context.Context, cancel context.CancelCauseFunc, lostAfter time.Duration) {
+	tick := time.NewTicker(min(lostAfter/10, time.Second))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			h.mu.Lock()
+			lost := !h.failingSince.IsZero() && time.Since(h.failingSince) >= lostAfter
+			h.mu.Unlock()
+			if lost {
+				cancel(errLost)
+				return
+			}
+		}
+	}
+}
