@@ -141,9 +141,14 @@ func startInvokeServer(t *testing.T, extraArgs ...string) *invokeServer {
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: "pod-a", UID: "uid-a", Labels: map[string]string{lifecycle.LabelRuntime: runtimeName}},
 		Status:     corev1.PodStatus{PodIP: podIP},
 	}
+	// The router reaches the held runtimed through a Pod only this test
+	// knows; the advertised endpoint is the options' default.
+	endpoint, err := o.Invoke.Endpoint.Config("")
+	require.NoError(t, err)
 	config.Invoke = apiserver.InvokeConfig{
 		Router:     invokerouter.Config{Kube: fake.NewClientset(pod), ClientTLS: clientTLS},
 		MaxTimeout: 50 * time.Second,
+		Endpoint:   endpoint,
 	}
 	server, err := config.Complete().New()
 	require.NoError(t, err)
