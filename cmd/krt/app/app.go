@@ -17,7 +17,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"kruntimes.io/kruntimes/client/clientset/versioned"
 	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/version"
 )
@@ -108,22 +107,12 @@ func invoke(ctx context.Context, flags *genericclioptions.ConfigFlags, streams g
 		fmt.Fprintf(streams.ErrOut, "error: --output must be json or empty, got %q\n", o.output)
 		return ExitUsage
 	}
-	config, err := flags.ToRESTConfig()
+	runs, _, err := clientFor(flags)
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "error:", err)
 		return ExitError
 	}
-	namespace, _, err := flags.ToRawKubeConfigLoader().Namespace()
-	if err != nil {
-		fmt.Fprintln(streams.ErrOut, "error:", err)
-		return ExitError
-	}
-	client, err := versioned.NewForConfig(config)
-	if err != nil {
-		fmt.Fprintln(streams.ErrOut, "error:", err)
-		return ExitError
-	}
-	result, err := client.KruntimesV1alpha1().Runs(namespace).Invoke(ctx, name, input,
+	result, err := runs.Invoke(ctx, name, input,
 		typedv1alpha1.InvokeOptions{UID: types.UID(o.uid), Timeout: o.timeout, InvocationID: o.invocationID})
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "Error from server:", err)

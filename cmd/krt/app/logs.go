@@ -11,7 +11,6 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
-	"kruntimes.io/kruntimes/client/clientset/versioned"
 )
 
 type logsOptions struct {
@@ -66,22 +65,12 @@ func printLogs(ctx context.Context, flags *genericclioptions.ConfigFlags, stream
 		fmt.Fprintf(streams.ErrOut, "error: --attempt must be between 0 and %d\n", 1<<31-1)
 		return ExitUsage
 	}
-	config, err := flags.ToRESTConfig()
+	runs, _, err := clientFor(flags)
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "error:", err)
 		return ExitError
 	}
-	namespace, _, err := flags.ToRawKubeConfigLoader().Namespace()
-	if err != nil {
-		fmt.Fprintln(streams.ErrOut, "error:", err)
-		return ExitError
-	}
-	client, err := versioned.NewForConfig(config)
-	if err != nil {
-		fmt.Fprintln(streams.ErrOut, "error:", err)
-		return ExitError
-	}
-	body, err := client.KruntimesV1alpha1().Runs(namespace).GetLogs(name, o.logOptions()).Stream(ctx)
+	body, err := runs.GetLogs(name, o.logOptions()).Stream(ctx)
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "Error from server:", err)
 		if apierrors.IsNotFound(err) {
