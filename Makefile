@@ -20,10 +20,12 @@ TESTREPORT = $(BIN)/testreport --allowed-skips hack/allowed-skips.txt
 BENCH_PKGS = $(sort $(patsubst %/,./%,$(dir $(shell git grep --untracked -l '^func Benchmark' -- '*_test.go'))))
 BENCH_FLAGS ?= -count=1 -timeout 15m
 # The images (hack/images): VERSION tags and stamps a release (empty: a Go
-# pseudo-version of HEAD); REGISTRY, when set, is where they are pushed.
+# pseudo-version of HEAD); REGISTRY, when set, is where they are pushed;
+# LATEST=false leaves the Go images' latest tag alone.
 VERSION ?=
 REGISTRY ?=
-IMAGES_FLAGS = $(if $(VERSION),--version=$(VERSION)) $(if $(REGISTRY),--push=$(REGISTRY))
+LATEST ?= true
+IMAGES_FLAGS = $(if $(VERSION),--version=$(VERSION)) $(if $(REGISTRY),--push=$(REGISTRY)) --latest=$(LATEST)
 # The Debian release the Python base of `make image-python` is made from;
 # made once and kept under _output/ until `make clean`.
 PYTHON_BASE_SUITE ?= bookworm

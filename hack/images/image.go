@@ -62,15 +62,26 @@ func findSpec(name string) imageSpec {
 type builtImage struct {
 	// Key names its files under the output directory: the image name, with
 	// -<base> for an image built on a --base.
-	Key   string
-	Name  string
-	Tag   string
-	Image v1.Image
+	Key  string
+	Name string
+	Tag  string
+	// Aliases are further tags of the same image, such as latest.
+	Aliases []string
+	Image   v1.Image
 }
 
 // Ref is the image's reference under repository: <repository>/<name>:<tag>.
 func (b builtImage) Ref(repository string) string {
 	return strings.TrimSuffix(repository, "/") + "/" + b.Name + ":" + b.Tag
+}
+
+// Refs are Ref and the references of its aliases.
+func (b builtImage) Refs(repository string) []string {
+	refs := []string{b.Ref(repository)}
+	for _, a := range b.Aliases {
+		refs = append(refs, strings.TrimSuffix(repository, "/")+"/"+b.Name+":"+a)
+	}
+	return refs
 }
 
 // buildInfo is what every image of one build shares.

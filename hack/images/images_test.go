@@ -188,9 +188,13 @@ func TestOutputs(t *testing.T) {
 			require.NoError(t, err)
 			m, err := idx.IndexManifest()
 			require.NoError(t, err)
-			require.Len(t, m.Manifests, 1)
-			assert.Equal(t, digest, m.Manifests[0].Digest)
-			assert.Equal(t, ref, m.Manifests[0].Annotations[refNameAnnotation], "the OCI layout names the image by its reference")
+			refs := img.Refs("kruntimes.io")
+			require.Equal(t, []string{ref, "kruntimes.io/" + img.Name + ":latest"}, refs, "a Go image is tagged latest too")
+			require.Len(t, m.Manifests, len(refs))
+			for i, want := range refs {
+				assert.Equal(t, digest, m.Manifests[i].Digest)
+				assert.Equal(t, want, m.Manifests[i].Annotations[refNameAnnotation], "the OCI layout names the image by each reference")
+			}
 
 			entries := readTar(t, filepath.Join(out, img.Key+".tar"))
 			var manifest []struct {
@@ -201,7 +205,7 @@ func TestOutputs(t *testing.T) {
 			require.Contains(t, entries, "manifest.json", "docker load reads manifest.json")
 			require.NoError(t, json.Unmarshal(entries["manifest.json"], &manifest))
 			require.Len(t, manifest, 1)
-			assert.Equal(t, []string{ref}, manifest[0].RepoTags, "docker load tags the image with its reference")
+			assert.ElementsMatch(t, refs, manifest[0].RepoTags, "docker load tags the image with each reference")
 			// docker save also writes the pre-1.10 repositories file, which
 			// docker load reads only when manifest.json is missing.
 
@@ -257,12 +261,18 @@ func TestPushAndPullRoundTrip(t *testing.T) {
 	images := sharedImages(t)
 	pushed, err := push(context.Background(), host+"/team", images)
 	require.NoError(t, err)
-	require.Len(t, pushed, len(images))
+	require.Len(t, pushed, 2*len(images), "each image under its version and latest")
 	for i, img := range images {
 		want, err := img.Image.Digest()
 		require.NoError(t, err)
 		ref := host + "/team/" + img.Name + ":" + testVersion
-		assert.Equal(t, ref+"@"+want.String(), pushed[i])
+		assert.Equal(t, ref+"@"+want.String(), pushed[2*i])
+		assert.Equal(t, host+"/team/"+img.Name+":latest@"+want.String(), pushed[2*i+1])
+		latest, err := name.ParseReference(host + "/team/" + img.Name + ":latest")
+		require.NoError(t, err)
+		latestDigest, err := remote.Head(latest)
+		require.NoError(t, err)
+		assert.Equal(t, want, latestDigest.Digest, "latest names the same manifest")
 
 		parsed, err := name.ParseReference(ref)
 		require.NoError(t, err)

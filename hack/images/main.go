@@ -59,6 +59,7 @@ type options struct {
 	images         string
 	bases          baseFlags
 	push           string
+	latest         bool
 }
 
 func newOptions() *options {
@@ -70,6 +71,7 @@ func newOptions() *options {
 		arch:           runtime.GOARCH,
 		caCertificates: "/etc/ssl/certs/ca-certificates.crt",
 		images:         strings.Join(imageNames(), ","),
+		latest:         true,
 	}
 }
 
@@ -83,6 +85,7 @@ func (o *options) addFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.caCertificates, "ca-certificates", o.caCertificates, "CA bundle copied into the Go images at /etc/ssl/certs/ca-certificates.crt (Debian's ca-certificates package).")
 	fs.StringVar(&o.images, "images", o.images, "Comma-separated images to build, of "+strings.Join(imageNames(), ", ")+"; empty builds only the --base ones.")
 	fs.Var(&o.bases, "base", "NAME=PATH: also put kruntimes-runtime on the base image at PATH (OCI layout directory, docker save tarball, or root file system tarball), tagged <version>-NAME. Repeatable.")
+	fs.BoolVar(&o.latest, "latest", o.latest, "Also tag every Go image latest, in its tarball and layout and when pushing, so that defaults naming :latest (such as a Runtime's runtimedImage) resolve after a local build; --latest=false for a release that must not move latest.")
 	fs.StringVar(&o.push, "push", o.push, "Registry and path to push every image to as <push>/<image>:<tag>, such as ghcr.io/you or localhost:5000; empty pushes nothing.")
 }
 

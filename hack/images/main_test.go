@@ -93,7 +93,7 @@ func readOutputs(t *testing.T, out string) []builtImage {
 		ref, digest, ok := strings.Cut(line, " ")
 		require.True(t, ok, "images.txt line %q", line)
 		spec := goImages[i]
-		img := builtImage{Key: spec.Name, Name: spec.Name, Tag: testVersion}
+		img := builtImage{Key: spec.Name, Name: spec.Name, Tag: testVersion, Aliases: []string{"latest"}}
 		require.Equal(t, img.Ref("kruntimes.io"), ref)
 		hash, err := v1.NewHash(digest)
 		require.NoError(t, err)

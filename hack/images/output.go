@@ -38,7 +38,7 @@ func (o *options) run(ctx context.Context) error {
 	var list strings.Builder
 	for _, img := range images {
 		ref := img.Ref(o.repository)
-		if err := writeOutputs(out, img, ref); err != nil {
+		if err := writeOutputs(out, img, img.Refs(o.repository)); err != nil {
 			return fmt.Errorf("%s: %w", ref, err)
 		}
 		digest, err := img.Image.Digest()
@@ -116,7 +116,11 @@ func (o *options) build(ctx context.Context) ([]builtImage, error) {
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", spec.Name, err)
 			}
-			images = append(images, builtImage{Key: spec.Name, Name: spec.Name, Tag: info.Version, Image: img})
+			built := builtImage{Key: spec.Name, Name: spec.Name, Tag: info.Version, Image: img}
+			if o.latest {
+				built.Aliases = []string{"latest"}
+			}
+			images = append(images, built)
 		}
 	}
 	for _, b := range o.bases {
@@ -141,11 +145,15 @@ func (o *options) outputDir() string {
 }
 
 // writeOutputs replaces img's OCI layout (<out>/<key>/) and docker load
-// tarball (<out>/<key>.tar), both naming it ref.
-func writeOutputs(out string, img builtImage, ref string) error {
-	tag, err := name.NewTag(ref, name.StrictValidation)
-	if err != nil {
-		return err
+// tarball (<out>/<key>.tar), both naming it by every one of refs.
+func writeOutputs(out string, img builtImage, refs []string) error {
+	tags := map[name.Reference]v1.Image{}
+	for _, ref := range refs {
+		tag, err := name.NewTag(ref, name.StrictValidation)
+		if err != nil {
+			return err
+		}
+		tags[tag] = img.Image
 	}
 	dir := filepath.Join(out, img.Key)
 	if err := os.RemoveAll(dir); err != nil {
@@ -155,11 +163,14 @@ func writeOutputs(out string, img builtImage, ref string) error {
 	if err != nil {
 		return err
 	}
-	if err := p.AppendImage(img.Image, layout.WithAnnotations(map[string]string{refNameAnnotation: ref})); err != nil {
-		return fmt.Errorf("writing the OCI layout: %w", err)
+	// One index entry per reference: the layout's blobs are stored once.
+	for _, ref := range refs {
+		if err := p.AppendImage(img.Image, layout.WithAnnotations(map[string]string{refNameAnnotation: ref})); err != nil {
+			return fmt.Errorf("writing the OCI layout: %w", err)
+		}
 	}
 	tmp := filepath.Join(out, "."+img.Key+".tar.tmp")
-	if err := tarball.WriteToFile(tmp, tag, img.Image); err != nil {
+	if err := tarball.MultiRefWriteToFile(tmp, tags); err != nil {
 		os.Remove(tmp)
 		return fmt.Errorf("writing the docker load tarball: %w", err)
 	}
@@ -172,18 +183,26 @@ func push(ctx context.Context, registry string, images []builtImage, opts ...rem
 	opts = append([]remote.Option{remote.WithContext(ctx)}, opts...)
 	var pushed []string
 	for _, img := range images {
-		ref, err := name.NewTag(img.Ref(registry), name.StrictValidation)
-		if err != nil {
-			return pushed, fmt.Errorf("--push %s: %w", registry, err)
+		for i, r := range img.Refs(registry) {
+			ref, err := name.NewTag(r, name.StrictValidation)
+			if err != nil {
+				return pushed, fmt.Errorf("--push %s: %w", registry, err)
+			}
+			digest, err := img.Image.Digest()
+			if err != nil {
+				return pushed, err
+			}
+			if i == 0 {
+				err = remote.Write(ref, img.Image, opts...)
+			} else {
+				// The blobs and manifest are there already: only the tag moves.
+				err = remote.Tag(ref, img.Image, opts...)
+			}
+			if err != nil {
+				return pushed, fmt.Errorf("pushing %s: %w", ref, err)
+			}
+			pushed = append(pushed, ref.String()+"@"+digest.String())
 		}
-		if err := remote.Write(ref, img.Image, opts...); err != nil {
-			return pushed, fmt.Errorf("pushing %s: %w", ref, err)
-		}
-		digest, err := img.Image.Digest()
-		if err != nil {
-			return pushed, err
-		}
-		pushed = append(pushed, ref.String()+"@"+digest.String())
 	}
 	return pushed, nil
 }
