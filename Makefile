@@ -49,12 +49,12 @@ test: verify kube-binaries helm testreport images
 	@$(MAKE) --no-print-directory bench-once
 
 ## unit: the tests that need no Kubernetes binaries: every package but
-## the e2e suite (test/e2e). Skips are listed, not failed (TestDiskFull
+## the e2e suites (test/e2e, test/e2e/ha). Skips are listed, not failed (TestDiskFull
 ## needs root).
 unit: testreport
-	set -o pipefail; $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) $$($(GO) list ./... | grep -vx 'kruntimes.io/kruntimes/test/e2e') 2>&1 | $(TESTREPORT) --fail-on-skip=false
+	set -o pipefail; $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) $$($(GO) list ./... | grep -vxE 'kruntimes.io/kruntimes/test/e2e(/ha)?') 2>&1 | $(TESTREPORT) --fail-on-skip=false
 
-## e2e: only the e2e suite, against the local cluster.
+## e2e: only the e2e suites, each against a local cluster of its own.
 e2e: kube-binaries testreport
 	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) ./test/e2e/... 2>&1 | $(TESTREPORT)
 

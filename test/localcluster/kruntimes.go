@@ -246,6 +246,16 @@ func (c *Cluster) KruntimesReplicaPIDs() []int {
 	return pids
 }
 
+// KruntimesReplicaLogs returns the log file of each kruntimes-apiserver
+// replica, in start order.
+func (c *Cluster) KruntimesReplicaLogs() []string {
+	logs := make([]string, len(c.kruntimesUp))
+	for i, comp := range c.kruntimesUp {
+		logs[i] = comp.logPath
+	}
+	return logs
+}
+
 func (c *Cluster) loadClusterCA() (*pki.CA, error) {
 	certPEM, err := os.ReadFile(c.pki.clusterCA())
 	if err != nil {

@@ -57,8 +57,14 @@ func Required() bool { return os.Getenv(RequireEnv) == "1" }
 // stops the cluster. When the Kubernetes binaries are missing it runs the
 // tests anyway so that each one reports a clear skip.
 func Main(m *testing.M) int {
+	return MainWith(m, nil)
+}
+
+// MainWith is Main for a suite whose cluster differs from the shared
+// suite's: configure changes the local cluster's Config before it starts.
+func MainWith(m *testing.M, configure func(*localcluster.Config)) int {
 	ctx := klog.NewContext(context.Background(), klog.Background().WithName("e2e"))
-	f, reason, err := start(ctx)
+	f, reason, err := start(ctx, configure)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: starting the local cluster: %v\n", err)
 		return 1
@@ -115,7 +121,7 @@ func componentLogsClean(out io.Writer, stateDir string) bool {
 	return false
 }
 
-func start(ctx context.Context) (*Framework, string, error) {
+func start(ctx context.Context, configure func(*localcluster.Config)) (*Framework, string, error) {
 	wd, err := os.Getwd()
 	if err != nil {
 		return nil, "", err
@@ -145,7 +151,7 @@ func start(ctx context.Context) (*Framework, string, error) {
 	}
 	mode := localcluster.KruntimesRequired
 	started := time.Now()
-	cluster, err := localcluster.Start(ctx, localcluster.Config{
+	cfg := localcluster.Config{
 		RepoRoot: root,
 		StateDir: stateDir,
 		// A block of its own per run, so a make run cluster and parallel
@@ -157,7 +163,11 @@ func start(ctx context.Context) (*Framework, string, error) {
 		},
 		Progress:    os.Stderr,
 		KeepPodLogs: true,
-	})
+	}
+	if configure != nil {
+		configure(&cfg)
+	}
+	cluster, err := localcluster.Start(ctx, cfg)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w (state and logs in %s)", err, stateDir)
 	}

@@ -1,0 +1,265 @@
+package ha
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"regexp"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runtimepod"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/controllers/manager"
+	"kruntimes.io/kruntimes/test/e2e/framework"
+	"kruntimes.io/kruntimes/test/localcluster"
+)
+
+// leaseDuration is the replicas' --leader-elect-lease-duration: short, so
+// that the survivor takes over the controllers within seconds.
+const leaseDuration = 4 * time.Second
+
+func TestMain(m *testing.M) {
+	os.Exit(framework.MainWith(m, func(c *localcluster.Config) {
+		// Two replicas share etcd3 storage behind the local Service front,
+		// as the chart's Deployment does with replicas: 2.
+		c.KruntimesStorage = "etcd3"
+		c.KruntimesReplicas = 2
+		// A Pod IP block apart from the shared suite's (127.101–200), which
+		// may run at the same time.
+		c.PodIPBase = net.IPv4(127, byte(201+os.Getpid()%50), 0, 0)
+		c.KruntimesArgs = append(c.KruntimesArgs,
+			"--leader-elect-lease-duration="+leaseDuration.String(),
+			"--leader-elect-renew-deadline=3s",
+			"--leader-elect-retry-period=500ms",
+		)
+	}))
+}
+
+// TestTwoReplicasSurviveLosingOne kills the kruntimes-apiserver replica
+// that leads the controllers while a client invokes a function through
+// kube-apiserver: invocations answer again, the other replica takes the
+// controllers' Lease, and a task created after the loss runs to the end.
+func TestTwoReplicasSurviveLosingOne(t *testing.T) {
+	f := framework.Get(t)
+	f.RequireKruntimes(t)
+	ctx := framework.Context(t, 5*time.Minute)
+	client, err := versioned.NewForConfig(f.AdminConfig)
+	require.NoError(t, err)
+	ns := f.CreateNamespace(t, "ha")
+	runs := client.KruntimesV1alpha1().Runs(ns)
+
+	_, err = client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, pythonRuntime("python"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	fn, err := runs.Create(ctx, &v1alpha1.Run{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: v1alpha1.RunSpec{
+			Runtime: "python",
+			Source:  v1alpha1.RunSource{Inline: "def handle(event, context):\n    return event\n", InlinePath: "main.py"},
+			Mode:    v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "main.handle"}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	waitForPhase(ctx, t, runs, "echo", lifecycle.Ready)
+
+	leader, holder := leadingReplica(ctx, t, f)
+	t.Logf("replica %d leads the controllers (%s); killing it", leader, holder)
+
+	// Invoke one at a time, as a client would, before and after the kill.
+	load := &invokeLoad{runs: runs, uid: fn.UID}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); load.run(loadCtx) }()
+	t.Cleanup(func() { stopLoad(); wg.Wait() })
+	require.NoError(t, framework.Poll(ctx, 50*time.Millisecond, time.Minute, func(context.Context, *framework.Observed) (bool, error) {
+		return load.streak() >= 10, nil
+	}), "invocations answer before the kill")
+
+	pid := f.Cluster.KruntimesReplicaPIDs()[leader]
+	require.NotZero(t, pid)
+	killedAt := time.Now()
+	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
+	load.markKill()
+
+	require.NoError(t, framework.Poll(ctx, 100*time.Millisecond, 2*time.Minute, func(context.Context, *framework.Observed) (bool, error) {
+		return load.streakSinceKill() >= 20, nil
+	}), "20 invocations in a row answer 200 after the kill: %s", load)
+	t.Logf("after the kill: %s; 20 in a row answered %s after it", load, time.Since(killedAt).Round(time.Millisecond))
+
+	require.NoError(t, framework.Poll(ctx, 100*time.Millisecond, 2*time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+		l, err := f.Client.CoordinationV1().Leases(manager.DefaultLeaseNamespace).Get(ctx, manager.DefaultLeaseName, metav1.GetOptions{})
+		if seen.Err(err) {
+			return false, nil
+		}
+		now := ptr.Deref(l.Spec.HolderIdentity, "")
+		seen.State("Lease held by %q", now)
+		return now != "" && now != holder, nil
+	}), "the surviving replica takes the controllers' Lease")
+	t.Logf("the survivor holds the Lease %s after the kill", time.Since(killedAt).Round(time.Millisecond))
+
+	// Placing a new Run needs the scheduler, which now runs in the survivor.
+	_, err = runs.Create(ctx, &v1alpha1.Run{
+		ObjectMeta: metav1.ObjectMeta{Name: "after-the-loss"},
+		Spec: v1alpha1.RunSpec{
+			Runtime: "python",
+			Source:  v1alpha1.RunSource{Inline: "print('still here')\n", InlinePath: "main.py"},
+			Mode:    v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Entrypoint: "main.py"}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	task := waitForPhase(ctx, t, runs, "after-the-loss", lifecycle.Succeeded)
+	assert.Equal(t, int32(0), ptr.Deref(task.Status.ExitCode, -1))
+
+	// What was stored before the loss is all there.
+	got, err := runs.Get(ctx, "echo", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, fn.UID, got.UID)
+	assert.Equal(t, lifecycle.Ready, got.Status.Phase, "the function stays Ready: its Pod was not lost")
+}
+
+func pythonRuntime(name string) *v1alpha1.Runtime {
+	return &v1alpha1.Runtime{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: v1alpha1.RuntimeSpec{
+			Replicas:      ptr.To[int32](1),
+			Capacity:      v1alpha1.RuntimeCapacity{Runs: 4},
+			RuntimedImage: "kruntimes.io/runtimed:dev",
+			Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				TerminationGracePeriodSeconds: ptr.To[int64](5),
+				Containers: []corev1.Container{{
+					Name:  runtimepod.ContainerRuntime,
+					Image: "kruntimes.io/kruntimes-runtime:dev",
+					Args:  []string{"--language=python", "--listen=" + runtimepod.RuntimeSocket},
+				}},
+			}},
+		},
+	}
+}
+
+func waitForPhase(ctx context.Context, t *testing.T, runs typedv1alpha1.RunInterface, name string, phase lifecycle.Phase) *v1alpha1.Run {
+	t.Helper()
+	var run *v1alpha1.Run
+	require.NoError(t, framework.Poll(ctx, 100*time.Millisecond, 2*time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+		got, err := runs.Get(ctx, name, metav1.GetOptions{})
+		if seen.Err(err) {
+			return false, nil
+		}
+		seen.State("phase %s: %s", got.Status.Phase, got.Status.Message)
+		if lifecycle.IsTerminal(got.Status.Phase) && got.Status.Phase != phase {
+			return false, fmt.Errorf("Run %s ended %s: %s", name, got.Status.Phase, got.Status.Message)
+		}
+		run = got
+		return got.Status.Phase == phase, nil
+	}), "Run %s reaches %s", name, phase)
+	return run
+}
+
+// campaigning is the line a replica logs with its leader-election identity.
+var campaigning = regexp.MustCompile(`Campaigning for the controllers' Lease.*identity="([^"]+)"`)
+
+// leadingReplica returns the index of the replica that holds the
+// controllers' Lease, matched by the identity each logs, and the identity.
+func leadingReplica(ctx context.Context, t *testing.T, f *framework.Framework) (int, string) {
+	t.Helper()
+	var holder string
+	require.NoError(t, framework.Poll(ctx, 100*time.Millisecond, time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+		l, err := f.Client.CoordinationV1().Leases(manager.DefaultLeaseNamespace).Get(ctx, manager.DefaultLeaseName, metav1.GetOptions{})
+		if seen.Err(err) {
+			return false, nil
+		}
+		holder = ptr.Deref(l.Spec.HolderIdentity, "")
+		return holder != "", nil
+	}), "a replica holds the controllers' Lease")
+	for i, path := range f.Cluster.KruntimesReplicaLogs() {
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		if m := campaigning.FindSubmatch(data); m != nil && string(m[1]) == holder {
+			return i, holder
+		}
+	}
+	t.Fatalf("no replica's log names the Lease holder %q", holder)
+	return 0, ""
+}
+
+// invokeLoad invokes one function over and over, one call at a time, and
+// counts how the calls end before and after a replica is killed.
+type invokeLoad struct {
+	runs typedv1alpha1.RunInterface
+	uid  types.UID
+
+	mu       sync.Mutex
+	killed   bool
+	inARow   int // consecutive 200s
+	afterRun int // consecutive 200s after the kill
+	ok       int
+	failed   map[string]int // after the kill, by outcome
+	lastErr  error
+}
+
+func (l *invokeLoad) markKill() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.killed, l.afterRun, l.ok, l.failed = true, 0, 0, map[string]int{}
+}
+
+func (l *invokeLoad) streak() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.inARow
+}
+
+func (l *invokeLoad) streakSinceKill() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.afterRun
+}
+
+func (l *invokeLoad) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return fmt.Sprintf("%d answered 200, failed by outcome %v (last error: %v)", l.ok, l.failed, l.lastErr)
+}
+
+func (l *invokeLoad) run(ctx context.Context) {
+	for ctx.Err() == nil {
+		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err := l.runs.Invoke(callCtx, "echo", []byte(`{"n":1}`), typedv1alpha1.InvokeOptions{UID: l.uid})
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		l.mu.Lock()
+		if err == nil {
+			l.inARow++
+			l.afterRun++
+			l.ok++
+		} else {
+			l.inARow, l.afterRun, l.lastErr = 0, 0, err
+			if l.killed {
+				l.failed[typedv1alpha1.ClassifyInvokeError(err).String()]++
+			}
+		}
+		l.mu.Unlock()
+		if err != nil {
+			// A failed call comes back at once; pace the retries.
+			select {
+			case <-ctx.Done():
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
