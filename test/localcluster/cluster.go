@@ -88,6 +88,8 @@ type Cluster struct {
 	front       *serviceFront
 	stopFront   context.CancelFunc
 	kruntimesUp []*component
+	// kruntimesStarts are how each of kruntimesUp was started.
+	kruntimesStarts []replicaStart
 
 	// APIServerURL is the secure URL of kube-apiserver.
 	APIServerURL string

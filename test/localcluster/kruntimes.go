@@ -3,6 +3,7 @@ package localcluster
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"encoding/base64"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -180,15 +182,14 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		}
 		args = append(args, storage...)
 		args = append(args, c.cfg.KruntimesArgs...)
-		proc, err := startComponent(ctx, logDir, name, c.binary(repobin.APIServer.Name), args...)
+		replica := replicaStart{logDir: logDir, name: name, args: args, readyz: fmt.Sprintf("https://127.0.0.1:%d/readyz", port), tls: tlsWithRoots(pool)}
+		proc, err := c.startReplica(ctx, replica)
 		if err != nil {
 			return err
 		}
 		c.components = append(c.components, proc)
 		c.kruntimesUp = append(c.kruntimesUp, proc)
-		if err := c.waitHTTP(ctx, proc, fmt.Sprintf("https://127.0.0.1:%d/readyz", port), tlsWithRoots(pool)); err != nil {
-			return err
-		}
+		c.kruntimesStarts = append(c.kruntimesStarts, replica)
 		backends[i] = fmt.Sprintf("127.0.0.1:%d", port)
 	}
 	port := ports[0]
@@ -244,6 +245,47 @@ func (c *Cluster) KruntimesReplicaPIDs() []int {
 		}
 	}
 	return pids
+}
+
+// replicaStart is how one kruntimes-apiserver replica is started, kept to
+// start it again.
+type replicaStart struct {
+	logDir, name string
+	args         []string
+	readyz       string
+	tls          *tls.Config
+}
+
+// startReplica starts a replica and waits until it is ready.
+func (c *Cluster) startReplica(ctx context.Context, r replicaStart) (*component, error) {
+	proc, err := startComponent(ctx, r.logDir, r.name, c.binary(repobin.APIServer.Name), r.args...)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.waitHTTP(ctx, proc, r.readyz, r.tls); err != nil {
+		proc.stop(ctx)
+		return nil, err
+	}
+	return proc, nil
+}
+
+// RestartKruntimesReplica stops replica i as a rolling update does —
+// SIGTERM, then SIGKILL after the grace period — and starts it again with
+// the same flags, returning once it is ready. Not safe to call
+// concurrently with Stop or Err.
+func (c *Cluster) RestartKruntimesReplica(ctx context.Context, i int) error {
+	if i < 0 || i >= len(c.kruntimesUp) {
+		return fmt.Errorf("no kruntimes-apiserver replica %d: the cluster runs %d", i, len(c.kruntimesUp))
+	}
+	old := c.kruntimesUp[i]
+	old.stop(ctx)
+	proc, err := c.startReplica(ctx, c.kruntimesStarts[i])
+	if err != nil {
+		return err
+	}
+	c.kruntimesUp[i] = proc
+	c.components[slices.Index(c.components, old)] = proc
+	return nil
 }
 
 // KruntimesReplicaLogs returns the log file of each kruntimes-apiserver

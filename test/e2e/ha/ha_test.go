@@ -45,8 +45,42 @@ func TestMain(m *testing.M) {
 			"--leader-elect-lease-duration="+leaseDuration.String(),
 			"--leader-elect-renew-deadline=3s",
 			"--leader-elect-retry-period=500ms",
+			// The chart's shutdownDelay, shorter: long enough for the front
+			// (probing /readyz every 250 ms) to stop choosing the replica.
+			"--shutdown-delay-duration=2s",
 		)
 	}))
+}
+
+// TestRollingRestartLosesNoInvocation restarts both replicas one after the
+// other, as a rolling update of the chart's Deployment does, while a client
+// invokes a function through kube-apiserver: no invocation ends with its
+// outcome unknown. The only failures allowed are those that promise the
+// handler did not run (429 + Retry-After), which a client sends again.
+func TestRollingRestartLosesNoInvocation(t *testing.T) {
+	f := framework.Get(t)
+	f.RequireKruntimes(t)
+	ctx := framework.Context(t, 5*time.Minute)
+	runs, fn := readyFunction(ctx, t, f, "rolling")
+
+	load := startLoad(ctx, t, runs, fn)
+	load.markDisruption()
+	for i := range f.Cluster.KruntimesReplicaPIDs() {
+		started := time.Now()
+		require.NoError(t, f.Cluster.RestartKruntimesReplica(ctx, i), "restarting replica %d", i)
+		t.Logf("replica %d restarted and ready in %s", i, time.Since(started).Round(time.Millisecond))
+		// Traffic flows again before the next replica goes.
+		require.NoError(t, framework.Poll(ctx, 50*time.Millisecond, time.Minute, func(context.Context, *framework.Observed) (bool, error) {
+			return load.streakSinceDisruption() >= 10, nil
+		}), "invocations answer after replica %d restarted: %s", i, load)
+	}
+	t.Logf("during the rolling restart: %s", load)
+	load.mu.Lock()
+	defer load.mu.Unlock()
+	assert.Positive(t, load.ok)
+	for outcome, n := range load.failed {
+		assert.Equal(t, typedv1alpha1.InvokeNotRun.String(), outcome, "%d invocations ended %q during a graceful rolling restart (last error: %v)", n, outcome, load.lastErr)
+	}
 }
 
 // TestTwoReplicasSurviveLosingOne kills the kruntimes-apiserver replica
@@ -57,46 +91,25 @@ func TestTwoReplicasSurviveLosingOne(t *testing.T) {
 	f := framework.Get(t)
 	f.RequireKruntimes(t)
 	ctx := framework.Context(t, 5*time.Minute)
-	client, err := versioned.NewForConfig(f.AdminConfig)
-	require.NoError(t, err)
-	ns := f.CreateNamespace(t, "ha")
-	runs := client.KruntimesV1alpha1().Runs(ns)
-
-	_, err = client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, pythonRuntime("python"), metav1.CreateOptions{})
-	require.NoError(t, err)
-	fn, err := runs.Create(ctx, &v1alpha1.Run{
-		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
-		Spec: v1alpha1.RunSpec{
-			Runtime: "python",
-			Source:  v1alpha1.RunSource{Inline: "def handle(event, context):\n    return event\n", InlinePath: "main.py"},
-			Mode:    v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "main.handle"}},
-		},
-	}, metav1.CreateOptions{})
-	require.NoError(t, err)
-	waitForPhase(ctx, t, runs, "echo", lifecycle.Ready)
+	runs, fn := readyFunction(ctx, t, f, "ha")
 
 	leader, holder := leadingReplica(ctx, t, f)
 	t.Logf("replica %d leads the controllers (%s); killing it", leader, holder)
 
 	// Invoke one at a time, as a client would, before and after the kill.
-	load := &invokeLoad{runs: runs, uid: fn.UID}
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); load.run(loadCtx) }()
-	t.Cleanup(func() { stopLoad(); wg.Wait() })
-	require.NoError(t, framework.Poll(ctx, 50*time.Millisecond, time.Minute, func(context.Context, *framework.Observed) (bool, error) {
-		return load.streak() >= 10, nil
-	}), "invocations answer before the kill")
-
+	load := startLoad(ctx, t, runs, fn)
 	pid := f.Cluster.KruntimesReplicaPIDs()[leader]
 	require.NotZero(t, pid)
 	killedAt := time.Now()
 	require.NoError(t, syscall.Kill(pid, syscall.SIGKILL))
-	load.markKill()
+	load.markDisruption()
+	t.Cleanup(func() {
+		// Whole again for the tests after this one.
+		require.NoError(t, f.Cluster.RestartKruntimesReplica(context.Background(), leader))
+	})
 
 	require.NoError(t, framework.Poll(ctx, 100*time.Millisecond, 2*time.Minute, func(context.Context, *framework.Observed) (bool, error) {
-		return load.streakSinceKill() >= 20, nil
+		return load.streakSinceDisruption() >= 20, nil
 	}), "20 invocations in a row answer 200 after the kill: %s", load)
 	t.Logf("after the kill: %s; 20 in a row answered %s after it", load, time.Since(killedAt).Round(time.Millisecond))
 
@@ -112,7 +125,7 @@ func TestTwoReplicasSurviveLosingOne(t *testing.T) {
 	t.Logf("the survivor holds the Lease %s after the kill", time.Since(killedAt).Round(time.Millisecond))
 
 	// Placing a new Run needs the scheduler, which now runs in the survivor.
-	_, err = runs.Create(ctx, &v1alpha1.Run{
+	_, err := runs.Create(ctx, &v1alpha1.Run{
 		ObjectMeta: metav1.ObjectMeta{Name: "after-the-loss"},
 		Spec: v1alpha1.RunSpec{
 			Runtime: "python",
@@ -125,10 +138,48 @@ func TestTwoReplicasSurviveLosingOne(t *testing.T) {
 	assert.Equal(t, int32(0), ptr.Deref(task.Status.ExitCode, -1))
 
 	// What was stored before the loss is all there.
-	got, err := runs.Get(ctx, "echo", metav1.GetOptions{})
+	got, err := runs.Get(ctx, fn.Name, metav1.GetOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, fn.UID, got.UID)
 	assert.Equal(t, lifecycle.Ready, got.Status.Phase, "the function stays Ready: its Pod was not lost")
+}
+
+// readyFunction creates a namespace with a Python Runtime and a Ready
+// function Run echoing its input.
+func readyFunction(ctx context.Context, t *testing.T, f *framework.Framework, prefix string) (typedv1alpha1.RunInterface, *v1alpha1.Run) {
+	t.Helper()
+	client, err := versioned.NewForConfig(f.AdminConfig)
+	require.NoError(t, err)
+	ns := f.CreateNamespace(t, prefix)
+	runs := client.KruntimesV1alpha1().Runs(ns)
+	_, err = client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, pythonRuntime("python"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = runs.Create(ctx, &v1alpha1.Run{
+		ObjectMeta: metav1.ObjectMeta{Name: "echo"},
+		Spec: v1alpha1.RunSpec{
+			Runtime: "python",
+			Source:  v1alpha1.RunSource{Inline: "def handle(event, context):\n    return event\n", InlinePath: "main.py"},
+			Mode:    v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "main.handle"}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	return runs, waitForPhase(ctx, t, runs, "echo", lifecycle.Ready)
+}
+
+// startLoad invokes fn until the test ends and returns once ten
+// invocations in a row answered.
+func startLoad(ctx context.Context, t *testing.T, runs typedv1alpha1.RunInterface, fn *v1alpha1.Run) *invokeLoad {
+	t.Helper()
+	load := &invokeLoad{runs: runs, name: fn.Name, uid: fn.UID}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); load.run(loadCtx) }()
+	t.Cleanup(func() { stopLoad(); wg.Wait() })
+	require.NoError(t, framework.Poll(ctx, 50*time.Millisecond, time.Minute, func(context.Context, *framework.Observed) (bool, error) {
+		return load.streak() >= 10, nil
+	}), "invocations answer: %s", load)
+	return load
 }
 
 func pythonRuntime(name string) *v1alpha1.Runtime {
@@ -187,7 +238,8 @@ func leadingReplica(ctx context.Context, t *testing.T, f *framework.Framework) (
 	for i, path := range f.Cluster.KruntimesReplicaLogs() {
 		data, err := os.ReadFile(path)
 		require.NoError(t, err)
-		if m := campaigning.FindSubmatch(data); m != nil && string(m[1]) == holder {
+		// A restarted replica appends to its log: its last identity counts.
+		if all := campaigning.FindAllSubmatch(data, -1); len(all) > 0 && string(all[len(all)-1][1]) == holder {
 			return i, holder
 		}
 	}
@@ -196,24 +248,25 @@ func leadingReplica(ctx context.Context, t *testing.T, f *framework.Framework) (
 }
 
 // invokeLoad invokes one function over and over, one call at a time, and
-// counts how the calls end before and after a replica is killed.
+// counts how the calls end once a disruption began.
 type invokeLoad struct {
 	runs typedv1alpha1.RunInterface
+	name string
 	uid  types.UID
 
-	mu       sync.Mutex
-	killed   bool
-	inARow   int // consecutive 200s
-	afterRun int // consecutive 200s after the kill
-	ok       int
-	failed   map[string]int // after the kill, by outcome
-	lastErr  error
+	mu        sync.Mutex
+	disrupted bool
+	inARow    int // consecutive 200s
+	afterRun  int // consecutive 200s since the disruption began
+	ok        int
+	failed    map[string]int // since the disruption began, by outcome
+	lastErr   error
 }
 
-func (l *invokeLoad) markKill() {
+func (l *invokeLoad) markDisruption() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.killed, l.afterRun, l.ok, l.failed = true, 0, 0, map[string]int{}
+	l.disrupted, l.afterRun, l.ok, l.failed = true, 0, 0, map[string]int{}
 }
 
 func (l *invokeLoad) streak() int {
@@ -222,7 +275,7 @@ func (l *invokeLoad) streak() int {
 	return l.inARow
 }
 
-func (l *invokeLoad) streakSinceKill() int {
+func (l *invokeLoad) streakSinceDisruption() int {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.afterRun
@@ -237,7 +290,7 @@ func (l *invokeLoad) String() string {
 func (l *invokeLoad) run(ctx context.Context) {
 	for ctx.Err() == nil {
 		callCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err := l.runs.Invoke(callCtx, "echo", []byte(`{"n":1}`), typedv1alpha1.InvokeOptions{UID: l.uid})
+		_, err := l.runs.Invoke(callCtx, l.name, []byte(`{"n":1}`), typedv1alpha1.InvokeOptions{UID: l.uid})
 		cancel()
 		if ctx.Err() != nil {
 			return
@@ -249,7 +302,7 @@ func (l *invokeLoad) run(ctx context.Context) {
 			l.ok++
 		} else {
 			l.inARow, l.afterRun, l.lastErr = 0, 0, err
-			if l.killed {
+			if l.disrupted {
 				l.failed[typedv1alpha1.ClassifyInvokeError(err).String()]++
 			}
 		}
