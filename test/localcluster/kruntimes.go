@@ -489,7 +489,9 @@ var ImageCommands = []repobin.Command{
 	{Name: "kruntimes-runtime", Package: "./cmd/kruntimes-runtime"},
 	// Not an image of its own: it ships in the kruntimes-runtime image, and
 	// the Runtime Server finds it beside its binary.
-	{Name: "kruntimes-reaper", Package: "./cmd/kruntimes-reaper"},
+	// Every task and sandbox command runs under the reaper; its own tests
+	// (runtimes/process) run race-built.
+	{Name: "kruntimes-reaper", Package: "./cmd/kruntimes-reaper", NoRace: true},
 	{Name: "krt", Package: "./cmd/krt"},
 	{Name: "e2e-testserver", Package: "./test/e2e/testserver"},
 }

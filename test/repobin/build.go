@@ -18,6 +18,10 @@ type Command struct {
 	// Package is the package directory relative to the repository root,
 	// such as ./cmd/runtimed.
 	Package string
+	// NoRace builds it without -race even in a race-built suite, for a
+	// short-lived helper: a race-built binary sleeps 1 s before it exits
+	// (GORACE atexit_sleep_ms), which its callers would wait out each time.
+	NoRace bool
 }
 
 // Tags are the build tags of every kruntimes binary, the Makefile's GO_TAGS:
@@ -59,7 +63,7 @@ func Build(ctx context.Context, repoRoot string, commands ...Command) error {
 
 func build(ctx context.Context, repoRoot string, c Command) error {
 	args := []string{"build", "-tags", Tags}
-	if RaceEnabled {
+	if RaceEnabled && !c.NoRace {
 		args = append(args, "-race")
 	}
 	args = append(args, "-o", Path(repoRoot, c.Name), c.Package)

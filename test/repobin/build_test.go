@@ -5,6 +5,7 @@ import (
 	"debug/buildinfo"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"syscall"
 	"testing"
 
@@ -52,17 +53,13 @@ func TestBuild(t *testing.T) {
 	built := Path(root, "good")
 	info, err := buildinfo.ReadFile(built)
 	require.NoError(t, err, "the command that builds is built despite the others")
-	race, tags := false, ""
-	for _, s := range info.Settings {
-		if s.Key == "-race" && s.Value == "true" {
-			race = true
-		}
-		if s.Key == "-tags" {
-			tags = s.Value
-		}
-	}
+	race, tags := settingsOf(info)
 	assert.Equal(t, RaceEnabled, race, "race-built exactly when this test binary is")
 	assert.Equal(t, "fieldsv1string", tags, "built with the tags of every kruntimes binary: managedFields interned")
+
+	require.NoError(t, Build(ctx, root, Command{Name: "quick", Package: "./cmd/good", NoRace: true}))
+	race, _ = buildSettings(t, Path(root, "quick"))
+	assert.False(t, race, "NoRace: built without -race whatever this test binary is")
 
 	before := inode(t, built)
 	require.NoError(t, Build(ctx, root, good))
@@ -77,4 +74,25 @@ func TestRepoRoot(t *testing.T) {
 
 	_, err = RepoRoot(t.TempDir())
 	assert.ErrorContains(t, err, "no kruntimes.io/kruntimes go.mod")
+}
+
+// buildSettings returns whether the binary at path was race-built, and its
+// build tags.
+func buildSettings(t *testing.T, path string) (race bool, tags string) {
+	t.Helper()
+	info, err := buildinfo.ReadFile(path)
+	require.NoError(t, err)
+	return settingsOf(info)
+}
+
+func settingsOf(info *debug.BuildInfo) (race bool, tags string) {
+	for _, s := range info.Settings {
+		if s.Key == "-race" && s.Value == "true" {
+			race = true
+		}
+		if s.Key == "-tags" {
+			tags = s.Value
+		}
+	}
+	return race, tags
 }
