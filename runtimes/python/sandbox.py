@@ -42,6 +42,10 @@ class SandboxTimeout(Exception):
     """run_code ran past its timeout and was interrupted."""
 
 
+# How many cells' source lines tracebacks can show.
+MAX_CELLS_KEPT = 1000
+
+
 def make_handler(workspace, reaper, limits):
     return Sandbox(workspace, reaper, limits).handle
 
@@ -155,8 +159,10 @@ class Sandbox:
         timeout = self._timeout(event, context)
         self.cells += 1
         filename = "<cell-%d>" % self.cells
-        # Tracebacks show the cell's lines.
+        # Tracebacks show the cell's lines; the oldest cells' lines are
+        # dropped so that a long session does not hold all its code.
         linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+        linecache.cache.pop("<cell-%d>" % (self.cells - MAX_CELLS_KEPT), None)
         out, err = _Writer(self.max_output), _Writer(self.max_output)
         saved = sys.stdout, sys.stderr
         result, error = None, None
