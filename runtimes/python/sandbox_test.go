@@ -137,6 +137,7 @@ func TestSandboxCommandTimeoutKillsItsProcessesAndTheSandboxStaysUsable(t *testi
 	out := s.ok(map[string]any{"op": "run_command", "cmd": "setsid sleep 60 & echo $!; sleep 60", "timeout": 1})
 	elapsed := time.Since(start)
 	assert.Equal(t, true, out["timed_out"])
+	assert.Equal(t, 137.0, out["exit_code"], "killed: 128 + SIGKILL, as a shell reports it")
 	assert.Less(t, elapsed, 10*time.Second, "the command ends at its timeout, not after sleep 60")
 	assert.GreaterOrEqual(t, elapsed, 900*time.Millisecond)
 	pid, err := strconv.Atoi(strings.TrimSpace(out["stdout"].(string)))
