@@ -53,3 +53,25 @@ func ReaperMain() {
 	}
 	os.Exit(runReaper(os.Args[1:]))
 }
+
+// ReaperCommand returns how another program (the Python sandbox, which starts
+// commands itself) runs a program under the reaper: execute exe with argv
+// {arg0, "0", the program's path, the program's argv...}; SIGTERM to that
+// process then kills the program and every descendant. ok is false when
+// Init did not enable the reaper.
+func ReaperCommand() (exe, arg0 string, ok bool) {
+	p := reaperExe.Load()
+	if p == nil {
+		return "", "", false
+	}
+	exe = *p
+	if exe == "/proc/self/exe" {
+		// That name means this binary only to this process.
+		self, err := os.Executable()
+		if err != nil {
+			return "", "", false
+		}
+		exe = self
+	}
+	return exe, reaperArg0, true
+}

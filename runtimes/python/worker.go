@@ -143,6 +143,37 @@ type loadSpec struct {
 	WorkingDir string            `json:"working_dir"`
 	Handler    string            `json:"handler"`
 	Env        map[string]string `json:"env"`
+	// Builtin is set for a handler the Runtime Server ships: the worker
+	// runs its source instead of importing a module from the workspace.
+	Builtin *builtinSpec `json:"builtin,omitempty"`
+}
+
+// builtinSpec is a built-in handler: source defining
+// make_handler(working_dir, reaper, limits).
+type builtinSpec struct {
+	Module string `json:"module"`
+	Source string `json:"source"`
+	// Reaper is {executable, argv0} of the process reaper, for a handler
+	// that starts programs; absent when there is none.
+	Reaper []string       `json:"reaper,omitempty"`
+	Limits map[string]int `json:"limits,omitempty"`
+}
+
+// builtinFor is the built-in handler named handler, or nil.
+func builtinFor(handler string) *builtinSpec {
+	if handler != SandboxHandler {
+		return nil
+	}
+	b := &builtinSpec{Module: "kruntimes_sandbox", Source: sandboxSource, Limits: map[string]int{
+		"output_bytes": SandboxMaxOutputBytes,
+		"file_bytes":   SandboxMaxFileBytes,
+		"result_bytes": SandboxMaxResultBytes,
+		"list_entries": SandboxMaxListEntries,
+	}}
+	if exe, arg0, ok := process.ReaperCommand(); ok {
+		b.Reaper = []string{exe, arg0}
+	}
+	return b
 }
 
 // startWorker gets a worker for the registration, a spare when one fits,
@@ -155,7 +186,7 @@ func (f *function) startWorker(ctx context.Context) (*worker, error) {
 			return nil, err
 		}
 	}
-	load := loadSpec{WorkingDir: f.spec.WorkingDir, Handler: f.spec.Handler, Env: map[string]string{}}
+	load := loadSpec{WorkingDir: f.spec.WorkingDir, Handler: f.spec.Handler, Env: map[string]string{}, Builtin: builtinFor(f.spec.Handler)}
 	for _, kv := range f.spec.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			load.Env[k] = v

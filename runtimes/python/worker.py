@@ -20,6 +20,7 @@ import struct
 import sys
 import time
 import traceback
+import types
 
 REQ_FD = 3
 RESP_FD = 4
@@ -161,6 +162,19 @@ def load_handler(working_dir, handler, env):
     return fn
 
 
+def load_builtin(working_dir, env, builtin):
+    """A handler the Runtime Server ships (builtin["source"], for example
+    the sandbox), set up by the source's make_handler instead of imported
+    from the workspace."""
+    os.environ.clear()
+    os.environ.update(env)
+    os.chdir(working_dir)
+    module = types.ModuleType(builtin["module"])
+    exec(compile(builtin["source"], "<%s>" % builtin["module"], "exec"), module.__dict__)
+    sys.modules[builtin["module"]] = module
+    return module.make_handler(working_dir, builtin.get("reaper"), builtin.get("limits") or {})
+
+
 def split_headed(frame):
     (head_len,) = struct.unpack_from(">I", frame)
     # A view, so the body is not copied out of the frame.
@@ -232,7 +246,10 @@ def main():
     except EndOfRequests:
         return 0
     try:
-        fn = load_handler(spec["working_dir"], spec["handler"], spec.get("env") or {})
+        if spec.get("builtin"):
+            fn = load_builtin(spec["working_dir"], spec.get("env") or {}, spec["builtin"])
+        else:
+            fn = load_handler(spec["working_dir"], spec["handler"], spec.get("env") or {})
     except BaseException as e:  # noqa: B902 -- any import failure is fatal for the registration
         send({"type": "fatal", "error": describe(e)})
         return 1

@@ -1,0 +1,327 @@
+"""Sandboxes: stateful code, commands and files on an exclusive Runtime Pod.
+
+A sandbox is one function Run with the built-in handler
+``kruntimes.sandbox`` of the Python Runtime Server (docs/sandbox.md): it
+needs no source, its operations are invocations (authorized as
+``create runs/invoke``, one at a time, sent once and never re-sent), its
+idle timeout reclaims it and deleting it kills its processes and removes its
+workspace::
+
+    from kruntimes import Client
+    from kruntimes.sandbox import Sandbox
+
+    with Sandbox.create(Client(), runtime="sandbox") as sb:
+        sb.run_code("x = 6 * 7")
+        print(sb.run_code("x").result)                 # 42
+        print(sb.commands.run("uname -a").stdout)
+        sb.files.write("data.csv", "a,b\\n1,2\\n")
+        print(sb.files.read("data.csv"))               # b'a,b\\n1,2\\n'
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from urllib.parse import quote
+
+from . import errors
+from ._transport import API_VERSION, GROUP, VERSION, runs_path
+from .functions import MAX_INPUT_BYTES, Function, duration_string, env_list
+
+if TYPE_CHECKING:
+    from .client import Client
+
+#: The handler a sandbox's Run names (runtimes/python.SandboxHandler).
+HANDLER = "kruntimes.sandbox"
+#: The largest file a sandbox writes or reads in one operation
+#: (runtimes/python.SandboxMaxFileBytes): base64 keeps it within an invoke.
+MAX_FILE_BYTES = 512 << 10
+#: How much longer than an operation's own timeout the invocation may take:
+#: the sandbox stops the operation itself and answers within that.
+_ANSWER_MARGIN = 5.0
+
+
+class SharedRuntime(errors.KruntimesError):
+    """The Runtime lets several Runs share a Pod (``capacity.runs`` > 1), so a
+    sandbox there would share its files and processes with other Runs. Pass
+    ``shared=True`` to accept that. Nothing was created."""
+
+
+class SandboxPathError(errors.FunctionError):
+    """The sandbox refused a path that leaves its workspace (``..``, an
+    absolute path elsewhere, or a symbolic link pointing out)."""
+
+
+@dataclass(frozen=True)
+class ExecutionError:
+    """An exception raised by code in :meth:`Sandbox.run_code`."""
+
+    name: str
+    value: str
+    traceback: str
+
+
+@dataclass(frozen=True)
+class Execution:
+    """What :meth:`Sandbox.run_code` produced: ``result`` is the last
+    expression's value (JSON, or its ``repr`` string when it is not JSON;
+    None when the code ends with a statement); ``error`` is set when the
+    code raised, and the sandbox stays usable."""
+
+    stdout: str
+    stderr: str
+    result: Any
+    error: ExecutionError | None
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What :meth:`Commands.run` produced. ``timed_out`` is True when the
+    command ran past its timeout and was killed with every process it
+    started; ``exit_code`` is then 137."""
+
+    stdout: str
+    stderr: str
+    exit_code: int
+    timed_out: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """One entry of :meth:`Files.list`: ``type`` is ``file``, ``dir``,
+    ``symlink`` or ``other``."""
+
+    name: str
+    type: str
+    size: int
+
+
+def runtimes_path(namespace: str, name: str | None = None) -> str:
+    path = f"/apis/{GROUP}/{VERSION}/namespaces/{quote(namespace, safe='')}/runtimes"
+    return path + "/" + quote(name, safe="") if name else path
+
+
+class Sandbox:
+    """One sandbox: a function Run with the handler ``kruntimes.sandbox``.
+
+    Make one with :meth:`create` (which owns the Run: ``close()`` or the end
+    of a ``with`` block deletes it, even when the block raises) or attach to
+    an existing one with :meth:`connect`.
+    """
+
+    def __init__(self, function: Function, *, owned: bool) -> None:
+        self.function = function
+        self._owned = owned
+        self._closed = False
+        self.commands = Commands(self)
+        self.files = Files(self)
+
+    @classmethod
+    def create(
+        cls,
+        client: "Client",
+        runtime: str = "python",
+        *,
+        idle_timeout: int | None = 300,
+        timeout: float | str | None = None,
+        env: Mapping[str, str] | None = None,
+        shared: bool = False,
+        name: str | None = None,
+        generate_name: str = "sandbox-",
+        labels: Mapping[str, str] | None = None,
+        ready_timeout: float = 120.0,
+        namespace: str | None = None,
+    ) -> "Sandbox":
+        """Creates a sandbox on ``runtime`` and waits until it is Ready.
+
+        The Runtime must give each Run a Pod of its own (``capacity.runs``
+        1), else :class:`SharedRuntime` is raised before anything is created,
+        unless ``shared=True``. ``idle_timeout`` (seconds) ends the sandbox
+        after that long without an operation, ``timeout`` (seconds or a
+        duration such as ``"1h"``) bounds its whole life; ``env`` is the
+        environment of its code and commands. If it does not become Ready
+        (:class:`kruntimes.RunEnded`, :class:`kruntimes.WaitTimeout`), the Run
+        is deleted and the error raised.
+        """
+        ns = namespace or client.namespace
+        rt = client._transport.call("GET", runtimes_path(ns, runtime))
+        capacity = int(((rt.get("spec") or {}).get("capacity") or {}).get("runs") or 1)
+        if capacity != 1 and not shared:
+            raise SharedRuntime(
+                f"Runtime {runtime} has capacity.runs {capacity}: a sandbox there shares its Pod, files and processes "
+                "with other Runs; use a Runtime with capacity.runs 1, or pass shared=True")
+        metadata: dict[str, Any] = {"labels": dict(labels or {})}
+        if name:
+            metadata["name"] = name
+        else:
+            metadata["generateName"] = generate_name
+        function: dict[str, Any] = {"handler": HANDLER}
+        if idle_timeout is not None:
+            function["idleTimeoutSeconds"] = int(idle_timeout)
+        spec: dict[str, Any] = {"runtime": runtime, "mode": {"function": function}}
+        if env:
+            spec["env"] = env_list(env)
+        if timeout is not None:
+            spec["timeout"] = duration_string(timeout)
+        run = client._transport.call("POST", runs_path(ns), run=name,
+                                     obj={"apiVersion": API_VERSION, "kind": "Run", "metadata": metadata, "spec": spec})
+        sandbox = cls(Function(client, run, owned=True), owned=True)
+        try:
+            sandbox.function.wait_ready(ready_timeout)
+        except BaseException:
+            sandbox.close()
+            raise
+        return sandbox
+
+    @classmethod
+    def connect(cls, client: "Client", name: str, *, namespace: str | None = None) -> "Sandbox":
+        """Attaches to the existing sandbox Run ``name``; ``close()`` leaves
+        it alone (call :meth:`delete` to end it)."""
+        fn = client.functions.get(name, namespace=namespace)
+        handler = ((fn.run.get("spec") or {}).get("mode") or {}).get("function", {}).get("handler")
+        if handler != HANDLER:
+            raise errors.KruntimesError(f"Run {name} is not a sandbox: its handler is {handler!r}, not {HANDLER!r}",
+                                        run=name)
+        return cls(fn, owned=False)
+
+    @property
+    def name(self) -> str:
+        """The name of the sandbox's Run."""
+        return self.function.name
+
+    @property
+    def namespace(self) -> str:
+        return self.function.namespace
+
+    def __repr__(self) -> str:
+        return f"Sandbox({self.namespace}/{self.name})"
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Deletes the sandbox's Run if this handle created it (its processes
+        are killed and its workspace removed); idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._owned:
+            self.function.delete()
+
+    def delete(self) -> None:
+        """Deletes the sandbox's Run, whoever created it."""
+        self._closed = True
+        self.function.delete()
+
+    def run_code(self, code: str, timeout: float | None = None) -> Execution:
+        """Runs Python ``code`` in the sandbox's persistent namespace.
+
+        Variables, imports and functions stay between calls; the last
+        expression's value is the result. An exception in the code is
+        returned in ``error`` (with its traceback), not raised. ``timeout``
+        (seconds) interrupts code still running then with a
+        ``SandboxTimeout`` error.
+        """
+        out = self._call({"op": "run_code", "code": code, "timeout": timeout}, timeout)
+        err = out.get("error")
+        return Execution(
+            stdout=out.get("stdout", ""),
+            stderr=out.get("stderr", ""),
+            result=out.get("result"),
+            error=ExecutionError(err.get("name", ""), err.get("value", ""), err.get("traceback", "")) if err else None,
+            stdout_truncated=bool(out.get("stdout_truncated")),
+            stderr_truncated=bool(out.get("stderr_truncated")),
+        )
+
+    def _call(self, request: dict[str, Any], timeout: float | None = None) -> dict[str, Any]:
+        """Sends one operation, once, and returns its answer."""
+        if self._closed:
+            raise errors.KruntimesError(f"sandbox {self.name} is closed", run=self.name)
+        body = json.dumps(request).encode()
+        if len(body) > MAX_INPUT_BYTES:
+            raise errors.PayloadTooLarge(
+                f"the {request['op']} request is {len(body)} bytes, over the {MAX_INPUT_BYTES}-byte limit of an "
+                "invocation; it was not sent", code=413, run=self.name)
+        try:
+            result = self.function.invoke(request, timeout=None if timeout is None else timeout + _ANSWER_MARGIN)
+        except errors.FunctionError as e:
+            if e.type == "SandboxPathError":
+                raise SandboxPathError(e.type, e.error_message, result=e.result, code=e.code, run=e.run,
+                                       invocation_id=e.invocation_id) from None
+            raise
+        return result.output if isinstance(result.output, dict) else {}
+
+
+class Commands:
+    """``sandbox.commands``: programs in the sandbox."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def run(self, cmd: str | Sequence[str], timeout: float | None = None, env: Mapping[str, str] | None = None,
+            cwd: str | None = None) -> CommandResult:
+        """Runs ``cmd`` — a string through ``/bin/sh -c``, or an argv list —
+        in the workspace (or ``cwd``, a workspace path) with ``env`` added.
+
+        At ``timeout`` seconds the command and every process it started are
+        killed and the result says ``timed_out``; the sandbox stays usable.
+        A non-zero exit is a result, not an exception.
+        """
+        request: dict[str, Any] = {"op": "run_command", "cmd": cmd if isinstance(cmd, str) else list(cmd),
+                                   "timeout": timeout, "env": dict(env or {}), "cwd": cwd}
+        out = self._sandbox._call(request, timeout)
+        return CommandResult(
+            stdout=out.get("stdout", ""),
+            stderr=out.get("stderr", ""),
+            exit_code=int(out.get("exit_code", -1)),
+            timed_out=bool(out.get("timed_out")),
+            stdout_truncated=bool(out.get("stdout_truncated")),
+            stderr_truncated=bool(out.get("stderr_truncated")),
+        )
+
+
+class Files:
+    """``sandbox.files``: files in the sandbox's workspace. Paths are relative
+    to it (or absolute inside it); the sandbox refuses any other with
+    :class:`SandboxPathError`."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self._sandbox = sandbox
+
+    def write(self, path: str, data: bytes | str) -> None:
+        """Writes ``data`` (a ``str`` as UTF-8) to ``path``, creating its
+        directories. Over 512 KiB raises :class:`kruntimes.PayloadTooLarge`
+        before anything is sent."""
+        raw = data.encode() if isinstance(data, str) else bytes(data)
+        if len(raw) > MAX_FILE_BYTES:
+            raise errors.PayloadTooLarge(
+                f"{path} has {len(raw)} bytes, over the {MAX_FILE_BYTES}-byte limit of a sandbox file operation; "
+                "it was not sent", code=413, run=self._sandbox.name)
+        self._sandbox._call({"op": "write_file", "path": path, "data_b64": base64.b64encode(raw).decode("ascii")})
+
+    def read(self, path: str) -> bytes:
+        """The contents of the file ``path`` (at most 512 KiB)."""
+        out = self._sandbox._call({"op": "read_file", "path": path})
+        return base64.b64decode(out.get("data_b64", ""))
+
+    def list(self, path: str = ".") -> list[EntryInfo]:
+        """The entries of the directory ``path``, by name."""
+        out = self._sandbox._call({"op": "list_files", "path": path})
+        return [EntryInfo(e["name"], e["type"], int(e.get("size", 0))) for e in out.get("entries") or []]
+
+    def exists(self, path: str) -> bool:
+        """Whether ``path`` exists (a symbolic link counts as itself)."""
+        return bool(self._sandbox._call({"op": "exists", "path": path}).get("exists"))
+
+    def remove(self, path: str) -> None:
+        """Removes the file, link or directory (with its contents) ``path``."""
+        self._sandbox._call({"op": "remove", "path": path})
