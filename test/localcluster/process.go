@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -80,6 +82,7 @@ func (c *component) stop(ctx context.Context) {
 		// goroutine stacks to its log, which says what it was waiting for.
 		logger.Info("Component did not stop in time; sending SIGQUIT for a goroutine dump, then SIGKILL",
 			"component", c.name, "grace", stopGrace, "log", c.logPath)
+		dumpAt := fileSize(c.logPath)
 		_ = syscall.Kill(c.cmd.Process.Pid, syscall.SIGQUIT)
 		select {
 		case <-c.exited:
@@ -87,6 +90,41 @@ func (c *component) stop(ctx context.Context) {
 		}
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		<-c.exited
+		// The log goes with a passing run's state directory: keep what
+		// the main goroutine waited for where the run's output shows it.
+		if stack := mainGoroutine(c.logPath, dumpAt); stack != "" {
+			logger.Info("What the component's main goroutine was doing when it did not stop", "component", c.name, "stack", stack)
+		}
 	}
 	logger.V(2).Info("Stopped component", "component", c.name)
+}
+
+func fileSize(path string) int64 {
+	info, err := os.Stat(path)
+	if err != nil {
+		return 0
+	}
+	return info.Size()
+}
+
+// maxStackLines bounds the main goroutine's stack that stop reports.
+const maxStackLines = 60
+
+// mainGoroutine returns goroutine 1's stack from the dump a Go program
+// wrote to its log after offset, or "" when there is none.
+func mainGoroutine(logPath string, offset int64) string {
+	data, err := os.ReadFile(logPath)
+	if err != nil || int64(len(data)) < offset {
+		return ""
+	}
+	lines := strings.Split(string(data[offset:]), "\n")
+	start := slices.IndexFunc(lines, func(l string) bool { return strings.HasPrefix(l, "goroutine 1 [") })
+	if start < 0 {
+		return ""
+	}
+	end := start + 1
+	for end < len(lines) && lines[end] != "" && end-start < maxStackLines {
+		end++
+	}
+	return strings.Join(lines[start:end], "\n")
 }
