@@ -33,6 +33,7 @@ def test_create_wait_invoke_get_list_and_with_deletes(client: kruntimes.Client, 
         generated = fn.invoke([1, 2])
         assert len(generated.invocation_id) > 0 and generated.output["echo"] == [1, 2]
 
+        assert client.runtime(python_runtime)["spec"]["capacity"]["runs"] == 8
         got = client.functions.get(fn.name)
         assert got.uid == fn.uid and got.phase == "Ready"
         assert [f.name for f in client.functions.list({"case": "echo"})] == [fn.name]

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from typing import Any, Iterator
+from urllib.parse import quote
 
-from ._transport import Transport, load_configuration
+from ._transport import GROUP, VERSION, Transport, load_configuration
 from .functions import Functions, watch_run
 from .tasks import Tasks
 
@@ -40,6 +41,11 @@ class Client:
     def close(self) -> None:
         """Closes the client's pooled connections."""
         self._transport.close()
+
+    def runtime(self, name: str, *, namespace: str | None = None) -> dict[str, Any]:
+        """The Runtime ``name`` as a dict (e.g. ``["spec"]["capacity"]["runs"]``)."""
+        ns = quote(namespace or self.namespace, safe="")
+        return self._transport.call("GET", f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/runtimes/{quote(name, safe='')}")
 
     def _watch_run(self, namespace: str, name: str, timeout: float | None) -> Iterator[dict[str, Any]]:
         return watch_run(self, namespace, name, timeout)
