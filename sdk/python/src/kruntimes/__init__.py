@@ -1,0 +1,63 @@
+"""kruntimes: function and task Runs on warm Kubernetes Pods, from Python.
+
+    import kruntimes
+
+    client = kruntimes.Client()
+    with client.functions.create(runtime="python", source=code, handler="main.handle") as fn:
+        fn.wait_ready()
+        print(fn.invoke({"x": 1}).output)
+
+See docs/sdk-python.md. ``kruntimes.aio`` has the same shape with
+``async`` methods.
+"""
+
+from .client import Client
+from .errors import (
+    Busy,
+    Cause,
+    Conflict,
+    ConnectFailed,
+    Forbidden,
+    FunctionError,
+    Invalid,
+    InvocationTimeout,
+    KruntimesError,
+    NotFound,
+    OutcomeUnknown,
+    PayloadTooLarge,
+    RunEnded,
+    Unavailable,
+    WaitTimeout,
+)
+from .functions import Function, Functions, InvokeResult, Logs
+from .retry import Retry
+from .tasks import Task, TaskResult, Tasks
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Busy",
+    "Cause",
+    "Client",
+    "Conflict",
+    "ConnectFailed",
+    "Forbidden",
+    "Function",
+    "FunctionError",
+    "Functions",
+    "Invalid",
+    "InvocationTimeout",
+    "InvokeResult",
+    "KruntimesError",
+    "Logs",
+    "NotFound",
+    "OutcomeUnknown",
+    "PayloadTooLarge",
+    "Retry",
+    "RunEnded",
+    "Task",
+    "TaskResult",
+    "Tasks",
+    "Unavailable",
+    "WaitTimeout",
+]

@@ -1,0 +1,139 @@
+"""The asyncio client: the shape of :mod:`kruntimes`, with ``async`` methods.
+
+Each call runs the synchronous SDK in a worker thread
+(``asyncio.to_thread``, the event loop's default thread pool), so it blocks
+no event loop and keeps the same guarantees: an invocation is sent at most
+once unless a :class:`kruntimes.Retry` allows re-sending a 429 or
+kruntimes' own 503. Cancelling an awaiting task does not stop a request that
+was already sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import pathlib
+from typing import Any, AsyncIterator, Mapping, Sequence
+
+from . import client as sync_client
+from . import functions as sync_functions
+from . import tasks as sync_tasks
+from .functions import InvokeResult
+from .retry import Retry
+from .tasks import TaskResult
+
+
+class Function:
+    """The async handle on a function Run; ``async with`` deletes what
+    ``create`` made."""
+
+    def __init__(self, function: sync_functions.Function) -> None:
+        self.sync = function
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
+
+    @property
+    def run(self) -> dict[str, Any]:
+        return self.sync.run
+
+    async def __aenter__(self) -> "Function":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.sync._owned:
+            await self.delete()
+
+    async def wait_ready(self, timeout: float = 120.0) -> "Function":
+        await asyncio.to_thread(self.sync.wait_ready, timeout)
+        return self
+
+    async def invoke(self, input: Any = None, *, invocation_id: str | None = None, timeout: float | None = None,
+                     retry: Retry | None = None) -> InvokeResult:
+        return await asyncio.to_thread(self.sync.invoke, input, invocation_id=invocation_id, timeout=timeout,
+                                       retry=retry)
+
+    async def refresh(self) -> "Function":
+        await asyncio.to_thread(self.sync.refresh)
+        return self
+
+    async def delete(self) -> None:
+        await asyncio.to_thread(self.sync.delete)
+
+
+class Functions:
+    def __init__(self, functions: sync_functions.Functions) -> None:
+        self._sync = functions
+
+    async def create(self, name: str | None = None, *, runtime: str, source: str | pathlib.Path, handler: str,
+                     **kw: Any) -> Function:
+        return Function(await asyncio.to_thread(self._sync.create, name, runtime=runtime, source=source,
+                                                handler=handler, **kw))
+
+    async def get(self, name: str, **kw: Any) -> Function:
+        return Function(await asyncio.to_thread(self._sync.get, name, **kw))
+
+    async def list(self, labels: Mapping[str, str] | str | None = None, **kw: Any) -> list[Function]:
+        return [Function(f) for f in await asyncio.to_thread(self._sync.list, labels, **kw)]
+
+
+class Task:
+    def __init__(self, task: sync_tasks.Task) -> None:
+        self.sync = task
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
+
+    async def wait(self, timeout: float | None = None) -> TaskResult:
+        return await asyncio.to_thread(self.sync.wait, timeout)
+
+    async def cancel(self) -> None:
+        await asyncio.to_thread(self.sync.cancel)
+
+    async def logs(self, follow: bool = False, **kw: Any) -> AsyncIterator[str]:
+        lines = await asyncio.to_thread(lambda: list(self.sync.logs(follow, **kw)))
+        for line in lines:
+            yield line
+
+    async def delete(self) -> None:
+        await asyncio.to_thread(self.sync.delete)
+
+
+class Tasks:
+    def __init__(self, tasks: sync_tasks.Tasks) -> None:
+        self._sync = tasks
+
+    async def run(self, runtime: str, *, script: str | None = None, entrypoint: str | None = None,
+                  args: Sequence[str] = (), wait: bool = True, **kw: Any) -> TaskResult | Task:
+        out = await asyncio.to_thread(self._sync.run, runtime, script=script, entrypoint=entrypoint, args=args,
+                                      wait=wait, **kw)
+        return Task(out) if isinstance(out, sync_tasks.Task) else out
+
+    async def get(self, name: str, **kw: Any) -> Task:
+        return Task(await asyncio.to_thread(self._sync.get, name, **kw))
+
+
+class Client:
+    """``kruntimes.aio.Client(namespace=None, kubeconfig=None, context=None)``:
+    as :class:`kruntimes.Client`, with awaitable calls. Loading the
+    kubeconfig happens in the constructor (it may run an exec plugin)."""
+
+    def __init__(self, namespace: str | None = None, kubeconfig: str | None = None,
+                 context: str | None = None) -> None:
+        self.sync = sync_client.Client(namespace=namespace, kubeconfig=kubeconfig, context=context)
+        self.namespace = self.sync.namespace
+        self.functions = Functions(self.sync.functions)
+        self.tasks = Tasks(self.sync.tasks)
+
+    async def __aenter__(self) -> "Client":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.sync.close()
+
+
+__all__ = ["Client", "Function", "Functions", "Task", "Tasks"]
