@@ -16,6 +16,7 @@ from typing import Callable
 import pytest
 
 import kruntimes
+from kruntimes.sandbox import runtimes_path
 
 HANDLERS = '''import json, os, time
 
@@ -75,6 +76,25 @@ def handlers(client: kruntimes.Client, python_runtime: str) -> kruntimes.Functio
     fn.wait_ready(timeout=90)
     yield fn
     fn.delete()
+
+
+@pytest.fixture(scope="session")
+def sandbox_runtime(client: kruntimes.Client, python_runtime: str) -> str:
+    """A Runtime of capacity 1 (a Pod per sandbox): KRUNTIMES_TEST_SANDBOX_RUNTIME
+    when the harness made one, else a copy of the Python Runtime with
+    capacity.runs 1, deleted at the end."""
+    given = os.environ.get("KRUNTIMES_TEST_SANDBOX_RUNTIME")
+    if given:
+        yield given
+        return
+    transport = client._transport
+    source = transport.call("GET", runtimes_path(client.namespace, python_runtime))
+    name = f"sandbox-{uuid.uuid4().hex[:6]}"
+    spec = dict(source["spec"], replicas=1, capacity={"runs": 1})
+    transport.call("POST", runtimes_path(client.namespace),
+                   obj={"apiVersion": "kruntimes.io/v1alpha1", "kind": "Runtime", "metadata": {"name": name}, "spec": spec})
+    yield name
+    transport.call("DELETE", runtimes_path(client.namespace, name))
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ built-in handler kruntimes.sandbox on a Runtime of capacity 1."""
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 
@@ -18,27 +17,7 @@ from kruntimes.sandbox import (
     Sandbox,
     SandboxPathError,
     SharedRuntime,
-    runtimes_path,
 )
-
-
-@pytest.fixture(scope="module")
-def sandbox_runtime(client: kruntimes.Client, python_runtime: str) -> str:
-    """A Runtime of capacity 1 (a Pod per sandbox): KRUNTIMES_TEST_SANDBOX_RUNTIME
-    when the harness made one, else a copy of the Python Runtime with
-    capacity.runs 1, deleted at the end."""
-    given = os.environ.get("KRUNTIMES_TEST_SANDBOX_RUNTIME")
-    if given:
-        yield given
-        return
-    transport = client._transport
-    source = transport.call("GET", runtimes_path(client.namespace, python_runtime))
-    name = f"sandbox-{uuid.uuid4().hex[:6]}"
-    spec = dict(source["spec"], replicas=1, capacity={"runs": 1})
-    transport.call("POST", runtimes_path(client.namespace),
-                   obj={"apiVersion": "kruntimes.io/v1alpha1", "kind": "Runtime", "metadata": {"name": name}, "spec": spec})
-    yield name
-    transport.call("DELETE", runtimes_path(client.namespace, name))
 
 
 def run_exists(client: kruntimes.Client, name: str) -> bool:
@@ -50,7 +29,7 @@ def run_exists(client: kruntimes.Client, name: str) -> bool:
 
 
 def test_sandbox_code_commands_and_files(client: kruntimes.Client, sandbox_runtime: str) -> None:
-    with Sandbox.create(client, runtime=sandbox_runtime, idle_timeout=600, ready_timeout=180) as sb:
+    with client.sandbox(sandbox_runtime, idle_timeout=600, ready_timeout=180) as sb:
         assert sb.function.run["spec"]["mode"]["function"]["handler"] == "kruntimes.sandbox"
         assert "source" not in sb.function.run["spec"] or not sb.function.run["spec"]["source"], "no source is needed"
 

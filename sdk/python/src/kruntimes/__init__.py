@@ -31,6 +31,7 @@ from .errors import (
 )
 from .functions import Function, Functions, InvokeResult, Logs
 from .retry import Retry
+from .sandbox import CommandResult, EntryInfo, Execution, ExecutionError, Sandbox, SandboxPathError, SharedRuntime
 from .tasks import Task, TaskResult, Tasks
 
 __version__ = "0.1.0"
@@ -39,8 +40,12 @@ __all__ = [
     "Busy",
     "Cause",
     "Client",
+    "CommandResult",
     "Conflict",
     "ConnectFailed",
+    "EntryInfo",
+    "Execution",
+    "ExecutionError",
     "Forbidden",
     "Function",
     "FunctionError",
@@ -55,6 +60,9 @@ __all__ = [
     "PayloadTooLarge",
     "Retry",
     "RunEnded",
+    "Sandbox",
+    "SandboxPathError",
+    "SharedRuntime",
     "Task",
     "TaskResult",
     "Tasks",

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 from urllib.parse import quote
 
 from ._transport import GROUP, VERSION, Transport, load_configuration
 from .functions import Functions, watch_run
 from .tasks import Tasks
+
+if TYPE_CHECKING:
+    from .sandbox import Sandbox
 
 
 class Client:
@@ -20,8 +23,9 @@ class Client:
     ServiceAccount token. ``namespace`` defaults to the context's (in a Pod:
     the ServiceAccount's), else ``default``.
 
-    ``client.functions`` and ``client.tasks`` create and find Runs. Used as a
-    context manager, the client closes its connections at the end.
+    ``client.functions`` and ``client.tasks`` create and find Runs,
+    ``client.sandbox()`` opens a sandbox. Used as a context manager, the
+    client closes its connections at the end.
     """
 
     def __init__(self, namespace: str | None = None, kubeconfig: str | None = None,
@@ -41,6 +45,13 @@ class Client:
     def close(self) -> None:
         """Closes the client's pooled connections."""
         self._transport.close()
+
+    def sandbox(self, runtime: str = "python", **kwargs: Any) -> "Sandbox":
+        """Opens a sandbox on ``runtime``: :meth:`kruntimes.Sandbox.create`
+        with this client (same keyword arguments), Ready when returned."""
+        from .sandbox import Sandbox
+
+        return Sandbox.create(self, runtime, **kwargs)
 
     def runtime(self, name: str, *, namespace: str | None = None) -> dict[str, Any]:
         """The Runtime ``name`` as a dict (e.g. ``["spec"]["capacity"]["runs"]``)."""
