@@ -37,3 +37,23 @@ def test_async_create_invoke_busy_tasks_and_cleanup(namespace: str, python_runti
             await task.delete()
 
     asyncio.run(main())
+
+
+def test_async_sandbox_keeps_state_and_is_deleted(client: kruntimes.Client, namespace: str,
+                                                  sandbox_runtime: str) -> None:
+    async def main() -> str:
+        async with kruntimes.aio.Client(namespace=namespace, kubeconfig=env("KRUNTIMES_TEST_KUBECONFIG")) as aclient:
+            async with await aclient.sandbox(sandbox_runtime, ready_timeout=180) as sb:
+                await sb.run_code("x = 40")
+                assert (await sb.run_code("x + 2")).result == 42
+                await sb.files.write("a.txt", "hi")
+                assert await sb.files.read("a.txt") == b"hi"
+                assert (await sb.commands.run("cat a.txt")).stdout == "hi"
+                return sb.name
+
+    name = asyncio.run(main())
+    try:
+        run = client.functions.get(name).run
+    except kruntimes.NotFound:
+        return
+    assert run["metadata"].get("deletionTimestamp"), "async with deletes the sandbox"

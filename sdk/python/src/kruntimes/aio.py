@@ -16,9 +16,11 @@ from typing import Any, AsyncIterator, Mapping, Sequence
 
 from . import client as sync_client
 from . import functions as sync_functions
+from . import sandbox as sync_sandbox
 from . import tasks as sync_tasks
 from .functions import InvokeResult
 from .retry import Retry
+from .sandbox import CommandResult, EntryInfo, Execution
 from .tasks import TaskResult
 
 
@@ -114,6 +116,59 @@ class Tasks:
         return Task(await asyncio.to_thread(self._sync.get, name, **kw))
 
 
+class Sandbox:
+    """The async handle on a sandbox; ``async with`` deletes it."""
+
+    def __init__(self, sandbox: sync_sandbox.Sandbox) -> None:
+        self.sync = sandbox
+        self.commands = Commands(sandbox.commands)
+        self.files = Files(sandbox.files)
+
+    @property
+    def name(self) -> str:
+        return self.sync.name
+
+    async def __aenter__(self) -> "Sandbox":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def run_code(self, code: str, timeout: float | None = None) -> Execution:
+        return await asyncio.to_thread(self.sync.run_code, code, timeout)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self.sync.close)
+
+
+class Commands:
+    def __init__(self, commands: sync_sandbox.Commands) -> None:
+        self._sync = commands
+
+    async def run(self, cmd: str | Sequence[str], timeout: float | None = None, **kw: Any) -> CommandResult:
+        return await asyncio.to_thread(self._sync.run, cmd, timeout, **kw)
+
+
+class Files:
+    def __init__(self, files: sync_sandbox.Files) -> None:
+        self._sync = files
+
+    async def write(self, path: str, data: bytes | str) -> None:
+        await asyncio.to_thread(self._sync.write, path, data)
+
+    async def read(self, path: str) -> bytes:
+        return await asyncio.to_thread(self._sync.read, path)
+
+    async def list(self, path: str = ".") -> list[EntryInfo]:
+        return await asyncio.to_thread(self._sync.list, path)
+
+    async def exists(self, path: str) -> bool:
+        return await asyncio.to_thread(self._sync.exists, path)
+
+    async def remove(self, path: str) -> None:
+        await asyncio.to_thread(self._sync.remove, path)
+
+
 class Client:
     """``kruntimes.aio.Client(namespace=None, kubeconfig=None, context=None)``:
     as :class:`kruntimes.Client`, with awaitable calls. Loading the
@@ -126,6 +181,10 @@ class Client:
         self.functions = Functions(self.sync.functions)
         self.tasks = Tasks(self.sync.tasks)
 
+    async def sandbox(self, runtime: str = "python", **kw: Any) -> Sandbox:
+        """As :meth:`kruntimes.Client.sandbox`: Ready when returned."""
+        return Sandbox(await asyncio.to_thread(self.sync.sandbox, runtime, **kw))
+
     async def __aenter__(self) -> "Client":
         return self
 
@@ -136,4 +195,4 @@ class Client:
         self.sync.close()
 
 
-__all__ = ["Client", "Function", "Functions", "Task", "Tasks"]
+__all__ = ["Client", "Commands", "Files", "Function", "Functions", "Sandbox", "Task", "Tasks"]
