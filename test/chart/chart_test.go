@@ -433,6 +433,10 @@ func TestRefuses(t *testing.T) {
 			"set apiService.caBundle"},
 		{"another namespace", []string{"--namespace", "kruntimes"},
 			"install kruntimes into the namespace kruntimes-system"},
+		{"an unknown invokeEndpoint", []string{"--set", "invokeEndpoint=proxy"},
+			"invokeEndpoint must be aggregated or direct"},
+		{"direct with a serving Secret that need not hold ca.crt", []string{"--set", "invokeEndpoint=direct", "--set", "tls.type=secret", "--set", "apiService.caBundle=Zm9v"},
+			"invokeEndpoint=direct gives callers the serving Secret's ca.crt"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Template(testContext(t), repoRoot, tc.args...)
@@ -625,6 +629,54 @@ func TestNotes(t *testing.T) {
 			for _, notWant := range tc.notWant {
 				assert.NotContains(t, text, notWant)
 			}
+		})
+	}
+}
+
+// TestInvokeEndpoint: invokeEndpoint=direct makes Ready functions advertise
+// the chart's Service, verified with the serving Secret's CA, which the
+// apiserver mounts; the default adds no flag (aggregated).
+func TestInvokeEndpoint(t *testing.T) {
+	requireHelm(t)
+	for _, tc := range []struct {
+		name string
+		args []string
+		want []string
+	}{
+		{"default", nil, nil},
+		{"direct", []string{"--set", "invokeEndpoint=direct"}, []string{
+			"--invoke-endpoint=direct",
+			"--invoke-direct-endpoint-base=https://kruntimes-apiserver.kruntimes-system.svc:443",
+			"--invoke-direct-endpoint-ca-file=/var/run/kruntimes/serving-cert/ca.crt",
+		}},
+		{"direct on another Service port", []string{"--set", "invokeEndpoint=direct", "--set", "service.port=8443"}, []string{
+			"--invoke-endpoint=direct",
+			"--invoke-direct-endpoint-base=https://kruntimes-apiserver.kruntimes-system.svc:8443",
+			"--invoke-direct-endpoint-ca-file=/var/run/kruntimes/serving-cert/ca.crt",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := Template(testContext(t), repoRoot, tc.args...)
+			require.NoError(t, err)
+			objs, err := Decode(out)
+			require.NoError(t, err)
+			var deployment *unstructured.Unstructured
+			for _, obj := range objs {
+				if obj.GetKind() == "Deployment" {
+					deployment = obj
+				}
+			}
+			require.NotNil(t, deployment)
+			cs, _, err := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "containers")
+			require.NoError(t, err)
+			var invokeArgs []string
+			for _, a := range cs[0].(map[string]any)["args"].([]any) {
+				if strings.HasPrefix(a.(string), "--invoke-") {
+					invokeArgs = append(invokeArgs, a.(string))
+				}
+			}
+			assert.Equal(t, tc.want, invokeArgs)
+			assert.Equal(t, "kruntimes-apiserver-serving", mountedSecret(t, deployment, "serving-cert"), "the CA file comes from the serving Secret")
 		})
 	}
 }

@@ -70,6 +70,12 @@ wrong values file fails at helm template/install rather than in the cluster.
 {{- else }}
 {{- fail (printf "storage.backend must be embedded or etcd3, not %q" .Values.storage.backend) }}
 {{- end }}
+{{- if not (has .Values.invokeEndpoint (list "aggregated" "direct")) }}
+{{- fail (printf "invokeEndpoint must be aggregated or direct, not %q" .Values.invokeEndpoint) }}
+{{- end }}
+{{- if and (eq .Values.invokeEndpoint "direct") (eq .Values.tls.type "secret") .Values.apiService.caBundle }}
+{{- fail "invokeEndpoint=direct gives callers the serving Secret's ca.crt, but with tls.type=secret and apiService.caBundle that Secret need not have one: put ca.crt in the Secret and unset apiService.caBundle, or keep invokeEndpoint=aggregated" }}
+{{- end }}
 {{- if lt (int .Values.replicas) 1 }}
 {{- fail (printf "replicas must be at least 1, not %d: without a replica the APIService is unavailable and Runs cannot be read" (int .Values.replicas)) }}
 {{- end }}
