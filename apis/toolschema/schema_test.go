@@ -101,3 +101,50 @@ func TestValidatorBoundsViolations(t *testing.T) {
 	require.Len(t, errs, MaxViolations+1)
 	assert.Contains(t, errs[MaxViolations].Detail, "136 more")
 }
+
+func TestValidatorRootPropertiesKeepTheirSchemas(t *testing.T) {
+	t.Run("a root with anyOf validates each branch with its own schema of a property", func(t *testing.T) {
+		v, err := Compile([]byte(`{"type":"object","properties":{"x":{"type":"string"}},"anyOf":[{"properties":{"x":{"maxLength":2}}},{"properties":{"x":{"minLength":5}}}]}`))
+		require.NoError(t, err)
+		assert.Empty(t, v.Validate([]byte(`{"x":"ab"}`)))
+		assert.Empty(t, v.Validate([]byte(`{"x":"abcdef"}`)))
+		assert.NotEmpty(t, v.Validate([]byte(`{"x":"abc"}`)), "neither branch")
+		assert.NotEmpty(t, v.Validate([]byte(`{"x":1}`)), "the root's own schema of x")
+	})
+	t.Run("keys beyond the properties go to additionalProperties, nested objects to their own schemas", func(t *testing.T) {
+		v, err := Compile([]byte(`{"type":"object","properties":{"a":{"type":"object","properties":{"a":{"type":"integer"}}}},"additionalProperties":{"type":"boolean"}}`))
+		require.NoError(t, err)
+		assert.Empty(t, v.Validate([]byte(`{"a":{"a":1},"b":true}`)))
+		errs := v.Validate([]byte(`{"a":{"a":"x"},"b":1}`))
+		var fields []string
+		for _, e := range errs {
+			fields = append(fields, e.Field)
+		}
+		assert.ElementsMatch(t, []string{"input.a.a", "input.b"}, fields, "errors: %v", errs)
+	})
+}
+
+// TestValidatorIsSafeForConcurrentUse: one compiled schema serves every
+// invocation of its Run at once (run with -race).
+func TestValidatorIsSafeForConcurrentUse(t *testing.T) {
+	v, err := Compile([]byte(`{"type":"object","properties":{"city":{"type":"string","minLength":1},"days":{"type":"integer","maximum":16}},"required":["city"]}`))
+	require.NoError(t, err)
+	done := make(chan [2]int)
+	for range 8 {
+		go func() {
+			var ok, bad int
+			for i := range 200 {
+				if i%2 == 0 {
+					ok += len(v.Validate([]byte(`{"city":"Oslo","days":3}`)))
+				} else {
+					bad += len(v.Validate([]byte(`{"days":40}`)))
+				}
+			}
+			done <- [2]int{ok, bad}
+		}()
+	}
+	for range 8 {
+		got := <-done
+		assert.Equal(t, [2]int{0, 200}, got, "no violations for valid input, two for each invalid one")
+	}
+}
