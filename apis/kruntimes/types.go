@@ -109,6 +109,23 @@ type FunctionMode struct {
 	// idles out.
 	// +optional
 	IdleTimeoutSeconds *int32 `json:"idleTimeoutSeconds,omitempty"`
+	// Description says what the function does, at most 1 KiB.
+	// +optional
+	Description string `json:"description,omitempty"`
+	// Schema declares what the function takes and returns.
+	// +optional
+	Schema *FunctionSchema `json:"schema,omitempty"`
+}
+
+// FunctionSchema holds the JSON Schemas (OpenAPI v3 subset, as CRDs) of a
+// function's input and output.
+type FunctionSchema struct {
+	// Input is validated against every invocation body before dispatch.
+	// +optional
+	Input *runtime.RawExtension `json:"input,omitempty"`
+	// Output is published for clients; the server does not check outputs.
+	// +optional
+	Output *runtime.RawExtension `json:"output,omitempty"`
 }
 
 // EnvVar is one environment variable.

@@ -23,6 +23,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/toolschema"
 )
 
 // RunSource is where the cache reads Runs: the runs storage of this server,
@@ -39,6 +40,8 @@ type ownershipCache struct {
 	source RunSource
 	runs   cache.SharedIndexInformer
 	pods   cache.SharedIndexInformer
+	// schemas holds the compiled input schemas of the Runs invoked.
+	schemas *schemaCache
 }
 
 // newOwnershipCache watches Runs in source and Runtime Pods (those labelled
@@ -89,7 +92,19 @@ func newOwnershipCache(source RunSource, kube kubernetes.Interface) *ownershipCa
 	}))
 	pods := factory.Core().V1().Pods().Informer()
 	_ = pods.SetTransform(slimPod)
-	return &ownershipCache{source: source, runs: runs, pods: pods}
+	c := &ownershipCache{source: source, runs: runs, pods: pods, schemas: newSchemaCache(maxCachedSchemas, maxCachedSchemaBytes)}
+	_, _ = runs.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: c.runDeleted})
+	return c
+}
+
+// runDeleted drops the compiled schema of a Run that is gone.
+func (c *ownershipCache) runDeleted(obj any) {
+	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = tombstone.Obj
+	}
+	if run, ok := obj.(*kruntimes.Run); ok {
+		c.schemas.forget(run.UID)
+	}
 }
 
 func internalListOptions(options metav1.ListOptions) (*metainternalversion.ListOptions, error) {
@@ -109,7 +124,8 @@ func (c *ownershipCache) run(ctx context.Context) bool {
 
 func (c *ownershipCache) synced() bool { return c.runs.HasSynced() && c.pods.HasSynced() }
 
-// slimRun keeps of a Run what routing reads.
+// slimRun keeps of a Run what routing reads, and the input schema that
+// invocations are validated against.
 func slimRun(obj any) (any, error) {
 	run, ok := obj.(*kruntimes.Run)
 	if !ok {
@@ -127,6 +143,9 @@ func slimRun(obj any) (any, error) {
 		},
 	}
 	slim.Spec.Mode.Function = &kruntimes.FunctionMode{}
+	if f := run.Spec.Mode.Function; f != nil && f.Schema != nil && f.Schema.Input != nil {
+		slim.Spec.Mode.Function.Schema = &kruntimes.FunctionSchema{Input: f.Schema.Input}
+	}
 	if c := meta.FindStatusCondition(run.Status.Conditions, lifecycle.ConditionReady); c != nil {
 		slim.Status.Conditions = []metav1.Condition{{Type: c.Type, Status: c.Status, Reason: c.Reason}}
 	}
@@ -158,6 +177,9 @@ type owner struct {
 	runtime string
 	// deadline is when the Run's lifetime ends; zero when it has none.
 	deadline time.Time
+	// input validates the invocation's body; nil when the Run declares no
+	// input schema.
+	input *toolschema.Validator
 }
 
 // lookup finds the owner of the Run ns/name, whose UID must be uid when uid
@@ -195,6 +217,12 @@ func (c *ownershipCache) lookup(ctx context.Context, ns, name string, uid types.
 	o := owner{runUID: run.UID, attempt: run.Status.Attempt, podUID: pod.UID, podIP: pod.Status.PodIP, runtime: pod.Labels[lifecycle.LabelRuntime]}
 	if run.Spec.Timeout != nil && run.Status.StartTime != nil {
 		o.deadline = run.Status.StartTime.Add(run.Spec.Timeout.Duration)
+	}
+	if f := run.Spec.Mode.Function; f != nil && f.Schema != nil && f.Schema.Input != nil {
+		if o.input, err = c.schemas.validator(run.UID, f.Schema.Input.Raw); err != nil {
+			// Validated at create: only a Run stored before that could get here.
+			return owner{}, apierrors.NewInternalError(fmt.Errorf("Run %s/%s: spec.mode.function.schema.input: %w", ns, name, err))
+		}
 	}
 	return o, nil
 }

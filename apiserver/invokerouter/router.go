@@ -113,7 +113,7 @@ func (r *Router) Route(ctx context.Context, namespace, name string, uid types.UI
 	if err != nil {
 		return nil, apierrors.NewServiceUnavailable(err.Error())
 	}
-	return &runregistry.Route{RunUID: o.runUID, Attempt: o.attempt, PodUID: o.podUID, Deadline: o.deadline, Runtimed: client}, nil
+	return &runregistry.Route{RunUID: o.runUID, Attempt: o.attempt, PodUID: o.podUID, Deadline: o.deadline, Runtimed: client, Input: o.input}, nil
 }
 
 // notImplemented answers every invocation of a server whose invoke is off:

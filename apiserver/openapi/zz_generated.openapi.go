@@ -339,6 +339,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		version.Info{}.OpenAPIModelName():                          schema_k8sio_apimachinery_pkg_version_Info(ref),
 		v1alpha1.EnvVar{}.OpenAPIModelName():                       schema_kruntimes_apis_kruntimes_v1alpha1_EnvVar(ref),
 		v1alpha1.FunctionMode{}.OpenAPIModelName():                 schema_kruntimes_apis_kruntimes_v1alpha1_FunctionMode(ref),
+		v1alpha1.FunctionSchema{}.OpenAPIModelName():               schema_kruntimes_apis_kruntimes_v1alpha1_FunctionSchema(ref),
 		v1alpha1.InvokeError{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_InvokeError(ref),
 		v1alpha1.InvokeLogs{}.OpenAPIModelName():                   schema_kruntimes_apis_kruntimes_v1alpha1_InvokeLogs(ref),
 		v1alpha1.InvokeResult{}.OpenAPIModelName():                 schema_kruntimes_apis_kruntimes_v1alpha1_InvokeResult(ref),
@@ -17432,10 +17433,52 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_FunctionMode(ref common.ReferenceC
 							Format:      "int32",
 						},
 					},
+					"description": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Description says what the function does, for the people and agents that call it as a tool, at most 1 KiB.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"schema": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Schema declares what the function takes and returns.",
+							Ref:         ref(v1alpha1.FunctionSchema{}.OpenAPIModelName()),
+						},
+					},
 				},
 				Required: []string{"handler"},
 			},
 		},
+		Dependencies: []string{
+			v1alpha1.FunctionSchema{}.OpenAPIModelName()},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_FunctionSchema(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "FunctionSchema holds the JSON Schemas of a function's input and output, each in the OpenAPI v3 subset that CustomResourceDefinitions use (openAPIV3Schema: no $ref, definitions or patternProperties) with an object at its root, at most 64 KiB.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"input": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Input is the JSON Schema of the invocation body. When set, runs/invoke validates every body against it before dispatch and answers 400, listing each violation, without running the handler.",
+							Ref:         ref(runtime.RawExtension{}.OpenAPIModelName()),
+						},
+					},
+					"output": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Output is the JSON Schema of what the handler returns. It is published for clients (agents check it); the server does not validate outputs against it.",
+							Ref:         ref(runtime.RawExtension{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			runtime.RawExtension{}.OpenAPIModelName()},
 	}
 }
 

@@ -36,6 +36,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &kruntimesv1alpha1.EnvVarApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("FunctionMode"):
 		return &kruntimesv1alpha1.FunctionModeApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("FunctionSchema"):
+		return &kruntimesv1alpha1.FunctionSchemaApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RetryBackoff"):
 		return &kruntimesv1alpha1.RetryBackoffApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RetryPolicy"):

@@ -12,6 +12,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes"
+	"kruntimes.io/kruntimes/apis/toolschema"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 )
 
@@ -38,6 +39,9 @@ type Route struct {
 	Deadline time.Time
 	// Runtimed is the client of the runtimed in the owning Pod.
 	Runtimed runtimedv1.RuntimedClient
+	// Input validates the invocation's body before dispatch: the Run's
+	// compiled spec.mode.function.schema.input, nil when it has none.
+	Input *toolschema.Validator
 }
 
 // InvokeREST serves runs/invoke: the function's JSON input in, the

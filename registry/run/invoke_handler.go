@@ -23,6 +23,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 
@@ -109,6 +110,11 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 	route, err := h.router.Route(ctx, h.namespace, h.name, uid)
 	if err != nil {
 		return h.fail(routeStatus(err))
+	}
+	if route.Input != nil {
+		if violations := route.Input.Validate(input); len(violations) > 0 {
+			return h.fail(inputInvalid(h.name, violations))
+		}
 	}
 	timeout, rpcSlack, err := h.invocationTimeout(ctx, route.Deadline)
 	if err != nil {
@@ -232,6 +238,21 @@ func readInput(w http.ResponseWriter, req *http.Request) ([]byte, error) {
 		return nil, apierrors.NewBadRequest("the input is not valid JSON")
 	}
 	return buf, nil
+}
+
+// inputInvalid answers a body that breaks the Run's input schema: 400 (the
+// handler did not run, and the same body never will), each violation a
+// cause with its path below "input", as a 422 lists a field's.
+func inputInvalid(name string, violations field.ErrorList) error {
+	causes := make([]metav1.StatusCause, 0, len(violations))
+	for _, v := range violations {
+		causes = append(causes, metav1.StatusCause{Type: metav1.CauseType(v.Type), Message: v.ErrorBody(), Field: v.Field})
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status: metav1.StatusFailure, Code: http.StatusBadRequest, Reason: metav1.StatusReasonBadRequest,
+		Message: fmt.Sprintf("the input does not match the function's spec.mode.function.schema.input, and the handler did not run: %s", violations.ToAggregate()),
+		Details: &metav1.StatusDetails{Name: name, Group: kruntimes.GroupName, Kind: "runs", Causes: causes},
+	}}
 }
 
 func unavailable(message string) error {

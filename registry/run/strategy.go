@@ -1,7 +1,9 @@
 package run
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 
@@ -48,6 +50,28 @@ func (runStrategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
 	run := obj.(*kruntimes.Run)
 	run.Status = kruntimes.RunStatus{Phase: lifecycle.Pending, Attempt: 1}
 	run.Generation = 1
+	compactSchemas(&run.Spec)
+}
+
+// compactSchemas stores a function's schemas as compact JSON, as the JSON
+// encoding of the object would, so that a protobuf client's whitespace
+// neither costs storage nor makes an unchanged schema look changed to the
+// immutability check. A schema that is not JSON is left for validation to
+// refuse.
+func compactSchemas(spec *kruntimes.RunSpec) {
+	f := spec.Mode.Function
+	if f == nil || f.Schema == nil {
+		return
+	}
+	for _, raw := range []*runtime.RawExtension{f.Schema.Input, f.Schema.Output} {
+		if raw == nil || len(raw.Raw) == 0 {
+			continue
+		}
+		var compact bytes.Buffer
+		if json.Compact(&compact, raw.Raw) == nil {
+			raw.Raw = compact.Bytes()
+		}
+	}
 }
 
 // PrepareForUpdate ignores status changes sent to the main resource and bumps
@@ -55,6 +79,7 @@ func (runStrategy) PrepareForCreate(_ context.Context, obj runtime.Object) {
 func (runStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	newRun, oldRun := obj.(*kruntimes.Run), old.(*kruntimes.Run)
 	newRun.Status = oldRun.Status
+	compactSchemas(&newRun.Spec)
 	if !apiequality.Semantic.DeepEqual(newRun.Spec, oldRun.Spec) {
 		newRun.Generation = oldRun.Generation + 1
 	}

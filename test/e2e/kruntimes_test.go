@@ -113,7 +113,14 @@ func TestKubectlExplainRunSpec(t *testing.T) {
 	f := framework.Get(t)
 	f.RequireKruntimes(t)
 	ctx := framework.Context(t, time.Minute)
-	out, err := f.Kubectl(ctx, "explain", "run.spec")
+	// kube-apiserver aggregates an APIService's OpenAPI v3 some time after
+	// the APIService became Available: until then explain finds no runs.
+	var out string
+	err := framework.Poll(ctx, framework.PollInterval, 30*time.Second, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+		var err error
+		out, err = f.Kubectl(ctx, "explain", "run.spec")
+		return !seen.Err(err), nil
+	})
 	require.NoError(t, err)
 	for _, field := range []string{"runtime", "mode", "source"} {
 		assert.Contains(t, out, field)

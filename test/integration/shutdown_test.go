@@ -185,11 +185,17 @@ func startInvokeServer(t *testing.T, extraArgs ...string) *invokeServer {
 // createReadyFunction creates the function Run fn, Ready on pod-a.
 func (s *invokeServer) createReadyFunction(t *testing.T) {
 	t.Helper()
+	s.createReady(t, functionRun("fn"))
+}
+
+// createReady creates the function Run run, Ready on pod-a.
+func (s *invokeServer) createReady(t *testing.T, run *v1alpha1.Run) {
+	t.Helper()
 	ctx := t.Context()
 	client, err := versioned.NewForConfig(s.config)
 	require.NoError(t, err)
 	runs := client.KruntimesV1alpha1().Runs(namespace)
-	run, err := runs.Create(ctx, functionRun("fn"), metav1.CreateOptions{})
+	run, err = runs.Create(ctx, run, metav1.CreateOptions{})
 	require.NoError(t, err)
 	for _, step := range steps(scheduled, running, ready) {
 		step(&run.Status)
@@ -198,7 +204,7 @@ func (s *invokeServer) createReadyFunction(t *testing.T) {
 	}
 	run.Status.Endpoint = &v1alpha1.RunEndpoint{
 		Protocol: v1alpha1.RunEndpointProtocolHTTPS,
-		URL:      "https://kubernetes.default.svc/apis/kruntimes.io/v1alpha1/namespaces/default/runs/fn/invoke?uid=" + string(run.UID),
+		URL:      "https://kubernetes.default.svc/apis/kruntimes.io/v1alpha1/namespaces/default/runs/" + run.Name + "/invoke?uid=" + string(run.UID),
 	}
 	run.Status.Conditions = []metav1.Condition{{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue, Reason: lifecycle.ReasonFunctionRegistered, LastTransitionTime: metav1.Now()}}
 	_, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})

@@ -107,6 +107,30 @@ type FunctionMode struct {
 	// idles out.
 	// +optional
 	IdleTimeoutSeconds *int32 `json:"idleTimeoutSeconds,omitempty" protobuf:"varint,2,opt,name=idleTimeoutSeconds"`
+	// Description says what the function does, for the people and agents
+	// that call it as a tool, at most 1 KiB.
+	// +optional
+	Description string `json:"description,omitempty" protobuf:"bytes,3,opt,name=description"`
+	// Schema declares what the function takes and returns.
+	// +optional
+	Schema *FunctionSchema `json:"schema,omitempty" protobuf:"bytes,4,opt,name=schema"`
+}
+
+// FunctionSchema holds the JSON Schemas of a function's input and output,
+// each in the OpenAPI v3 subset that CustomResourceDefinitions use
+// (openAPIV3Schema: no $ref, definitions or patternProperties) with an
+// object at its root, at most 64 KiB.
+type FunctionSchema struct {
+	// Input is the JSON Schema of the invocation body. When set,
+	// runs/invoke validates every body against it before dispatch and
+	// answers 400, listing each violation, without running the handler.
+	// +optional
+	Input *runtime.RawExtension `json:"input,omitempty" protobuf:"bytes,1,opt,name=input"`
+	// Output is the JSON Schema of what the handler returns. It is
+	// published for clients (agents check it); the server does not
+	// validate outputs against it.
+	// +optional
+	Output *runtime.RawExtension `json:"output,omitempty" protobuf:"bytes,2,opt,name=output"`
 }
 
 // EnvVar is one environment variable.

@@ -32,6 +32,11 @@ func (in FunctionMode) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in FunctionSchema) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.FunctionSchema"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in InvokeError) OpenAPIModelName() string {
 	return "io.kruntimes.v1alpha1.InvokeError"
 }

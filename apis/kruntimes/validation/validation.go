@@ -18,6 +18,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/toolschema"
 )
 
 // Bounds of a Run, shared with the components that produce the values.
@@ -145,6 +146,33 @@ func validateUpperBounds(spec, old *kruntimes.RunSpec, fldPath *field.Path) fiel
 		!unchanged(func(s *kruntimes.RunSpec) any { return s.Mode.Function }) {
 		allErrs = append(allErrs, field.Invalid(fldPath.Child("mode", "function", "idleTimeoutSeconds"), *f.IdleTimeoutSeconds,
 			fmt.Sprintf("must be at most %d (7 days); leave it unset to never idle out", MaxIdleTimeoutSeconds)))
+	}
+	if f := spec.Mode.Function; f != nil && !unchanged(func(s *kruntimes.RunSpec) any { return s.Mode.Function }) {
+		allErrs = append(allErrs, validateToolFields(f, fldPath.Child("mode", "function"))...)
+	}
+	return allErrs
+}
+
+// validateToolFields checks what a function declares for its callers: a
+// bounded description and input and output schemas in the CRD subset of
+// OpenAPI v3, with errors at their paths inside the schema.
+func validateToolFields(f *kruntimes.FunctionMode, fnPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	if len(f.Description) > toolschema.MaxDescriptionBytes {
+		allErrs = append(allErrs, field.TooLong(fnPath.Child("description"), "", toolschema.MaxDescriptionBytes))
+	}
+	if f.Schema == nil {
+		return allErrs
+	}
+	schemaPath := fnPath.Child("schema")
+	if f.Schema.Input == nil && f.Schema.Output == nil {
+		allErrs = append(allErrs, field.Required(schemaPath, "set input, output or both; leave schema unset to declare none"))
+	}
+	if f.Schema.Input != nil {
+		allErrs = append(allErrs, toolschema.Validate(f.Schema.Input.Raw, schemaPath.Child("input"))...)
+	}
+	if f.Schema.Output != nil {
+		allErrs = append(allErrs, toolschema.Validate(f.Schema.Output.Raw, schemaPath.Child("output"))...)
 	}
 	return allErrs
 }

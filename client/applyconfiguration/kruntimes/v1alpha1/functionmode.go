@@ -30,6 +30,11 @@ type FunctionModeApplyConfiguration struct {
 	// this long without an invocation, at most 604800 (7 days). Unset never
 	// idles out.
 	IdleTimeoutSeconds *int32 `json:"idleTimeoutSeconds,omitempty"`
+	// Description says what the function does, for the people and agents
+	// that call it as a tool, at most 1 KiB.
+	Description *string `json:"description,omitempty"`
+	// Schema declares what the function takes and returns.
+	Schema *FunctionSchemaApplyConfiguration `json:"schema,omitempty"`
 }
 
 // FunctionModeApplyConfiguration constructs a declarative configuration of the FunctionMode type for use with
@@ -51,5 +56,21 @@ func (b *FunctionModeApplyConfiguration) WithHandler(value string) *FunctionMode
 // If called multiple times, the IdleTimeoutSeconds field is set to the value of the last call.
 func (b *FunctionModeApplyConfiguration) WithIdleTimeoutSeconds(value int32) *FunctionModeApplyConfiguration {
 	b.IdleTimeoutSeconds = &value
+	return b
+}
+
+// WithDescription sets the Description field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Description field is set to the value of the last call.
+func (b *FunctionModeApplyConfiguration) WithDescription(value string) *FunctionModeApplyConfiguration {
+	b.Description = &value
+	return b
+}
+
+// WithSchema sets the Schema field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Schema field is set to the value of the last call.
+func (b *FunctionModeApplyConfiguration) WithSchema(value *FunctionSchemaApplyConfiguration) *FunctionModeApplyConfiguration {
+	b.Schema = value
 	return b
 }
