@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"errors"
-	"time"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -82,13 +81,4 @@ func logChunk(c runlog.Chunk) *runtimev1.LogChunk {
 		stream = runtimev1.LogStream_LOG_STREAM_STDERR
 	}
 	return &runtimev1.LogChunk{Stream: stream, UnixNano: c.Time.UnixNano(), Data: c.Data}
-}
-
-// ChunkOf is a chunk of the Runtime Server API as apis/runlog has it.
-func ChunkOf(c *runtimev1.LogChunk) runlog.Chunk {
-	stream := runlog.StreamStdout
-	if c.GetStream() == runtimev1.LogStream_LOG_STREAM_STDERR {
-		stream = runlog.StreamStderr
-	}
-	return runlog.Chunk{Stream: stream, Time: time.Unix(0, c.GetUnixNano()), Data: c.GetData()}
 }
