@@ -42,7 +42,7 @@ const (
 	followStartTimeout = 60 * time.Second
 	// followRetry is how often a follow looks again at a Run that has not
 	// started, or whose runtimed could not be reached.
-	followRetry = 100 * time.Millisecond
+	followRetry = 50 * time.Millisecond
 )
 
 // errLimit ends a follow that wrote limitBytes.

@@ -3,6 +3,9 @@ package invoke
 import (
 	"errors"
 	"io"
+	"time"
+
+	"google.golang.org/grpc"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -11,6 +14,13 @@ import (
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimed/runstatus"
+)
+
+// A follow of a task the Runtime Server does not know (yet) tries again
+// every followNotFoundRetry for followNotFoundWait.
+const (
+	followNotFoundRetry = 10 * time.Millisecond
+	followNotFoundWait  = 3 * time.Second
 )
 
 // FollowTasks lets s serve FollowLog: the output of the task attempts the
@@ -35,11 +45,38 @@ func (s *Server) FollowLog(req *runtimedv1.FollowLogRequest, stream runtimedv1.R
 	case types.UID(req.GetPodUid()) != s.podUID:
 		return status.Errorf(codes.FailedPrecondition, "the follow is addressed to Pod UID %q; this is Pod UID %q", req.GetPodUid(), s.podUID)
 	}
-	up, err := s.tasks.FollowLog(stream.Context(), &runtimev1.FollowLogRequest{
-		TaskId: runstatus.ExecutionID(types.UID(req.GetRunUid()), req.GetAttempt()),
-		Offset: req.GetOffset(),
-	})
-	if err != nil {
+	ctx := stream.Context()
+	id := runstatus.ExecutionID(types.UID(req.GetRunUid()), req.GetAttempt())
+	// The apiserver follows an attempt as soon as the Run says Running,
+	// which runtimed writes right before it executes the task: a task not
+	// there yet is waited for a moment, so the first line is not late.
+	notYet := time.Now().Add(followNotFoundWait)
+	var up grpc.ServerStreamingClient[runtimev1.FollowLogResponse]
+	var first *runtimev1.FollowLogResponse
+	for {
+		var err error
+		up, err = s.tasks.FollowLog(ctx, &runtimev1.FollowLogRequest{TaskId: id, Offset: req.GetOffset()})
+		if err != nil {
+			return err
+		}
+		// A stream's error arrives with its first message.
+		first, err = up.Recv()
+		if status.Code(err) != codes.NotFound || time.Now().After(notYet) {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return status.FromContextError(ctx.Err()).Err()
+		case <-time.After(followNotFoundRetry):
+		}
+	}
+	if err := stream.Send(first); err != nil {
 		return err
 	}
 	for {
