@@ -1,6 +1,7 @@
 package invoke
 
 import (
+	"context"
 	"errors"
 	"io"
 	"time"
@@ -24,9 +25,11 @@ const (
 )
 
 // FollowTasks lets s serve FollowLog: the output of the task attempts the
-// Pod podUID executes, read from the Runtime Server tasks.
-func (s *Server) FollowTasks(tasks runtimev1.RuntimeClient, podUID types.UID) *Server {
-	s.tasks, s.podUID = tasks, podUID
+// Pod podUID executes, read from the Runtime Server tasks. Follows end
+// (Unavailable) when ctx ends, so that runtimed's shutdown does not wait
+// for them: the apiserver follows again from the offset it reached.
+func (s *Server) FollowTasks(ctx context.Context, tasks runtimev1.RuntimeClient, podUID types.UID) *Server {
+	s.tasks, s.podUID, s.stopping = tasks, podUID, ctx.Done()
 	return s
 }
 
@@ -45,7 +48,32 @@ func (s *Server) FollowLog(req *runtimedv1.FollowLogRequest, stream runtimedv1.R
 	case types.UID(req.GetPodUid()) != s.podUID:
 		return status.Errorf(codes.FailedPrecondition, "the follow is addressed to Pod UID %q; this is Pod UID %q", req.GetPodUid(), s.podUID)
 	}
-	ctx := stream.Context()
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-s.stopping:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := s.followLog(ctx, req, stream)
+	if err != nil && stream.Context().Err() == nil && isClosed(s.stopping) {
+		return status.Error(codes.Unavailable, "runtimed is shutting down; follow again from the offset reached")
+	}
+	return err
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s *Server) followLog(ctx context.Context, req *runtimedv1.FollowLogRequest, stream runtimedv1.Runtimed_FollowLogServer) error {
 	id := runstatus.ExecutionID(types.UID(req.GetRunUid()), req.GetAttempt())
 	// The apiserver follows an attempt as soon as the Run says Running,
 	// which runtimed writes right before it executes the task: a task not

@@ -51,10 +51,11 @@ func TestFollowLogThroughRuntimed(t *testing.T) {
 	t.Cleanup(func() { _ = rsConn.Close() })
 	tasks := runtimev1.NewRuntimeClient(rsConn)
 
+	stopping, stop := context.WithCancel(t.Context())
 	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	rgs := grpc.NewServer(transport.RuntimedServerOptions()...)
-	runtimedv1.RegisterRuntimedServer(rgs, invoke.NewServer(gate{}, runtimev1.NewFunctionRuntimeClient(rsConn), "bash").FollowTasks(tasks, "pod-uid"))
+	runtimedv1.RegisterRuntimedServer(rgs, invoke.NewServer(gate{}, runtimev1.NewFunctionRuntimeClient(rsConn), "bash").FollowTasks(stopping, tasks, "pod-uid"))
 	serve(t, rgs, tcp)
 	conn, err := grpc.NewClient(tcp.Addr().String(), append(transport.RuntimedDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	require.NoError(t, err)
@@ -100,4 +101,20 @@ func TestFollowLogThroughRuntimed(t *testing.T) {
 	assert.Equal(t, codes.NotFound, status.Code(err), "an attempt this Pod never executed: %v", err)
 	_, err = read(&runtimedv1.FollowLogRequest{RunUid: "run-uid", Attempt: 0, PodUid: "pod-uid"})
 	assert.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+
+	// runtimed's shutdown ends the follows of running tasks at once.
+	_, err = tasks.Execute(ctx, &runtimev1.ExecuteRequest{
+		TaskId: runstatus.ExecutionID("run-uid", 3), Program: &runtimev1.ExecuteRequest_Script{Script: `echo up; exec sleep 60`}, WorkingDir: dir,
+	})
+	require.NoError(t, err)
+	stream, err := runtimed.FollowLog(ctx, &runtimedv1.FollowLogRequest{RunUid: "run-uid", Attempt: 3, PodUid: "pod-uid"})
+	require.NoError(t, err)
+	resp, err := stream.Recv()
+	require.NoError(t, err)
+	assert.Equal(t, "up\n", string(resp.GetChunks()[0].GetData()))
+	stop()
+	_, err = stream.Recv()
+	assert.Equal(t, codes.Unavailable, status.Code(err), "%v", err)
+	_, err = tasks.Cancel(ctx, &runtimev1.CancelRequest{TaskId: runstatus.ExecutionID("run-uid", 3)})
+	require.NoError(t, err)
 }

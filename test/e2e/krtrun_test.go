@@ -79,7 +79,7 @@ func TestKrtRunLogsFollow(t *testing.T) {
 	f := framework.Get(t)
 	client := controllersClient(t, f)
 	ns := f.CreateNamespace(t, "krtrun")
-	ctx := framework.Context(t, 6*time.Minute)
+	ctx := framework.Context(t, 8*time.Minute)
 	examples := filepath.Join(f.RepoRoot, "artifacts", "examples")
 	out, err := f.Kubectl(ctx, "-n", ns, "apply", "-f", filepath.Join(examples, "runtime-bash.yaml"))
 	require.NoError(t, err, out)
@@ -167,6 +167,24 @@ func TestKrtRunLogsFollow(t *testing.T) {
 		kept, err := krt(ctx, "logs", "watched").Output()
 		require.NoError(t, err)
 		assert.Equal(t, text, string(kept))
+	})
+
+	t.Run("a follow through aggregation outlives the 60 s request timeout", func(t *testing.T) {
+		// kube-apiserver treats a log subresource as long-running, and
+		// kruntimes-apiserver a follow of runs/log.
+		wait := krt(ctx, "run", "--wait", "--name", "long", "--", "sh", "-c", `for i in $(seq 1 8); do echo "tick $i"; sleep 10; done`)
+		require.NoError(t, wait.Start())
+		require.NoError(t, framework.Poll(ctx, framework.PollInterval, time.Minute, func(ctx context.Context, _ *framework.Observed) (bool, error) {
+			_, err := runs.Get(ctx, "long", metav1.GetOptions{})
+			return err == nil, nil
+		}))
+		started := time.Now()
+		out, err := f.Kubectl(ctx, "get", "--raw", "/apis/kruntimes.io/v1alpha1/namespaces/"+ns+"/runs/long/log?follow=true")
+		require.NoError(t, err, out)
+		took := time.Since(started)
+		require.NoError(t, wait.Wait())
+		assert.Equal(t, "tick 1\ntick 2\ntick 3\ntick 4\ntick 5\ntick 6\ntick 7\ntick 8\n", out)
+		assert.Greater(t, took, 70*time.Second, "one follow for the task's whole life")
 	})
 
 	t.Run("krt cancel ends a followed krt run with 130", func(t *testing.T) {

@@ -62,7 +62,7 @@ func TestRunLogFollowsARunningTask(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	tasks := runtimev1.NewRuntimeClient(conn)
-	var logs runtimedv1.RuntimedServer = invoke.NewServer(nil, nil, "bash").FollowTasks(tasks, "uid-a")
+	var logs runtimedv1.RuntimedServer = invoke.NewServer(nil, nil, "bash").FollowTasks(t.Context(), tasks, "uid-a")
 	s.runtimed.logs.Store(&logs)
 
 	client, err := versioned.NewForConfig(s.config)
