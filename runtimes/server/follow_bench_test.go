@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 	"strconv"
 	"testing"
@@ -109,4 +110,47 @@ func executeAndFollow(b *testing.B, h *harness, id, script string) runtimev1.Run
 		b.Fatal(err)
 	}
 	return stream
+}
+
+// BenchmarkIdleFollowers measures what idle followers of one running task
+// cost: b.N followers of a task that wrote one line and sleeps, each having
+// read that line, in this process (the Runtime Server and its gRPC
+// clients together). Run with
+//
+//	go test ./runtimes/server -run '^$' -bench IdleFollowers -benchtime 1000x
+//
+// and read heap-KiB/follower and goroutines/follower.
+func BenchmarkIdleFollowers(b *testing.B) {
+	h := newHarness(b, "bash")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	id := "idle-" + strconv.Itoa(b.N)
+	if _, err := h.runtime.Execute(ctx, &runtimev1.ExecuteRequest{TaskId: id, Program: &runtimev1.ExecuteRequest_Script{Script: "echo up; exec sleep 120"}, WorkingDir: h.workDir}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _, _ = h.runtime.Cancel(context.Background(), &runtimev1.CancelRequest{TaskId: id}) })
+	measure := func() (uint64, int) {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc, runtime.NumGoroutine()
+	}
+	heap0, g0 := measure()
+	streams := make([]runtimev1.Runtime_FollowLogClient, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		stream, err := h.runtime.FollowLog(ctx, &runtimev1.FollowLogRequest{TaskId: id})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := stream.Recv(); err != nil {
+			b.Fatal(err)
+		}
+		streams = append(streams, stream)
+	}
+	b.StopTimer()
+	heap1, g1 := measure()
+	b.ReportMetric(float64(int64(heap1)-int64(heap0))/1024/float64(b.N), "heap-KiB/follower")
+	b.ReportMetric(float64(g1-g0)/float64(b.N), "goroutines/follower")
+	runtime.KeepAlive(streams)
 }
