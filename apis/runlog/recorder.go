@@ -56,6 +56,13 @@ type Recorder struct {
 	tailStart int
 	tailBytes int
 	dropped   int64
+
+	// written counts every byte written; headData the bytes in head.
+	written  int64
+	headData int
+	// changed, when set, is closed by the next write: Changed hands it to
+	// followers waiting for more.
+	changed chan struct{}
 }
 
 // NewRecorder keeps at most maxBytes (DefaultMaxBytes when not positive):
@@ -91,6 +98,11 @@ func (r *Recorder) write(s Stream, p []byte) {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.written += int64(len(p))
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
 	t := r.now()
 	if r.tailBytes == 0 && r.dropped == 0 {
 		room := r.headLimit - r.headBytes - chunkOverhead
@@ -98,6 +110,7 @@ func (r *Recorder) write(s Stream, p []byte) {
 			n := min(room, len(p))
 			r.head = append(r.head, Chunk{Stream: s, Time: t, Data: append([]byte(nil), p[:n]...)})
 			r.headBytes += n + chunkOverhead
+			r.headData += n
 			p = p[n:]
 			if len(p) == 0 {
 				return
@@ -161,4 +174,122 @@ func (r *Recorder) Log() Log {
 		chunks = append(chunks, Chunk{Stream: c.Stream, Time: c.Time, Data: append([]byte(nil), c.Data...)})
 	}
 	return Log{Chunks: chunks, DroppedBytes: r.dropped, DroppedAfter: len(r.head)}
+}
+
+// Changed returns a channel that the next write closes, so a follower that
+// read everything waits for more without polling.
+func (r *Recorder) Changed() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
+	return r.changed
+}
+
+// Written is how many bytes were written so far, kept or not.
+func (r *Recorder) Written() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.written
+}
+
+// Read returns what is kept of the bytes written from offset off on, at
+// most maxBytes of them, as consecutive chunks starting at start. Offsets
+// count the bytes of both streams together. When bytes from off on were
+// dropped by the bound, skipped says how many: start is off+skipped. written
+// is how many bytes were written so far; ok is false when off is past it.
+// The chunks share the recorder's bytes, which are never modified, so a
+// read costs no copy of the data and never blocks a write for long.
+func (r *Recorder) Read(off int64, maxBytes int) (chunks []Chunk, start, skipped, written int64, ok bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	written = r.written
+	if off < 0 || off > written {
+		return nil, off, 0, written, false
+	}
+	if maxBytes <= 0 {
+		maxBytes = 1
+	}
+	if off < int64(r.headData) {
+		chunks = readChunks(r.head, 0, off, maxBytes)
+		return chunks, off, 0, written, true
+	}
+	// The tail ends at written; walk back to the chunk holding off, which
+	// is usually the last one or two for a follower that keeps up.
+	tail := r.tail[r.tailStart:]
+	pos, i := written, len(tail)
+	for i > 0 && pos > off {
+		i--
+		pos -= int64(len(tail[i].Data))
+	}
+	if off < pos {
+		// off was dropped: skip to the first kept byte after it.
+		skipped, off = pos-off, pos
+	}
+	return readChunks(tail[i:], pos, off, maxBytes), off, skipped, written, true
+}
+
+// readChunks returns at most maxBytes of chunks, whose first byte is at
+// offset first, from offset off on.
+func readChunks(chunks []Chunk, first, off int64, maxBytes int) []Chunk {
+	var out []Chunk
+	pos := first
+	for _, c := range chunks {
+		end := pos + int64(len(c.Data))
+		if end <= off {
+			pos = end
+			continue
+		}
+		data := c.Data[max(off-pos, 0):]
+		if len(data) > maxBytes {
+			data = data[:maxBytes]
+		}
+		out = append(out, Chunk{Stream: c.Stream, Time: c.Time, Data: data})
+		maxBytes -= len(data)
+		pos = end
+		if maxBytes == 0 {
+			break
+		}
+	}
+	return out
+}
+
+// From returns what l kept of the bytes written from offset off on, as
+// Recorder.Read does of a live log: consecutive chunks starting at start,
+// with skipped bytes dropped by the bound before them. The head holds the
+// first bytes written, and the tail the last ones, after DroppedBytes.
+func (l Log) From(off int64) (chunks []Chunk, start, skipped int64) {
+	off = max(off, 0)
+	var headEnd int64
+	for _, c := range l.Chunks[:l.DroppedAfter] {
+		headEnd += int64(len(c.Data))
+	}
+	if off < headEnd {
+		chunks = readChunks(l.Chunks[:l.DroppedAfter], 0, off, int(headEnd-off))
+		tail := l.Chunks[l.DroppedAfter:]
+		if l.DroppedBytes == 0 {
+			return append(chunks, tail...), off, 0
+		}
+		// The caller asks again from the end of the head for the rest.
+		return chunks, off, 0
+	}
+	tailStart := headEnd + l.DroppedBytes
+	if off < tailStart {
+		skipped, off = tailStart-off, tailStart
+	}
+	var tailBytes int64
+	for _, c := range l.Chunks[l.DroppedAfter:] {
+		tailBytes += int64(len(c.Data))
+	}
+	return readChunks(l.Chunks[l.DroppedAfter:], tailStart, off, int(max(tailBytes, 1))), off, skipped
+}
+
+// Written is how many bytes the program wrote, kept or not.
+func (l Log) Written() int64 {
+	n := l.DroppedBytes
+	for _, c := range l.Chunks {
+		n += int64(len(c.Data))
+	}
+	return n
 }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -16,6 +18,8 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runregistry "kruntimes.io/kruntimes/registry/run"
 )
 
@@ -40,7 +44,10 @@ type Router struct {
 	cache atomic.Pointer[ownershipCache]
 }
 
-var _ runregistry.Router = &Router{}
+var (
+	_ runregistry.Router    = &Router{}
+	_ runregistry.PodRouter = &Router{}
+)
 
 // New returns a router that routes nothing until Start.
 func New(cfg Config) *Router {
@@ -114,6 +121,34 @@ func (r *Router) Route(ctx context.Context, namespace, name string, uid types.UI
 		return nil, apierrors.NewServiceUnavailable(err.Error())
 	}
 	return &runregistry.Route{RunUID: o.runUID, Attempt: o.attempt, PodUID: o.podUID, Deadline: o.deadline, Runtimed: client, Input: o.input}, nil
+}
+
+// Runtimed implements runregistry.PodRouter from the cache's Pods, with
+// the pool's connection of Route: runs/log follows a running task there.
+func (r *Router) Runtimed(namespace, pod string, podUID types.UID) (runtimedv1.RuntimedClient, error) {
+	if r.off != "" {
+		return nil, notImplemented(r.off)
+	}
+	c := r.cache.Load()
+	if c == nil || !c.synced() {
+		return nil, apierrors.NewServiceUnavailable("the invoke routing cache is still starting")
+	}
+	obj, exists, err := c.pods.GetIndexer().GetByKey(namespace + "/" + pod)
+	if err != nil || !exists {
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("Pod %s/%s is not known (yet)", namespace, pod))
+	}
+	p := obj.(*corev1.Pod)
+	switch {
+	case p.UID != podUID:
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("Pod %s/%s is not the Pod of UID %s", namespace, pod, podUID))
+	case p.Status.PodIP == "":
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("Pod %s/%s has no IP", namespace, pod))
+	}
+	client, err := r.conns.client(p.UID, p.Status.PodIP, namespace, p.Labels[lifecycle.LabelRuntime])
+	if err != nil {
+		return nil, apierrors.NewServiceUnavailable(err.Error())
+	}
+	return client, nil
 }
 
 // notImplemented answers every invocation of a server whose invoke is off:

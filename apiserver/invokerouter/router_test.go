@@ -317,3 +317,30 @@ func (b *blockingRuns) List(ctx context.Context, options *metainternalversion.Li
 	}
 	return b.fakeRuns.List(ctx, options)
 }
+
+// TestRuntimed: runs/log's follow finds a task's runtimed through the
+// cache's Pods, never a Run of the cache (tasks are not kept there).
+func TestRuntimed(t *testing.T) {
+	router := startedRouter(t, newFakeRuns(),
+		runtimePod("pod-a"),
+		runtimePod("pod-noip", func(p *corev1.Pod) { p.Status.PodIP = "" }))
+	client, err := router.Runtimed("ns", "pod-a", "pod-a-uid")
+	require.NoError(t, err)
+	assert.NotNil(t, client)
+	again, err := router.Runtimed("ns", "pod-a", "pod-a-uid")
+	require.NoError(t, err)
+	assert.Equal(t, client, again, "the pool's one connection per Pod")
+
+	for _, tc := range []struct{ name, pod, uid string }{
+		{"an unknown Pod", "pod-gone", "pod-gone-uid"},
+		{"an earlier Pod of the name", "pod-a", "other-uid"},
+		{"a Pod without an IP", "pod-noip", "pod-noip-uid"},
+	} {
+		_, err := router.Runtimed("ns", tc.pod, types.UID(tc.uid))
+		assert.True(t, apierrors.IsServiceUnavailable(err), "%s: %v", tc.name, err)
+	}
+	_, err = New(Config{Kube: fake.NewClientset()}).Runtimed("ns", "pod-a", "pod-a-uid")
+	var status apierrors.APIStatus
+	require.ErrorAs(t, err, &status, "invoke off")
+	assert.Equal(t, int32(501), status.Status().Code)
+}

@@ -25,6 +25,7 @@ import (
 	"kruntimes.io/kruntimes/apiserver"
 	"kruntimes.io/kruntimes/apiserver/memlimit"
 	kruntimesopenapi "kruntimes.io/kruntimes/apiserver/openapi"
+	runregistry "kruntimes.io/kruntimes/registry/run"
 	"kruntimes.io/kruntimes/registry/storage/embedded"
 	"kruntimes.io/kruntimes/version"
 )
@@ -180,6 +181,7 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 	// informers re-establish them against the next server.
 	serverConfig.ShutdownWatchTerminationGracePeriod = watchTerminationGracePeriod
 	o.Shutdown.ApplyTo(&serverConfig.Config)
+	serverConfig.LongRunningFunc = runregistry.LongRunning(serverConfig.LongRunningFunc)
 	namer := openapi.NewDefinitionNamer(apiserver.Scheme)
 	serverConfig.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(kruntimesopenapi.GetOpenAPIDefinitions, namer)
 	serverConfig.OpenAPIConfig.Info.Title = "kruntimes"

@@ -15,6 +15,7 @@ package runtimedv1
 import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -26,6 +27,75 @@ const (
 	// Verify that runtime/protoimpl is sufficiently up-to-date.
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
+
+type FollowLogRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	RunUid  string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
+	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	PodUid  string                 `protobuf:"bytes,3,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	// Where to start in everything the attempt wrote; 0 for the beginning.
+	Offset        int64 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowLogRequest) Reset() {
+	*x = FollowLogRequest{}
+	mi := &file_runtimed_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowLogRequest) ProtoMessage() {}
+
+func (x *FollowLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runtimed_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowLogRequest.ProtoReflect.Descriptor instead.
+func (*FollowLogRequest) Descriptor() ([]byte, []int) {
+	return file_runtimed_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *FollowLogRequest) GetRunUid() string {
+	if x != nil {
+		return x.RunUid
+	}
+	return ""
+}
+
+func (x *FollowLogRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *FollowLogRequest) GetPodUid() string {
+	if x != nil {
+		return x.PodUid
+	}
+	return ""
+}
+
+func (x *FollowLogRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
 
 type InvokeRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
@@ -52,7 +122,7 @@ type InvokeRequest struct {
 
 func (x *InvokeRequest) Reset() {
 	*x = InvokeRequest{}
-	mi := &file_runtimed_proto_msgTypes[0]
+	mi := &file_runtimed_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -64,7 +134,7 @@ func (x *InvokeRequest) String() string {
 func (*InvokeRequest) ProtoMessage() {}
 
 func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtimed_proto_msgTypes[0]
+	mi := &file_runtimed_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -77,7 +147,7 @@ func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeRequest.ProtoReflect.Descriptor instead.
 func (*InvokeRequest) Descriptor() ([]byte, []int) {
-	return file_runtimed_proto_rawDescGZIP(), []int{0}
+	return file_runtimed_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *InvokeRequest) GetRunUid() string {
@@ -160,7 +230,7 @@ type InvokeResponse struct {
 
 func (x *InvokeResponse) Reset() {
 	*x = InvokeResponse{}
-	mi := &file_runtimed_proto_msgTypes[1]
+	mi := &file_runtimed_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +242,7 @@ func (x *InvokeResponse) String() string {
 func (*InvokeResponse) ProtoMessage() {}
 
 func (x *InvokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtimed_proto_msgTypes[1]
+	mi := &file_runtimed_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +255,7 @@ func (x *InvokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeResponse.ProtoReflect.Descriptor instead.
 func (*InvokeResponse) Descriptor() ([]byte, []int) {
-	return file_runtimed_proto_rawDescGZIP(), []int{1}
+	return file_runtimed_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *InvokeResponse) GetInvocationId() string {
@@ -268,7 +338,7 @@ type FunctionError struct {
 
 func (x *FunctionError) Reset() {
 	*x = FunctionError{}
-	mi := &file_runtimed_proto_msgTypes[2]
+	mi := &file_runtimed_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -280,7 +350,7 @@ func (x *FunctionError) String() string {
 func (*FunctionError) ProtoMessage() {}
 
 func (x *FunctionError) ProtoReflect() protoreflect.Message {
-	mi := &file_runtimed_proto_msgTypes[2]
+	mi := &file_runtimed_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -293,7 +363,7 @@ func (x *FunctionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FunctionError.ProtoReflect.Descriptor instead.
 func (*FunctionError) Descriptor() ([]byte, []int) {
-	return file_runtimed_proto_rawDescGZIP(), []int{2}
+	return file_runtimed_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *FunctionError) GetType() string {
@@ -314,7 +384,12 @@ var File_runtimed_proto protoreflect.FileDescriptor
 
 const file_runtimed_proto_rawDesc = "" +
 	"\n" +
-	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\"\xf8\x01\n" +
+	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\x1a\rruntime.proto\"v\n" +
+	"\x10FollowLogRequest\x12\x17\n" +
+	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
+	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x03R\x06offset\"\xf8\x01\n" +
 	"\rInvokeRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
@@ -341,9 +416,10 @@ const file_runtimed_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
 	"\rFunctionError\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage2a\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage2\xc2\x01\n" +
 	"\bRuntimed\x12U\n" +
-	"\x06Invoke\x12$.kruntimes.runtimed.v1.InvokeRequest\x1a%.kruntimes.runtimed.v1.InvokeResponseB)Z'kruntimes.io/kruntimes/proto/runtimedv1b\x06proto3"
+	"\x06Invoke\x12$.kruntimes.runtimed.v1.InvokeRequest\x1a%.kruntimes.runtimed.v1.InvokeResponse\x12_\n" +
+	"\tFollowLog\x12'.kruntimes.runtimed.v1.FollowLogRequest\x1a'.kruntimes.runtime.v1.FollowLogResponse0\x01B)Z'kruntimes.io/kruntimes/proto/runtimedv1b\x06proto3"
 
 var (
 	file_runtimed_proto_rawDescOnce sync.Once
@@ -357,20 +433,24 @@ func file_runtimed_proto_rawDescGZIP() []byte {
 	return file_runtimed_proto_rawDescData
 }
 
-var file_runtimed_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_runtimed_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_runtimed_proto_goTypes = []any{
-	(*InvokeRequest)(nil),  // 0: kruntimes.runtimed.v1.InvokeRequest
-	(*InvokeResponse)(nil), // 1: kruntimes.runtimed.v1.InvokeResponse
-	(*FunctionError)(nil),  // 2: kruntimes.runtimed.v1.FunctionError
-	nil,                    // 3: kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
+	(*FollowLogRequest)(nil),            // 0: kruntimes.runtimed.v1.FollowLogRequest
+	(*InvokeRequest)(nil),               // 1: kruntimes.runtimed.v1.InvokeRequest
+	(*InvokeResponse)(nil),              // 2: kruntimes.runtimed.v1.InvokeResponse
+	(*FunctionError)(nil),               // 3: kruntimes.runtimed.v1.FunctionError
+	nil,                                 // 4: kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
+	(*runtimev1.FollowLogResponse)(nil), // 5: kruntimes.runtime.v1.FollowLogResponse
 }
 var file_runtimed_proto_depIdxs = []int32{
-	3, // 0: kruntimes.runtimed.v1.InvokeResponse.outputs:type_name -> kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
-	2, // 1: kruntimes.runtimed.v1.InvokeResponse.error:type_name -> kruntimes.runtimed.v1.FunctionError
-	0, // 2: kruntimes.runtimed.v1.Runtimed.Invoke:input_type -> kruntimes.runtimed.v1.InvokeRequest
-	1, // 3: kruntimes.runtimed.v1.Runtimed.Invoke:output_type -> kruntimes.runtimed.v1.InvokeResponse
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
+	4, // 0: kruntimes.runtimed.v1.InvokeResponse.outputs:type_name -> kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
+	3, // 1: kruntimes.runtimed.v1.InvokeResponse.error:type_name -> kruntimes.runtimed.v1.FunctionError
+	1, // 2: kruntimes.runtimed.v1.Runtimed.Invoke:input_type -> kruntimes.runtimed.v1.InvokeRequest
+	0, // 3: kruntimes.runtimed.v1.Runtimed.FollowLog:input_type -> kruntimes.runtimed.v1.FollowLogRequest
+	2, // 4: kruntimes.runtimed.v1.Runtimed.Invoke:output_type -> kruntimes.runtimed.v1.InvokeResponse
+	5, // 5: kruntimes.runtimed.v1.Runtimed.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	4, // [4:6] is the sub-list for method output_type
+	2, // [2:4] is the sub-list for method input_type
 	2, // [2:2] is the sub-list for extension type_name
 	2, // [2:2] is the sub-list for extension extendee
 	0, // [0:2] is the sub-list for field type_name
@@ -387,7 +467,7 @@ func file_runtimed_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtimed_proto_rawDesc), len(file_runtimed_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -17,6 +17,7 @@ import (
 	grpc "google.golang.org/grpc"
 	codes "google.golang.org/grpc/codes"
 	status "google.golang.org/grpc/status"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 )
 
 // This is a compile-time assertion to ensure that this generated file
@@ -25,7 +26,8 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Runtimed_Invoke_FullMethodName = "/kruntimes.runtimed.v1.Runtimed/Invoke"
+	Runtimed_Invoke_FullMethodName    = "/kruntimes.runtimed.v1.Runtimed/Invoke"
+	Runtimed_FollowLog_FullMethodName = "/kruntimes.runtimed.v1.Runtimed/FollowLog"
 )
 
 // RuntimedClient is the client API for Runtimed service.
@@ -43,6 +45,15 @@ type RuntimedClient interface {
 	// is Aborted: the handler may have run. A handler error is a successful
 	// RPC whose response carries the error.
 	Invoke(ctx context.Context, in *InvokeRequest, opts ...grpc.CallOption) (*InvokeResponse, error)
+	// FollowLog streams the output of a task attempt this Pod executes, as
+	// kruntimes.runtime.v1.Runtime.FollowLog does: from a byte offset, live,
+	// ending (OK) after the last byte once the task is terminal. The fencing
+	// tuple names the attempt: pod_uid must be this Pod's
+	// (FailedPrecondition otherwise, e.g. a Pod IP reused by another Pod),
+	// and (run_uid, attempt) names the execution on the Runtime Server
+	// (NotFound when this Pod has not started it, or forgot it after the
+	// attempt ended and its log was kept).
+	FollowLog(ctx context.Context, in *FollowLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FollowLogResponse], error)
 }
 
 type runtimedClient struct {
@@ -63,6 +74,25 @@ func (c *runtimedClient) Invoke(ctx context.Context, in *InvokeRequest, opts ...
 	return out, nil
 }
 
+func (c *runtimedClient) FollowLog(ctx context.Context, in *FollowLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FollowLogResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Runtimed_ServiceDesc.Streams[0], Runtimed_FollowLog_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FollowLogRequest, runtimev1.FollowLogResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Runtimed_FollowLogClient = grpc.ServerStreamingClient[runtimev1.FollowLogResponse]
+
 // RuntimedServer is the server API for Runtimed service.
 // All implementations must embed UnimplementedRuntimedServer
 // for forward compatibility.
@@ -78,6 +108,15 @@ type RuntimedServer interface {
 	// is Aborted: the handler may have run. A handler error is a successful
 	// RPC whose response carries the error.
 	Invoke(context.Context, *InvokeRequest) (*InvokeResponse, error)
+	// FollowLog streams the output of a task attempt this Pod executes, as
+	// kruntimes.runtime.v1.Runtime.FollowLog does: from a byte offset, live,
+	// ending (OK) after the last byte once the task is terminal. The fencing
+	// tuple names the attempt: pod_uid must be this Pod's
+	// (FailedPrecondition otherwise, e.g. a Pod IP reused by another Pod),
+	// and (run_uid, attempt) names the execution on the Runtime Server
+	// (NotFound when this Pod has not started it, or forgot it after the
+	// attempt ended and its log was kept).
+	FollowLog(*FollowLogRequest, grpc.ServerStreamingServer[runtimev1.FollowLogResponse]) error
 	mustEmbedUnimplementedRuntimedServer()
 }
 
@@ -90,6 +129,9 @@ type UnimplementedRuntimedServer struct{}
 
 func (UnimplementedRuntimedServer) Invoke(context.Context, *InvokeRequest) (*InvokeResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Invoke not implemented")
+}
+func (UnimplementedRuntimedServer) FollowLog(*FollowLogRequest, grpc.ServerStreamingServer[runtimev1.FollowLogResponse]) error {
+	return status.Error(codes.Unimplemented, "method FollowLog not implemented")
 }
 func (UnimplementedRuntimedServer) mustEmbedUnimplementedRuntimedServer() {}
 func (UnimplementedRuntimedServer) testEmbeddedByValue()                  {}
@@ -130,6 +172,17 @@ func _Runtimed_Invoke_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Runtimed_FollowLog_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(FollowLogRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RuntimedServer).FollowLog(m, &grpc.GenericServerStream[FollowLogRequest, runtimev1.FollowLogResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Runtimed_FollowLogServer = grpc.ServerStreamingServer[runtimev1.FollowLogResponse]
+
 // Runtimed_ServiceDesc is the grpc.ServiceDesc for Runtimed service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -142,6 +195,12 @@ var Runtimed_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Runtimed_Invoke_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "FollowLog",
+			Handler:       _Runtimed_FollowLog_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "runtimed.proto",
 }

@@ -794,6 +794,133 @@ func (x *TaskLog) GetDroppedAfter() int32 {
 	return 0
 }
 
+type FollowLogRequest struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	TaskId string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// Where to start in everything the task wrote; 0 for the beginning.
+	Offset        int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowLogRequest) Reset() {
+	*x = FollowLogRequest{}
+	mi := &file_runtime_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowLogRequest) ProtoMessage() {}
+
+func (x *FollowLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowLogRequest.ProtoReflect.Descriptor instead.
+func (*FollowLogRequest) Descriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *FollowLogRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *FollowLogRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+// Consecutive bytes of a followed task's output.
+type FollowLogResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The offset of the first byte of chunks.
+	Offset int64 `protobuf:"varint,1,opt,name=offset,proto3" json:"offset,omitempty"`
+	// How many bytes before offset, after the end of the previous response
+	// (or the requested offset), were dropped by the bound and are skipped.
+	SkippedBytes int64       `protobuf:"varint,2,opt,name=skipped_bytes,json=skippedBytes,proto3" json:"skipped_bytes,omitempty"`
+	Chunks       []*LogChunk `protobuf:"bytes,3,rep,name=chunks,proto3" json:"chunks,omitempty"`
+	// How many bytes the task had written when this response was cut: the
+	// follower has caught up when offset plus the chunks' bytes reach it.
+	Written       int64 `protobuf:"varint,4,opt,name=written,proto3" json:"written,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowLogResponse) Reset() {
+	*x = FollowLogResponse{}
+	mi := &file_runtime_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowLogResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowLogResponse) ProtoMessage() {}
+
+func (x *FollowLogResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowLogResponse.ProtoReflect.Descriptor instead.
+func (*FollowLogResponse) Descriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *FollowLogResponse) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *FollowLogResponse) GetSkippedBytes() int64 {
+	if x != nil {
+		return x.SkippedBytes
+	}
+	return 0
+}
+
+func (x *FollowLogResponse) GetChunks() []*LogChunk {
+	if x != nil {
+		return x.Chunks
+	}
+	return nil
+}
+
+func (x *FollowLogResponse) GetWritten() int64 {
+	if x != nil {
+		return x.Written
+	}
+	return 0
+}
+
 type CancelRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
@@ -803,7 +930,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_runtime_proto_msgTypes[8]
+	mi := &file_runtime_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -815,7 +942,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[8]
+	mi := &file_runtime_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -828,7 +955,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{8}
+	return file_runtime_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *CancelRequest) GetTaskId() string {
@@ -846,7 +973,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_runtime_proto_msgTypes[9]
+	mi := &file_runtime_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -858,7 +985,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[9]
+	mi := &file_runtime_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -871,7 +998,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{9}
+	return file_runtime_proto_rawDescGZIP(), []int{11}
 }
 
 type ForgetRequest struct {
@@ -883,7 +1010,7 @@ type ForgetRequest struct {
 
 func (x *ForgetRequest) Reset() {
 	*x = ForgetRequest{}
-	mi := &file_runtime_proto_msgTypes[10]
+	mi := &file_runtime_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -895,7 +1022,7 @@ func (x *ForgetRequest) String() string {
 func (*ForgetRequest) ProtoMessage() {}
 
 func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[10]
+	mi := &file_runtime_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -908,7 +1035,7 @@ func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetRequest.ProtoReflect.Descriptor instead.
 func (*ForgetRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{10}
+	return file_runtime_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ForgetRequest) GetTaskId() string {
@@ -926,7 +1053,7 @@ type ForgetResponse struct {
 
 func (x *ForgetResponse) Reset() {
 	*x = ForgetResponse{}
-	mi := &file_runtime_proto_msgTypes[11]
+	mi := &file_runtime_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -938,7 +1065,7 @@ func (x *ForgetResponse) String() string {
 func (*ForgetResponse) ProtoMessage() {}
 
 func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[11]
+	mi := &file_runtime_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -951,7 +1078,7 @@ func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetResponse.ProtoReflect.Descriptor instead.
 func (*ForgetResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{11}
+	return file_runtime_proto_rawDescGZIP(), []int{13}
 }
 
 type ListRequest struct {
@@ -962,7 +1089,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_runtime_proto_msgTypes[12]
+	mi := &file_runtime_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1101,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[12]
+	mi := &file_runtime_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1114,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{12}
+	return file_runtime_proto_rawDescGZIP(), []int{14}
 }
 
 type ListResponse struct {
@@ -999,7 +1126,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_runtime_proto_msgTypes[13]
+	mi := &file_runtime_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1011,7 +1138,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[13]
+	mi := &file_runtime_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1024,7 +1151,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{13}
+	return file_runtime_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListResponse) GetTasks() []*TaskStatus {
@@ -1042,7 +1169,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_runtime_proto_msgTypes[14]
+	mi := &file_runtime_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1054,7 +1181,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[14]
+	mi := &file_runtime_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1067,7 +1194,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{14}
+	return file_runtime_proto_rawDescGZIP(), []int{16}
 }
 
 type HealthResponse struct {
@@ -1083,7 +1210,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_runtime_proto_msgTypes[15]
+	mi := &file_runtime_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1095,7 +1222,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[15]
+	mi := &file_runtime_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1108,7 +1235,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{15}
+	return file_runtime_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HealthResponse) GetServing() bool {
@@ -1155,7 +1282,7 @@ type RegisterFunctionRequest struct {
 
 func (x *RegisterFunctionRequest) Reset() {
 	*x = RegisterFunctionRequest{}
-	mi := &file_runtime_proto_msgTypes[16]
+	mi := &file_runtime_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1294,7 @@ func (x *RegisterFunctionRequest) String() string {
 func (*RegisterFunctionRequest) ProtoMessage() {}
 
 func (x *RegisterFunctionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[16]
+	mi := &file_runtime_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1307,7 @@ func (x *RegisterFunctionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterFunctionRequest.ProtoReflect.Descriptor instead.
 func (*RegisterFunctionRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{16}
+	return file_runtime_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RegisterFunctionRequest) GetRunUid() string {
@@ -1242,7 +1369,7 @@ type FunctionStatusRequest struct {
 
 func (x *FunctionStatusRequest) Reset() {
 	*x = FunctionStatusRequest{}
-	mi := &file_runtime_proto_msgTypes[17]
+	mi := &file_runtime_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1254,7 +1381,7 @@ func (x *FunctionStatusRequest) String() string {
 func (*FunctionStatusRequest) ProtoMessage() {}
 
 func (x *FunctionStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[17]
+	mi := &file_runtime_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1267,7 +1394,7 @@ func (x *FunctionStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FunctionStatusRequest.ProtoReflect.Descriptor instead.
 func (*FunctionStatusRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{17}
+	return file_runtime_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *FunctionStatusRequest) GetRunUid() string {
@@ -1307,7 +1434,7 @@ type RegistrationStatus struct {
 
 func (x *RegistrationStatus) Reset() {
 	*x = RegistrationStatus{}
-	mi := &file_runtime_proto_msgTypes[18]
+	mi := &file_runtime_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1319,7 +1446,7 @@ func (x *RegistrationStatus) String() string {
 func (*RegistrationStatus) ProtoMessage() {}
 
 func (x *RegistrationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[18]
+	mi := &file_runtime_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1332,7 +1459,7 @@ func (x *RegistrationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistrationStatus.ProtoReflect.Descriptor instead.
 func (*RegistrationStatus) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{18}
+	return file_runtime_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *RegistrationStatus) GetRunUid() string {
@@ -1419,7 +1546,7 @@ type InvokeFunctionRequest struct {
 
 func (x *InvokeFunctionRequest) Reset() {
 	*x = InvokeFunctionRequest{}
-	mi := &file_runtime_proto_msgTypes[19]
+	mi := &file_runtime_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1431,7 +1558,7 @@ func (x *InvokeFunctionRequest) String() string {
 func (*InvokeFunctionRequest) ProtoMessage() {}
 
 func (x *InvokeFunctionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[19]
+	mi := &file_runtime_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1444,7 +1571,7 @@ func (x *InvokeFunctionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeFunctionRequest.ProtoReflect.Descriptor instead.
 func (*InvokeFunctionRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{19}
+	return file_runtime_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *InvokeFunctionRequest) GetRunUid() string {
@@ -1504,7 +1631,7 @@ type FunctionError struct {
 
 func (x *FunctionError) Reset() {
 	*x = FunctionError{}
-	mi := &file_runtime_proto_msgTypes[20]
+	mi := &file_runtime_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1516,7 +1643,7 @@ func (x *FunctionError) String() string {
 func (*FunctionError) ProtoMessage() {}
 
 func (x *FunctionError) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[20]
+	mi := &file_runtime_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1529,7 +1656,7 @@ func (x *FunctionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FunctionError.ProtoReflect.Descriptor instead.
 func (*FunctionError) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{20}
+	return file_runtime_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *FunctionError) GetType() string {
@@ -1576,7 +1703,7 @@ type InvokeFunctionResponse struct {
 
 func (x *InvokeFunctionResponse) Reset() {
 	*x = InvokeFunctionResponse{}
-	mi := &file_runtime_proto_msgTypes[21]
+	mi := &file_runtime_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1588,7 +1715,7 @@ func (x *InvokeFunctionResponse) String() string {
 func (*InvokeFunctionResponse) ProtoMessage() {}
 
 func (x *InvokeFunctionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[21]
+	mi := &file_runtime_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1601,7 +1728,7 @@ func (x *InvokeFunctionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeFunctionResponse.ProtoReflect.Descriptor instead.
 func (*InvokeFunctionResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{21}
+	return file_runtime_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *InvokeFunctionResponse) GetInvocationId() string {
@@ -1697,7 +1824,7 @@ type UnregisterFunctionRequest struct {
 
 func (x *UnregisterFunctionRequest) Reset() {
 	*x = UnregisterFunctionRequest{}
-	mi := &file_runtime_proto_msgTypes[22]
+	mi := &file_runtime_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1709,7 +1836,7 @@ func (x *UnregisterFunctionRequest) String() string {
 func (*UnregisterFunctionRequest) ProtoMessage() {}
 
 func (x *UnregisterFunctionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[22]
+	mi := &file_runtime_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1722,7 +1849,7 @@ func (x *UnregisterFunctionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterFunctionRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterFunctionRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{22}
+	return file_runtime_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *UnregisterFunctionRequest) GetRunUid() string {
@@ -1770,7 +1897,7 @@ type UnregisterFunctionResponse struct {
 
 func (x *UnregisterFunctionResponse) Reset() {
 	*x = UnregisterFunctionResponse{}
-	mi := &file_runtime_proto_msgTypes[23]
+	mi := &file_runtime_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1782,7 +1909,7 @@ func (x *UnregisterFunctionResponse) String() string {
 func (*UnregisterFunctionResponse) ProtoMessage() {}
 
 func (x *UnregisterFunctionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[23]
+	mi := &file_runtime_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1795,7 +1922,7 @@ func (x *UnregisterFunctionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterFunctionResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterFunctionResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{23}
+	return file_runtime_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UnregisterFunctionResponse) GetCancelledInFlight() bool {
@@ -1813,7 +1940,7 @@ type ListFunctionsRequest struct {
 
 func (x *ListFunctionsRequest) Reset() {
 	*x = ListFunctionsRequest{}
-	mi := &file_runtime_proto_msgTypes[24]
+	mi := &file_runtime_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1825,7 +1952,7 @@ func (x *ListFunctionsRequest) String() string {
 func (*ListFunctionsRequest) ProtoMessage() {}
 
 func (x *ListFunctionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[24]
+	mi := &file_runtime_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1838,7 +1965,7 @@ func (x *ListFunctionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFunctionsRequest.ProtoReflect.Descriptor instead.
 func (*ListFunctionsRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{24}
+	return file_runtime_proto_rawDescGZIP(), []int{26}
 }
 
 type ListFunctionsResponse struct {
@@ -1850,7 +1977,7 @@ type ListFunctionsResponse struct {
 
 func (x *ListFunctionsResponse) Reset() {
 	*x = ListFunctionsResponse{}
-	mi := &file_runtime_proto_msgTypes[25]
+	mi := &file_runtime_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1862,7 +1989,7 @@ func (x *ListFunctionsResponse) String() string {
 func (*ListFunctionsResponse) ProtoMessage() {}
 
 func (x *ListFunctionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[25]
+	mi := &file_runtime_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1875,7 +2002,7 @@ func (x *ListFunctionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFunctionsResponse.ProtoReflect.Descriptor instead.
 func (*ListFunctionsResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{25}
+	return file_runtime_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListFunctionsResponse) GetRegistrations() []*RegistrationStatus {
@@ -1900,7 +2027,7 @@ type NotStarted struct {
 
 func (x *NotStarted) Reset() {
 	*x = NotStarted{}
-	mi := &file_runtime_proto_msgTypes[26]
+	mi := &file_runtime_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +2039,7 @@ func (x *NotStarted) String() string {
 func (*NotStarted) ProtoMessage() {}
 
 func (x *NotStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[26]
+	mi := &file_runtime_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2052,7 @@ func (x *NotStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotStarted.ProtoReflect.Descriptor instead.
 func (*NotStarted) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{26}
+	return file_runtime_proto_rawDescGZIP(), []int{28}
 }
 
 var File_runtime_proto protoreflect.FileDescriptor
@@ -1983,7 +2110,15 @@ const file_runtime_proto_rawDesc = "" +
 	"\aTaskLog\x126\n" +
 	"\x06chunks\x18\x01 \x03(\v2\x1e.kruntimes.runtime.v1.LogChunkR\x06chunks\x12#\n" +
 	"\rdropped_bytes\x18\x02 \x01(\x03R\fdroppedBytes\x12#\n" +
-	"\rdropped_after\x18\x03 \x01(\x05R\fdroppedAfter\"(\n" +
+	"\rdropped_after\x18\x03 \x01(\x05R\fdroppedAfter\"C\n" +
+	"\x10FollowLogRequest\x12\x17\n" +
+	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\"\xa2\x01\n" +
+	"\x11FollowLogResponse\x12\x16\n" +
+	"\x06offset\x18\x01 \x01(\x03R\x06offset\x12#\n" +
+	"\rskipped_bytes\x18\x02 \x01(\x03R\fskippedBytes\x126\n" +
+	"\x06chunks\x18\x03 \x03(\v2\x1e.kruntimes.runtime.v1.LogChunkR\x06chunks\x12\x18\n" +
+	"\awritten\x18\x04 \x01(\x03R\awritten\"(\n" +
 	"\rCancelRequest\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\"\x10\n" +
 	"\x0eCancelResponse\"(\n" +
@@ -2076,14 +2211,15 @@ const file_runtime_proto_rawDesc = "" +
 	"\x1aFUNCTION_STATE_REGISTERING\x10\x01\x12\x18\n" +
 	"\x14FUNCTION_STATE_READY\x10\x02\x12\x1b\n" +
 	"\x17FUNCTION_STATE_DRAINING\x10\x03\x12\x19\n" +
-	"\x15FUNCTION_STATE_FAILED\x10\x042\xc8\x04\n" +
+	"\x15FUNCTION_STATE_FAILED\x10\x042\xa8\x05\n" +
 	"\aRuntime\x12Q\n" +
 	"\aExecute\x12$.kruntimes.runtime.v1.ExecuteRequest\x1a .kruntimes.runtime.v1.TaskStatus\x12K\n" +
 	"\x04Wait\x12!.kruntimes.runtime.v1.WaitRequest\x1a .kruntimes.runtime.v1.TaskStatus\x12O\n" +
 	"\x06Status\x12#.kruntimes.runtime.v1.StatusRequest\x1a .kruntimes.runtime.v1.TaskStatus\x12S\n" +
 	"\x06Cancel\x12#.kruntimes.runtime.v1.CancelRequest\x1a$.kruntimes.runtime.v1.CancelResponse\x12S\n" +
 	"\x06Forget\x12#.kruntimes.runtime.v1.ForgetRequest\x1a$.kruntimes.runtime.v1.ForgetResponse\x12M\n" +
-	"\x04List\x12!.kruntimes.runtime.v1.ListRequest\x1a\".kruntimes.runtime.v1.ListResponse\x12S\n" +
+	"\x04List\x12!.kruntimes.runtime.v1.ListRequest\x1a\".kruntimes.runtime.v1.ListResponse\x12^\n" +
+	"\tFollowLog\x12&.kruntimes.runtime.v1.FollowLogRequest\x1a'.kruntimes.runtime.v1.FollowLogResponse0\x01\x12S\n" +
 	"\x06Health\x12#.kruntimes.runtime.v1.HealthRequest\x1a$.kruntimes.runtime.v1.HealthResponse2\xb7\x04\n" +
 	"\x0fFunctionRuntime\x12k\n" +
 	"\x10RegisterFunction\x12-.kruntimes.runtime.v1.RegisterFunctionRequest\x1a(.kruntimes.runtime.v1.RegistrationStatus\x12g\n" +
@@ -2105,7 +2241,7 @@ func file_runtime_proto_rawDescGZIP() []byte {
 }
 
 var file_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_runtime_proto_goTypes = []any{
 	(TaskState)(0),                     // 0: kruntimes.runtime.v1.TaskState
 	(LogStream)(0),                     // 1: kruntimes.runtime.v1.LogStream
@@ -2118,71 +2254,76 @@ var file_runtime_proto_goTypes = []any{
 	(*TaskStatus)(nil),                 // 8: kruntimes.runtime.v1.TaskStatus
 	(*LogChunk)(nil),                   // 9: kruntimes.runtime.v1.LogChunk
 	(*TaskLog)(nil),                    // 10: kruntimes.runtime.v1.TaskLog
-	(*CancelRequest)(nil),              // 11: kruntimes.runtime.v1.CancelRequest
-	(*CancelResponse)(nil),             // 12: kruntimes.runtime.v1.CancelResponse
-	(*ForgetRequest)(nil),              // 13: kruntimes.runtime.v1.ForgetRequest
-	(*ForgetResponse)(nil),             // 14: kruntimes.runtime.v1.ForgetResponse
-	(*ListRequest)(nil),                // 15: kruntimes.runtime.v1.ListRequest
-	(*ListResponse)(nil),               // 16: kruntimes.runtime.v1.ListResponse
-	(*HealthRequest)(nil),              // 17: kruntimes.runtime.v1.HealthRequest
-	(*HealthResponse)(nil),             // 18: kruntimes.runtime.v1.HealthResponse
-	(*RegisterFunctionRequest)(nil),    // 19: kruntimes.runtime.v1.RegisterFunctionRequest
-	(*FunctionStatusRequest)(nil),      // 20: kruntimes.runtime.v1.FunctionStatusRequest
-	(*RegistrationStatus)(nil),         // 21: kruntimes.runtime.v1.RegistrationStatus
-	(*InvokeFunctionRequest)(nil),      // 22: kruntimes.runtime.v1.InvokeFunctionRequest
-	(*FunctionError)(nil),              // 23: kruntimes.runtime.v1.FunctionError
-	(*InvokeFunctionResponse)(nil),     // 24: kruntimes.runtime.v1.InvokeFunctionResponse
-	(*UnregisterFunctionRequest)(nil),  // 25: kruntimes.runtime.v1.UnregisterFunctionRequest
-	(*UnregisterFunctionResponse)(nil), // 26: kruntimes.runtime.v1.UnregisterFunctionResponse
-	(*ListFunctionsRequest)(nil),       // 27: kruntimes.runtime.v1.ListFunctionsRequest
-	(*ListFunctionsResponse)(nil),      // 28: kruntimes.runtime.v1.ListFunctionsResponse
-	(*NotStarted)(nil),                 // 29: kruntimes.runtime.v1.NotStarted
-	nil,                                // 30: kruntimes.runtime.v1.TaskStatus.OutputsEntry
-	nil,                                // 31: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	(*FollowLogRequest)(nil),           // 11: kruntimes.runtime.v1.FollowLogRequest
+	(*FollowLogResponse)(nil),          // 12: kruntimes.runtime.v1.FollowLogResponse
+	(*CancelRequest)(nil),              // 13: kruntimes.runtime.v1.CancelRequest
+	(*CancelResponse)(nil),             // 14: kruntimes.runtime.v1.CancelResponse
+	(*ForgetRequest)(nil),              // 15: kruntimes.runtime.v1.ForgetRequest
+	(*ForgetResponse)(nil),             // 16: kruntimes.runtime.v1.ForgetResponse
+	(*ListRequest)(nil),                // 17: kruntimes.runtime.v1.ListRequest
+	(*ListResponse)(nil),               // 18: kruntimes.runtime.v1.ListResponse
+	(*HealthRequest)(nil),              // 19: kruntimes.runtime.v1.HealthRequest
+	(*HealthResponse)(nil),             // 20: kruntimes.runtime.v1.HealthResponse
+	(*RegisterFunctionRequest)(nil),    // 21: kruntimes.runtime.v1.RegisterFunctionRequest
+	(*FunctionStatusRequest)(nil),      // 22: kruntimes.runtime.v1.FunctionStatusRequest
+	(*RegistrationStatus)(nil),         // 23: kruntimes.runtime.v1.RegistrationStatus
+	(*InvokeFunctionRequest)(nil),      // 24: kruntimes.runtime.v1.InvokeFunctionRequest
+	(*FunctionError)(nil),              // 25: kruntimes.runtime.v1.FunctionError
+	(*InvokeFunctionResponse)(nil),     // 26: kruntimes.runtime.v1.InvokeFunctionResponse
+	(*UnregisterFunctionRequest)(nil),  // 27: kruntimes.runtime.v1.UnregisterFunctionRequest
+	(*UnregisterFunctionResponse)(nil), // 28: kruntimes.runtime.v1.UnregisterFunctionResponse
+	(*ListFunctionsRequest)(nil),       // 29: kruntimes.runtime.v1.ListFunctionsRequest
+	(*ListFunctionsResponse)(nil),      // 30: kruntimes.runtime.v1.ListFunctionsResponse
+	(*NotStarted)(nil),                 // 31: kruntimes.runtime.v1.NotStarted
+	nil,                                // 32: kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	nil,                                // 33: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
 }
 var file_runtime_proto_depIdxs = []int32{
 	5,  // 0: kruntimes.runtime.v1.ExecuteRequest.entrypoint:type_name -> kruntimes.runtime.v1.Entrypoint
 	3,  // 1: kruntimes.runtime.v1.ExecuteRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
 	0,  // 2: kruntimes.runtime.v1.TaskStatus.state:type_name -> kruntimes.runtime.v1.TaskState
-	30, // 3: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	32, // 3: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
 	10, // 4: kruntimes.runtime.v1.TaskStatus.log:type_name -> kruntimes.runtime.v1.TaskLog
 	1,  // 5: kruntimes.runtime.v1.LogChunk.stream:type_name -> kruntimes.runtime.v1.LogStream
 	9,  // 6: kruntimes.runtime.v1.TaskLog.chunks:type_name -> kruntimes.runtime.v1.LogChunk
-	8,  // 7: kruntimes.runtime.v1.ListResponse.tasks:type_name -> kruntimes.runtime.v1.TaskStatus
-	3,  // 8: kruntimes.runtime.v1.RegisterFunctionRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
-	2,  // 9: kruntimes.runtime.v1.RegistrationStatus.state:type_name -> kruntimes.runtime.v1.FunctionState
-	31, // 10: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
-	23, // 11: kruntimes.runtime.v1.InvokeFunctionResponse.error:type_name -> kruntimes.runtime.v1.FunctionError
-	21, // 12: kruntimes.runtime.v1.ListFunctionsResponse.registrations:type_name -> kruntimes.runtime.v1.RegistrationStatus
-	4,  // 13: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
-	6,  // 14: kruntimes.runtime.v1.Runtime.Wait:input_type -> kruntimes.runtime.v1.WaitRequest
-	7,  // 15: kruntimes.runtime.v1.Runtime.Status:input_type -> kruntimes.runtime.v1.StatusRequest
-	11, // 16: kruntimes.runtime.v1.Runtime.Cancel:input_type -> kruntimes.runtime.v1.CancelRequest
-	13, // 17: kruntimes.runtime.v1.Runtime.Forget:input_type -> kruntimes.runtime.v1.ForgetRequest
-	15, // 18: kruntimes.runtime.v1.Runtime.List:input_type -> kruntimes.runtime.v1.ListRequest
-	17, // 19: kruntimes.runtime.v1.Runtime.Health:input_type -> kruntimes.runtime.v1.HealthRequest
-	19, // 20: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:input_type -> kruntimes.runtime.v1.RegisterFunctionRequest
-	20, // 21: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:input_type -> kruntimes.runtime.v1.FunctionStatusRequest
-	22, // 22: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:input_type -> kruntimes.runtime.v1.InvokeFunctionRequest
-	25, // 23: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:input_type -> kruntimes.runtime.v1.UnregisterFunctionRequest
-	27, // 24: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:input_type -> kruntimes.runtime.v1.ListFunctionsRequest
-	8,  // 25: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
-	8,  // 26: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
-	8,  // 27: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
-	12, // 28: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
-	14, // 29: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
-	16, // 30: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
-	18, // 31: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
-	21, // 32: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	21, // 33: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	24, // 34: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
-	26, // 35: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
-	28, // 36: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:output_type -> kruntimes.runtime.v1.ListFunctionsResponse
-	25, // [25:37] is the sub-list for method output_type
-	13, // [13:25] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	9,  // 7: kruntimes.runtime.v1.FollowLogResponse.chunks:type_name -> kruntimes.runtime.v1.LogChunk
+	8,  // 8: kruntimes.runtime.v1.ListResponse.tasks:type_name -> kruntimes.runtime.v1.TaskStatus
+	3,  // 9: kruntimes.runtime.v1.RegisterFunctionRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
+	2,  // 10: kruntimes.runtime.v1.RegistrationStatus.state:type_name -> kruntimes.runtime.v1.FunctionState
+	33, // 11: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	25, // 12: kruntimes.runtime.v1.InvokeFunctionResponse.error:type_name -> kruntimes.runtime.v1.FunctionError
+	23, // 13: kruntimes.runtime.v1.ListFunctionsResponse.registrations:type_name -> kruntimes.runtime.v1.RegistrationStatus
+	4,  // 14: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
+	6,  // 15: kruntimes.runtime.v1.Runtime.Wait:input_type -> kruntimes.runtime.v1.WaitRequest
+	7,  // 16: kruntimes.runtime.v1.Runtime.Status:input_type -> kruntimes.runtime.v1.StatusRequest
+	13, // 17: kruntimes.runtime.v1.Runtime.Cancel:input_type -> kruntimes.runtime.v1.CancelRequest
+	15, // 18: kruntimes.runtime.v1.Runtime.Forget:input_type -> kruntimes.runtime.v1.ForgetRequest
+	17, // 19: kruntimes.runtime.v1.Runtime.List:input_type -> kruntimes.runtime.v1.ListRequest
+	11, // 20: kruntimes.runtime.v1.Runtime.FollowLog:input_type -> kruntimes.runtime.v1.FollowLogRequest
+	19, // 21: kruntimes.runtime.v1.Runtime.Health:input_type -> kruntimes.runtime.v1.HealthRequest
+	21, // 22: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:input_type -> kruntimes.runtime.v1.RegisterFunctionRequest
+	22, // 23: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:input_type -> kruntimes.runtime.v1.FunctionStatusRequest
+	24, // 24: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:input_type -> kruntimes.runtime.v1.InvokeFunctionRequest
+	27, // 25: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:input_type -> kruntimes.runtime.v1.UnregisterFunctionRequest
+	29, // 26: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:input_type -> kruntimes.runtime.v1.ListFunctionsRequest
+	8,  // 27: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
+	8,  // 28: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
+	8,  // 29: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
+	14, // 30: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
+	16, // 31: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
+	18, // 32: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
+	12, // 33: kruntimes.runtime.v1.Runtime.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	20, // 34: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
+	23, // 35: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	23, // 36: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	26, // 37: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
+	28, // 38: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
+	30, // 39: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:output_type -> kruntimes.runtime.v1.ListFunctionsResponse
+	27, // [27:40] is the sub-list for method output_type
+	14, // [14:27] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_runtime_proto_init() }
@@ -2200,7 +2341,7 @@ func file_runtime_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtime_proto_rawDesc), len(file_runtime_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

@@ -26,13 +26,14 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Runtime_Execute_FullMethodName = "/kruntimes.runtime.v1.Runtime/Execute"
-	Runtime_Wait_FullMethodName    = "/kruntimes.runtime.v1.Runtime/Wait"
-	Runtime_Status_FullMethodName  = "/kruntimes.runtime.v1.Runtime/Status"
-	Runtime_Cancel_FullMethodName  = "/kruntimes.runtime.v1.Runtime/Cancel"
-	Runtime_Forget_FullMethodName  = "/kruntimes.runtime.v1.Runtime/Forget"
-	Runtime_List_FullMethodName    = "/kruntimes.runtime.v1.Runtime/List"
-	Runtime_Health_FullMethodName  = "/kruntimes.runtime.v1.Runtime/Health"
+	Runtime_Execute_FullMethodName   = "/kruntimes.runtime.v1.Runtime/Execute"
+	Runtime_Wait_FullMethodName      = "/kruntimes.runtime.v1.Runtime/Wait"
+	Runtime_Status_FullMethodName    = "/kruntimes.runtime.v1.Runtime/Status"
+	Runtime_Cancel_FullMethodName    = "/kruntimes.runtime.v1.Runtime/Cancel"
+	Runtime_Forget_FullMethodName    = "/kruntimes.runtime.v1.Runtime/Forget"
+	Runtime_List_FullMethodName      = "/kruntimes.runtime.v1.Runtime/List"
+	Runtime_FollowLog_FullMethodName = "/kruntimes.runtime.v1.Runtime/FollowLog"
+	Runtime_Health_FullMethodName    = "/kruntimes.runtime.v1.Runtime/Health"
 )
 
 // RuntimeClient is the client API for Runtime service.
@@ -58,6 +59,17 @@ type RuntimeClient interface {
 	Forget(ctx context.Context, in *ForgetRequest, opts ...grpc.CallOption) (*ForgetResponse, error)
 	// List returns the status of every retained task, without logs.
 	List(ctx context.Context, in *ListRequest, opts ...grpc.CallOption) (*ListResponse, error)
+	// FollowLog streams a task's output, both streams in write order, from
+	// byte offset `offset` on, each write as soon as it is made, and ends
+	// (OK) after the last byte once the task is terminal. Offsets count the
+	// data bytes of both streams together since the task started, so a
+	// caller that reconnects with the offset it reached neither loses nor
+	// repeats bytes. The server keeps only a head and a tail of a task's
+	// output (--run-log-max-bytes): bytes no longer kept are skipped and the
+	// response says how many, so a slow follower skips ahead and never
+	// stalls the task. NotFound for an unknown or forgotten task;
+	// OutOfRange for an offset past what was written.
+	FollowLog(ctx context.Context, in *FollowLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FollowLogResponse], error)
 	// Health reports whether the server accepts work and what it supports.
 	Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error)
 }
@@ -130,6 +142,25 @@ func (c *runtimeClient) List(ctx context.Context, in *ListRequest, opts ...grpc.
 	return out, nil
 }
 
+func (c *runtimeClient) FollowLog(ctx context.Context, in *FollowLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FollowLogResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Runtime_ServiceDesc.Streams[0], Runtime_FollowLog_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FollowLogRequest, FollowLogResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Runtime_FollowLogClient = grpc.ServerStreamingClient[FollowLogResponse]
+
 func (c *runtimeClient) Health(ctx context.Context, in *HealthRequest, opts ...grpc.CallOption) (*HealthResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(HealthResponse)
@@ -163,6 +194,17 @@ type RuntimeServer interface {
 	Forget(context.Context, *ForgetRequest) (*ForgetResponse, error)
 	// List returns the status of every retained task, without logs.
 	List(context.Context, *ListRequest) (*ListResponse, error)
+	// FollowLog streams a task's output, both streams in write order, from
+	// byte offset `offset` on, each write as soon as it is made, and ends
+	// (OK) after the last byte once the task is terminal. Offsets count the
+	// data bytes of both streams together since the task started, so a
+	// caller that reconnects with the offset it reached neither loses nor
+	// repeats bytes. The server keeps only a head and a tail of a task's
+	// output (--run-log-max-bytes): bytes no longer kept are skipped and the
+	// response says how many, so a slow follower skips ahead and never
+	// stalls the task. NotFound for an unknown or forgotten task;
+	// OutOfRange for an offset past what was written.
+	FollowLog(*FollowLogRequest, grpc.ServerStreamingServer[FollowLogResponse]) error
 	// Health reports whether the server accepts work and what it supports.
 	Health(context.Context, *HealthRequest) (*HealthResponse, error)
 	mustEmbedUnimplementedRuntimeServer()
@@ -192,6 +234,9 @@ func (UnimplementedRuntimeServer) Forget(context.Context, *ForgetRequest) (*Forg
 }
 func (UnimplementedRuntimeServer) List(context.Context, *ListRequest) (*ListResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method List not implemented")
+}
+func (UnimplementedRuntimeServer) FollowLog(*FollowLogRequest, grpc.ServerStreamingServer[FollowLogResponse]) error {
+	return status.Error(codes.Unimplemented, "method FollowLog not implemented")
 }
 func (UnimplementedRuntimeServer) Health(context.Context, *HealthRequest) (*HealthResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Health not implemented")
@@ -325,6 +370,17 @@ func _Runtime_List_Handler(srv interface{}, ctx context.Context, dec func(interf
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Runtime_FollowLog_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(FollowLogRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RuntimeServer).FollowLog(m, &grpc.GenericServerStream[FollowLogRequest, FollowLogResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Runtime_FollowLogServer = grpc.ServerStreamingServer[FollowLogResponse]
+
 func _Runtime_Health_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(HealthRequest)
 	if err := dec(in); err != nil {
@@ -379,7 +435,13 @@ var Runtime_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _Runtime_Health_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "FollowLog",
+			Handler:       _Runtime_FollowLog_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "runtime.proto",
 }
 

@@ -105,6 +105,11 @@ type fakeRuntimed struct {
 	deadline time.Time
 }
 
+// FollowLog is not what these tests call.
+func (f *fakeRuntimed) FollowLog(context.Context, *runtimedv1.FollowLogRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FollowLogResponse], error) {
+	return nil, status.Error(codes.Unimplemented, "not in this test")
+}
+
 func (f *fakeRuntimed) Invoke(ctx context.Context, in *runtimedv1.InvokeRequest, opts ...grpc.CallOption) (*runtimedv1.InvokeResponse, error) {
 	f.got = in
 	f.deadline, _ = ctx.Deadline()

@@ -32,6 +32,9 @@ const maxLogBodyBytes = 16 << 20
 // task Run as text, exactly as written; POST is runtimed handing it over
 // before it records the attempt's outcome.
 type LogREST struct {
+	// router, when it is a PodRouter, reaches the runtimed of a running
+	// task for follow.
+	router Router
 	runs   *genericregistry.Store
 	logs   *logstore.Store
 	scheme *runtime.Scheme
@@ -130,6 +133,10 @@ func (r *LogREST) serve(ctx context.Context, w http.ResponseWriter, namespace st
 			responder.Error(apierrors.NewBadRequest(fmt.Sprintf("attempt %d of Run %s never ran: %s", attempt, run.Name, attemptsExist(run))))
 			return
 		}
+	}
+	if o.Follow {
+		r.follow(ctx, w, namespace, run, followAttempt(run, o), o)
+		return
 	}
 	var text []byte
 	if attempt > 0 {

@@ -70,7 +70,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 		Run:    &REST{store},
 		Status: statusrest.New(store, NewStatusStrategy(strategy, endpoint)),
 		Invoke: newInvokeREST(router, maxInvokeTimeout),
-		Log:    &LogREST{runs: store, logs: logs, scheme: scheme},
+		Log:    &LogREST{router: router, runs: store, logs: logs, scheme: scheme},
 	}, nil
 }
 

@@ -31,6 +31,10 @@ type Server struct {
 	runtimeServer runtimev1.FunctionRuntimeClient
 	// runtime names the Runtime of this Pod, for the log line.
 	runtime string
+	// tasks and podUID serve FollowLog; see FollowTasks.
+	tasks    runtimev1.RuntimeClient
+	podUID   types.UID
+	stopping <-chan struct{}
 }
 
 // NewServer returns the invoke server of the Runtime runtime: it admits

@@ -41,6 +41,13 @@ func newHarness(t testing.TB, lang string) *harness {
 // system clock.
 func newHarnessWithClock(t testing.TB, lang string, clk clock.WithDelayedExecution) *harness {
 	t.Helper()
+	return newHarnessWith(t, lang, clk, 64<<10)
+}
+
+// newHarnessWith is newHarnessWithClock keeping runLogMaxBytes of each
+// task's log.
+func newHarnessWith(t testing.TB, lang string, clk clock.WithDelayedExecution, runLogMaxBytes int) *harness {
+	t.Helper()
 	dir := t.TempDir()
 	workDir := filepath.Join(dir, "work")
 	require.NoError(t, os.Mkdir(workDir, 0o755))
@@ -63,7 +70,7 @@ func newHarnessWithClock(t testing.TB, lang string, clk clock.WithDelayedExecuti
 		StateDir:            filepath.Join(dir, "state"),
 		BaseEnv:             []string{"PATH=" + os.Getenv("PATH")},
 		DefaultDrainTimeout: 10 * time.Second,
-		RunLogMaxBytes:      64 << 10,
+		RunLogMaxBytes:      runLogMaxBytes,
 		Clock:               clk,
 	})
 	require.NoError(t, err)

@@ -346,11 +346,7 @@ func taskLog(l runlog.Log) *runtimev1.TaskLog {
 		DroppedAfter: int32(l.DroppedAfter),
 	}
 	for i, c := range l.Chunks {
-		stream := runtimev1.LogStream_LOG_STREAM_STDOUT
-		if c.Stream == runlog.StreamStderr {
-			stream = runtimev1.LogStream_LOG_STREAM_STDERR
-		}
-		out.Chunks[i] = &runtimev1.LogChunk{Stream: stream, UnixNano: c.Time.UnixNano(), Data: c.Data}
+		out.Chunks[i] = logChunk(c)
 	}
 	return out
 }

@@ -49,6 +49,15 @@ type heldRuntimed struct {
 	started  chan string
 	released chan struct{}
 	once     sync.Once
+	// logs, when set, serves FollowLog: a real runtimed's.
+	logs atomic.Pointer[runtimedv1.RuntimedServer]
+}
+
+func (r *heldRuntimed) FollowLog(req *runtimedv1.FollowLogRequest, stream runtimedv1.Runtimed_FollowLogServer) error {
+	if logs := r.logs.Load(); logs != nil {
+		return (*logs).FollowLog(req, stream)
+	}
+	return r.UnimplementedRuntimedServer.FollowLog(req, stream)
 }
 
 // release lets every held invocation, and every later one, answer.
@@ -81,6 +90,13 @@ type invokeServer struct {
 // a client for the Runtime Pods (a fake clientset holding one), and the
 // invoke hop's TLS, to a real gRPC runtimed on a loopback "Pod IP".
 func startInvokeServer(t *testing.T, extraArgs ...string) *invokeServer {
+	t.Helper()
+	return startInvokeServerWith(t, nil, extraArgs...)
+}
+
+// startInvokeServerWith is startInvokeServer with configure applied to the
+// server's configuration before it is built.
+func startInvokeServerWith(t *testing.T, configure func(*apiserver.Config), extraArgs ...string) *invokeServer {
 	t.Helper()
 	dir := t.TempDir()
 	const runtimeName = "python"
@@ -149,6 +165,9 @@ func startInvokeServer(t *testing.T, extraArgs ...string) *invokeServer {
 		Router:     invokerouter.Config{Kube: fake.NewClientset(pod), ClientTLS: clientTLS},
 		MaxTimeout: 50 * time.Second,
 		Endpoint:   endpoint,
+	}
+	if configure != nil {
+		configure(config)
 	}
 	server, err := config.Complete().New()
 	require.NoError(t, err)

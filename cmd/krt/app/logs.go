@@ -26,16 +26,18 @@ func newLogsCommand(flags *genericclioptions.ConfigFlags, streams genericiooptio
 		Short: "Print what a task Run printed",
 		Long: `Print the kept log of an attempt of a task Run (the runs/log subresource):
 stdout and stderr in the order they were written, the bytes exactly as the
-program wrote them. An attempt's log is kept once it ends; while it runs
-there is nothing to print yet (live follow is not served yet). Exit codes:
-0 printed, 1 any error, 2 bad usage.`,
+program wrote them. Without -f it prints what is kept: an attempt's log is
+kept once it ends. With -f it follows the attempt live, as kubectl logs -f
+does, and ends after the attempt's last byte (a Run that has not started is
+waited for, for a bounded time). Exit codes: 0 printed, 1 any error, 2 bad
+usage.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			*code = printLogs(cmd.Context(), flags, streams, args[0], o)
 			return nil
 		},
 	}
-	cmd.Flags().BoolVarP(&o.follow, "follow", "f", false, "Follow the log (sent as follow=true; the server answers what is kept until live follow is served).")
+	cmd.Flags().BoolVarP(&o.follow, "follow", "f", false, "Follow the log live until the attempt ends.")
 	cmd.Flags().Int64Var(&o.tail, "tail", o.tail, "Lines from the end to print; -1 prints all.")
 	cmd.Flags().Int64Var(&o.limitBytes, "limit-bytes", 0, "Most bytes to print; 0 means no limit.")
 	cmd.Flags().Int64Var(&o.attempt, "attempt", 0, "The attempt to print (1-based); 0 means the latest.")

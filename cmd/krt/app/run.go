@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -71,9 +72,10 @@ The program is a script (-f FILE, or -f - for standard input; arguments after
 -- are passed to it) or a command after -- alone, which runs as exec "$@" in an
 inline bash script: the Runtime (-r, default bash) must run bash scripts.
 
-The server does not stream a running attempt's log yet: each attempt's log
-is printed once that attempt has ended, retries included. --wait waits for
-the end without printing the log.
+Each attempt's log is printed live as the program writes it (runs/log with
+follow=true, kubectl logs -f's idiom), retries one after the other; the
+follow of an attempt ends after its last byte. --wait waits for the end
+without printing the log.
 
 Ctrl-C or SIGTERM requests cancellation of the Run (spec.cancelRequested)
 and keeps following it until it ends; a second Ctrl-C stops krt at once (the
@@ -221,6 +223,10 @@ func runTask(ctx context.Context, flags *genericclioptions.ConfigFlags, streams 
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	// The follows write while krt does: one writer at a time.
+	var mu sync.Mutex
+	streams.Out = &lockedWriter{mu: &mu, w: streams.Out}
+	streams.ErrOut = &lockedWriter{mu: &mu, w: streams.ErrOut}
 	runs, _, err := clientFor(flags)
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "error:", err)
@@ -261,17 +267,25 @@ func runTask(ctx context.Context, flags *genericclioptions.ConfigFlags, streams 
 		}
 	}()
 
-	printed := int32(0) // attempts whose log was printed
-	printUpTo := func(through int32) {
-		for ; printed < through; printed++ {
-			if !wait {
-				printAttemptLog(ctx, runs, streams, created.Name, printed+1, through)
-			}
-		}
+	var latest atomic.Pointer[v1alpha1.Run]
+	latest.Store(created)
+	changed := make(chan struct{}, 1)
+	followed := make(chan struct{})
+	if wait {
+		close(followed)
+	} else {
+		defer func() { cancel(nil); <-followed }()
+		go func() {
+			defer close(followed)
+			followAttempts(ctx, runs, streams, created.Name, &latest, changed)
+		}()
 	}
 	final, err := untilTerminal(ctx, runs, created, func(r *v1alpha1.Run) {
-		// An attempt ended when a later one began.
-		printUpTo(r.Status.Attempt - 1)
+		latest.Store(r)
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
 	})
 	if err != nil {
 		switch {
@@ -284,7 +298,19 @@ func runTask(ctx context.Context, flags *genericclioptions.ConfigFlags, streams 
 		fmt.Fprintln(streams.ErrOut, "error:", err)
 		return ExitRunKrtFailed
 	}
-	printUpTo(final.Status.Attempt)
+	latest.Store(final)
+	select {
+	case changed <- struct{}{}:
+	default:
+	}
+	// The last attempt's follow ends after its last byte.
+	select {
+	case <-followed:
+	case <-ctx.Done():
+		if errors.Is(context.Cause(ctx), errInterrupted) {
+			return ExitRunCancelled
+		}
+	}
 	code := runExitCode(final)
 	fmt.Fprintf(streams.ErrOut, "run/%s %s%s\n", final.Name, final.Status.Phase, describeEnd(final))
 	return code
@@ -301,29 +327,99 @@ func describeEnd(run *v1alpha1.Run) string {
 	return s
 }
 
-// printAttemptLog prints attempt n's kept log: stdout to standard output,
-// stderr to standard error, each byte-exact.
-func printAttemptLog(ctx context.Context, runs typedv1alpha1.RunInterface, streams genericiooptions.IOStreams, name string, n, of int32) {
-	if of > 1 {
-		fmt.Fprintf(streams.ErrOut, "--- attempt %d ---\n", n)
-	}
-	for _, s := range []struct {
-		stream string
-		to     io.Writer
-	}{{"Stdout", streams.Out}, {"Stderr", streams.ErrOut}} {
-		attempt := n
-		body, err := runs.GetLogs(name, &v1alpha1.RunLogOptions{Attempt: &attempt, Stream: s.stream}).Stream(ctx)
-		if err != nil {
-			fmt.Fprintf(streams.ErrOut, "warning: the log of attempt %d (%s): %v\n", n, s.stream, err)
-			continue
+// followAttempts prints the log of each attempt live, one attempt after the
+// other, as the server streams it (runs/log?follow=true): stdout to standard
+// output and stderr to standard error, each byte-exact, by two follows of
+// one stream each. latest is the Run as last seen; changed ticks when it
+// changes. It returns once the attempt the Run ended with was printed.
+func followAttempts(ctx context.Context, runs typedv1alpha1.RunInterface, streams genericiooptions.IOStreams, name string, latest *atomic.Pointer[v1alpha1.Run], changed <-chan struct{}) {
+	for n := int32(1); ; n++ {
+		// Attempt n exists once the Run counts it (the first always does).
+		for n > 1 && latest.Load().Status.Attempt < n {
+			if lifecycle.IsTerminal(latest.Load().Status.Phase) {
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+			}
 		}
-		_, err = io.Copy(s.to, body)
-		body.Close()
-		if err != nil {
-			fmt.Fprintf(streams.ErrOut, "warning: reading the log of attempt %d (%s): %v\n", n, s.stream, err)
+		if n > 1 {
+			fmt.Fprintf(streams.ErrOut, "--- attempt %d ---\n", n)
+		}
+		var wg sync.WaitGroup
+		for _, s := range []struct {
+			stream string
+			to     io.Writer
+		}{{"Stdout", streams.Out}, {"Stderr", streams.ErrOut}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				followAttempt(ctx, runs, streams, name, n, s.stream, s.to, latest)
+			}()
+		}
+		wg.Wait()
+		if r := latest.Load(); lifecycle.IsTerminal(r.Status.Phase) && r.Status.Attempt <= n {
+			return
 		}
 	}
 }
+
+// followAttempt copies one stream of attempt n as the server follows it.
+// A follow ends after the attempt's last byte; one that ended without a
+// byte while the attempt had not ended yet (the server waits a bounded
+// time for a first byte) is started again: nothing was printed, so
+// nothing repeats.
+func followAttempt(ctx context.Context, runs typedv1alpha1.RunInterface, streams genericiooptions.IOStreams, name string, n int32, stream string, to io.Writer, latest *atomic.Pointer[v1alpha1.Run]) {
+	ended := func() bool {
+		r := latest.Load()
+		return r.Status.Attempt > n || lifecycle.IsTerminal(r.Status.Phase)
+	}
+	for {
+		attempt := n
+		body, err := runs.GetLogs(name, &v1alpha1.RunLogOptions{Follow: true, Attempt: &attempt, Stream: stream}).Stream(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if ended() {
+				fmt.Fprintf(streams.ErrOut, "warning: the log of attempt %d (%s): %v\n", n, stream, err)
+				return
+			}
+		} else {
+			copied, err := io.Copy(to, body)
+			body.Close()
+			if err != nil && ctx.Err() == nil {
+				fmt.Fprintf(streams.ErrOut, "warning: reading the log of attempt %d (%s): %v\n", n, stream, err)
+			}
+			if copied > 0 || ended() || ctx.Err() != nil {
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(followAgain):
+		}
+	}
+}
+
+// lockedWriter serializes the writes of krt and its follows.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// followAgain is how long krt run waits before following an attempt again
+// that printed nothing yet.
+const followAgain = 200 * time.Millisecond
 
 // untilTerminal follows the Run by list and watch (watchtools.UntilWithSync)
 // until it is in a terminal phase, calling seen for each state of it. When

@@ -251,7 +251,7 @@ func TestRunPrintsTheLogAndExitsWithTheTaskCode(t *testing.T) {
 	assert.Contains(t, errOut.String(), "stderr 1\x00\xff\n")
 	assert.Contains(t, errOut.String(), "stderr 2\x00\xff\n")
 	assert.Contains(t, errOut.String(), "run/hi Failed (exit code 3)")
-	assert.Equal(t, []string{"attempt=1&stream=Stdout", "attempt=1&stream=Stderr", "attempt=2&stream=Stdout", "attempt=2&stream=Stderr"}, f.logRequests)
+	assert.ElementsMatch(t, []string{"attempt=1&follow=true&stream=Stdout", "attempt=1&follow=true&stream=Stderr", "attempt=2&follow=true&stream=Stdout", "attempt=2&follow=true&stream=Stderr"}, f.logRequests, "each attempt followed live, one stream a follow")
 
 	spec := f.created.Spec
 	assert.Equal(t, "hi", f.created.Name)

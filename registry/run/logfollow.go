@@ -1,0 +1,309 @@
+package run
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/klog/v2"
+
+	"kruntimes.io/kruntimes/apis/kruntimes"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apis/runlog"
+	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+)
+
+// PodRouter finds the runtimed of a Runtime Pod from memory, as Router
+// does for a function Run: runs/log follows a running task through it. Its
+// errors are API errors.
+type PodRouter interface {
+	// Runtimed returns the client of the runtimed in Pod namespace/pod,
+	// whose UID must be podUID.
+	Runtimed(namespace, pod string, podUID types.UID) (runtimedv1.RuntimedClient, error)
+}
+
+// Bounds of a follow.
+const (
+	// followStartTimeout bounds how long a follow of an attempt that has
+	// not written anything yet waits for its first byte or its end, unless
+	// the request's own deadline is sooner: the generic request timeout
+	// (60 s), which a long-running log request is otherwise exempt from.
+	followStartTimeout = 60 * time.Second
+	// followRetry is how often a follow looks again at a Run that has not
+	// started, or whose runtimed could not be reached.
+	followRetry = 50 * time.Millisecond
+)
+
+// errLimit ends a follow that wrote limitBytes.
+var errLimit = errors.New("limitBytes reached")
+
+// limitWriter writes at most left bytes to w, then errLimit.
+type limitWriter struct {
+	w    io.Writer
+	left int64 // < 0: no limit
+}
+
+func (l *limitWriter) Write(p []byte) (int, error) {
+	if l.left < 0 {
+		return l.w.Write(p)
+	}
+	cut := false
+	if int64(len(p)) >= l.left {
+		p, cut = p[:l.left], true
+	}
+	n, err := l.w.Write(p)
+	l.left -= int64(n)
+	if err == nil && cut {
+		err = errLimit
+	}
+	return n, err
+}
+
+// follower is one follow of one attempt: it writes what the attempt wrote
+// from offset on, as Render would, live.
+type follower struct {
+	out     *limitWriter
+	flusher http.Flusher
+	lw      *runlog.LiveWriter
+	// tail, while set, gathers what was written so far so that only the
+	// last tailLines lines of it are written once the follow caught up.
+	tail      *bytes.Buffer
+	tailLines int64
+	offset    int64
+	// wrote says a byte arrived: from then on the follow waits as long as
+	// the attempt runs.
+	wrote bool
+}
+
+// chunks writes consecutive chunks that start at start after skipped
+// dropped bytes, and says whether the follow is over (limitBytes).
+func (f *follower) chunks(skipped, start int64, chunks []runlog.Chunk) (bool, error) {
+	if skipped > 0 || len(chunks) > 0 {
+		f.wrote = true
+	}
+	t := time.Now()
+	if len(chunks) > 0 {
+		t = chunks[0].Time
+	}
+	if err := f.lw.Skipped(skipped, t); err != nil {
+		return f.ended(err)
+	}
+	f.offset = start
+	for _, c := range chunks {
+		if err := f.lw.Chunk(c); err != nil {
+			return f.ended(err)
+		}
+		f.offset += int64(len(c.Data))
+	}
+	return false, nil
+}
+
+// caughtUp ends the tail gathering: the last tailLines lines go out, and
+// the rest goes out as it comes.
+func (f *follower) caughtUp() (bool, error) {
+	if f.tail == nil {
+		return false, nil
+	}
+	b := runlog.LastLines(f.tail.Bytes(), f.tailLines)
+	f.tail = nil
+	f.lw.SetWriter(f.out)
+	if _, err := f.out.Write(b); err != nil {
+		return f.ended(err)
+	}
+	return false, nil
+}
+
+func (f *follower) flush() {
+	if f.flusher != nil {
+		f.flusher.Flush()
+	}
+}
+
+func (f *follower) ended(err error) (bool, error) {
+	if errors.Is(err, errLimit) {
+		return true, nil
+	}
+	return true, err
+}
+
+// follow streams attempt of run as it is written: from the owning runtimed
+// while it runs, from the kept log once it ended (from the offset reached,
+// so nothing is lost or repeated when the attempt ends mid-follow). The
+// Run is read from this server's watch cache and the owner's runtimed found
+// through the invoke router's Pods: no Kubernetes API call per follow.
+func (r *LogREST) follow(ctx context.Context, w http.ResponseWriter, namespace string, run *kruntimes.Run, attempt int32, o *kruntimes.RunLogOptions) {
+	logger := klog.FromContext(ctx).WithValues("run", klog.KRef(namespace, run.Name), "attempt", attempt)
+	f := &follower{out: &limitWriter{w: w, left: -1}}
+	if o.LimitBytes != nil {
+		f.out.left = *o.LimitBytes
+	}
+	f.flusher, _ = w.(http.Flusher)
+	f.lw = runlog.NewLiveWriter(f.out, runlog.RenderOptions{Stream: runlog.Stream(o.Stream), Timestamps: o.Timestamps})
+	if o.TailLines != nil {
+		f.tail, f.tailLines = &bytes.Buffer{}, *o.TailLines
+		f.lw.SetWriter(f.tail)
+	}
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.WriteHeader(http.StatusOK)
+	f.flush()
+
+	startBy := time.Now().Add(followStartTimeout)
+	pods, _ := r.router.(PodRouter)
+	ctx = genericapirequest.WithNamespace(ctx, namespace)
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(followRetry):
+			}
+			obj, err := r.runs.Get(ctx, run.Name, &metav1.GetOptions{ResourceVersion: "0"})
+			if err != nil {
+				if !apierrors.IsNotFound(err) {
+					logger.Error(err, "A follow could not read its Run")
+				}
+				return
+			}
+			if obj.(*kruntimes.Run).UID != run.UID {
+				return // deleted, and the name taken by another Run
+			}
+			run = obj.(*kruntimes.Run)
+		}
+		switch {
+		case attempt < run.Status.Attempt || (attempt == run.Status.Attempt && lifecycle.IsTerminal(run.Status.Phase)):
+			// The attempt ended, and its log was kept before its outcome
+			// was written.
+			r.followKept(ctx, f, namespace, run, attempt, logger)
+			return
+		case attempt == run.Status.Attempt && run.Status.Phase == lifecycle.Running && run.Status.AssignedPod != "" && pods != nil:
+			client, err := pods.Runtimed(namespace, run.Status.AssignedPod, run.Status.AssignedPodUID)
+			if err != nil {
+				logger.V(4).Info("The runtimed of a followed attempt is not reachable yet", "err", err)
+				break
+			}
+			done, err := r.followLive(ctx, f, client, run, attempt)
+			if done {
+				return
+			}
+			if err != nil {
+				logger.V(4).Info("Following the runtimed of an attempt failed; trying again", "err", err)
+			}
+		}
+		if !f.wrote && time.Now().After(startBy) {
+			return // nothing to show within the bound: an empty 200
+		}
+	}
+}
+
+// followLive follows the attempt on its runtimed from f.offset, until the
+// attempt ends (done) or the stream fails (err, to try again).
+func (r *LogREST) followLive(ctx context.Context, f *follower, client runtimedv1.RuntimedClient, run *kruntimes.Run, attempt int32) (bool, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := client.FollowLog(ctx, &runtimedv1.FollowLogRequest{
+		RunUid: string(run.UID), Attempt: attempt, PodUid: string(run.Status.AssignedPodUID), Offset: f.offset,
+	})
+	if err != nil {
+		return false, err
+	}
+	for {
+		resp, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			// The attempt ended and this was its last byte.
+			if done, err := f.caughtUp(); done {
+				return true, err
+			}
+			f.flush()
+			return true, nil
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return true, nil // the client went away
+			}
+			if status.Code(err) == codes.OutOfRange {
+				return true, err // never happens to a consistent follower
+			}
+			return false, err
+		}
+		chunks := make([]runlog.Chunk, len(resp.GetChunks()))
+		end := resp.GetOffset()
+		for i, c := range resp.GetChunks() {
+			chunks[i] = chunkOf(c)
+			end += int64(len(c.GetData()))
+		}
+		if done, err := f.chunks(resp.GetSkippedBytes(), resp.GetOffset(), chunks); done {
+			return true, err
+		}
+		if end >= resp.GetWritten() {
+			if done, err := f.caughtUp(); done {
+				return true, err
+			}
+		}
+		f.flush()
+	}
+}
+
+// followKept writes the ended attempt's kept log from f.offset on.
+func (r *LogREST) followKept(ctx context.Context, f *follower, namespace string, run *kruntimes.Run, attempt int32, logger klog.Logger) {
+	record, err := r.logs.Get(ctx, namespace, run.Name, run.UID, attempt)
+	if err != nil {
+		logger.Error(err, "A follow could not read the kept log of its attempt")
+		return
+	}
+	if record != nil {
+		l := logOf(record)
+		for f.offset < l.Written() {
+			chunks, start, skipped := l.From(f.offset)
+			if done, _ := f.chunks(skipped, start, chunks); done {
+				f.flush()
+				return
+			}
+		}
+	}
+	_, _ = f.caughtUp()
+	f.flush()
+}
+
+func chunkOf(c *runtimev1.LogChunk) runlog.Chunk {
+	stream := runlog.StreamStdout
+	if c.GetStream() == runtimev1.LogStream_LOG_STREAM_STDERR {
+		stream = runlog.StreamStderr
+	}
+	return runlog.Chunk{Stream: stream, Time: time.Unix(0, c.GetUnixNano()), Data: c.GetData()}
+}
+
+// followAttempt is the attempt a follow of run follows: the one asked for,
+// or the latest, or the first when none started yet.
+func followAttempt(run *kruntimes.Run, o *kruntimes.RunLogOptions) int32 {
+	if o.Attempt != nil {
+		return *o.Attempt
+	}
+	return max(run.Status.Attempt, 1)
+}
+
+// LongRunning extends check with follows of runs/log: a follow lasts as
+// long as its task, and the generic request timeout (60 s) must not cut
+// it. kube-apiserver treats every log subresource so; k8s.io/apiserver's
+// default check only watches.
+func LongRunning(check genericapirequest.LongRunningRequestCheck) genericapirequest.LongRunningRequestCheck {
+	return func(r *http.Request, info *genericapirequest.RequestInfo) bool {
+		if info != nil && info.IsResourceRequest && info.Resource == "runs" && info.Subresource == "log" {
+			if follow, err := strconv.ParseBool(r.URL.Query().Get("follow")); err == nil && follow {
+				return true
+			}
+		}
+		return check != nil && check(r, info)
+	}
+}

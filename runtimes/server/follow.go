@@ -1,0 +1,84 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"kruntimes.io/kruntimes/apis/runlog"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+)
+
+// followBatchBytes bounds the data of one FollowLog response, and so what a
+// follower holds beyond gRPC's flow-control window.
+const followBatchBytes = 64 << 10
+
+// FollowLog implements runtimev1.RuntimeServer. Each follower reads the
+// task's bounded log on its own: a write never waits for a follower, and a
+// follower that fell behind the kept tail skips ahead, told how many bytes
+// it missed.
+func (s *Server) FollowLog(req *runtimev1.FollowLogRequest, stream runtimev1.Runtime_FollowLogServer) error {
+	t, err := s.lookupTask(req.GetTaskId())
+	if err != nil {
+		return err
+	}
+	ctx := stream.Context()
+	off := req.GetOffset()
+	for {
+		// Both before the read: a write after it closes changed, and a task
+		// that was done before it has nothing more to write.
+		changed := t.log.Changed()
+		done := isClosed(t.done)
+		chunks, start, skipped, written, ok := t.log.Read(off, followBatchBytes)
+		if !ok {
+			return status.Errorf(codes.OutOfRange, "offset %d is past the %d bytes task %q wrote", off, written, t.id)
+		}
+		if len(chunks) > 0 || skipped > 0 {
+			resp := &runtimev1.FollowLogResponse{Offset: start, SkippedBytes: skipped, Written: written, Chunks: make([]*runtimev1.LogChunk, len(chunks))}
+			off = start
+			for i, c := range chunks {
+				resp.Chunks[i] = logChunk(c)
+				off += int64(len(c.Data))
+			}
+			if err := stream.Send(resp); err != nil {
+				return err
+			}
+			continue
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-t.done:
+		case <-ctx.Done():
+			return followEnded(ctx)
+		}
+	}
+}
+
+func followEnded(ctx context.Context) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return status.Error(codes.DeadlineExceeded, "the follow reached its deadline; follow again from the offset reached")
+	}
+	return status.FromContextError(ctx.Err()).Err()
+}
+
+func isClosed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+func logChunk(c runlog.Chunk) *runtimev1.LogChunk {
+	stream := runtimev1.LogStream_LOG_STREAM_STDOUT
+	if c.Stream == runlog.StreamStderr {
+		stream = runtimev1.LogStream_LOG_STREAM_STDERR
+	}
+	return &runtimev1.LogChunk{Stream: stream, UnixNano: c.Time.UnixNano(), Data: c.Data}
+}

@@ -1,0 +1,216 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apiserver"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/proto/transport"
+	"kruntimes.io/kruntimes/runtimed/invoke"
+	"kruntimes.io/kruntimes/runtimed/runstatus"
+	"kruntimes.io/kruntimes/runtimes/bash"
+	"kruntimes.io/kruntimes/runtimes/server"
+)
+
+// TestRunLogFollowsARunningTask follows a task of a real bash Runtime
+// Server through kruntimes-apiserver's runs/log?follow=true, the invoke
+// router's Pod and mutual TLS to runtimed's real FollowLog server. The
+// server's request timeout is 2 s and the task runs 3 s: a follow is
+// long-running.
+func TestRunLogFollowsARunningTask(t *testing.T) {
+	s := startInvokeServerWith(t, func(c *apiserver.Config) { c.GenericConfig.RequestTimeout = 2 * time.Second })
+	ctx := t.Context()
+
+	// The Runtime Server of pod-a, behind its runtimed.
+	dir := t.TempDir()
+	rs, err := server.New(server.Options{Language: bash.New("", dir), StateDir: filepath.Join(dir, "state"), BaseEnv: []string{"PATH=" + os.Getenv("PATH")}})
+	require.NoError(t, err)
+	sock := filepath.Join(dir, "runtime.sock")
+	lis, err := net.Listen("unix", sock)
+	require.NoError(t, err)
+	gs := grpc.NewServer(transport.ServerOptions()...)
+	rs.Register(gs)
+	go func() { _ = gs.Serve(lis) }()
+	t.Cleanup(func() {
+		gs.Stop()
+		closeCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		rs.Close(closeCtx)
+	})
+	conn, err := grpc.NewClient("unix://"+sock, append(transport.DialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	tasks := runtimev1.NewRuntimeClient(conn)
+	var logs runtimedv1.RuntimedServer = invoke.NewServer(nil, nil, "bash").FollowTasks(t.Context(), tasks, "uid-a")
+	s.runtimed.logs.Store(&logs)
+
+	client, err := versioned.NewForConfig(s.config)
+	require.NoError(t, err)
+	runs := client.KruntimesV1alpha1().Runs(namespace)
+	httpc := httpClient(t, s.config, false, true)
+	logURL := func(name, query string) string {
+		return s.config.Host + "/apis/kruntimes.io/v1alpha1/namespaces/" + namespace + "/runs/" + name + "/log?" + query
+	}
+
+	t.Run("a follower gets each line before the next is printed, from before the task started to its end", func(t *testing.T) {
+		run, err := runs.Create(ctx, taskRun("numbered"), metav1.CreateOptions{})
+		require.NoError(t, err)
+
+		// The follow starts while the Run is Pending: it waits.
+		resp, err := httpc.Get(logURL("numbered", "follow=true"))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		lines := make(chan string, 64)
+		arrived := make(chan time.Time, 64)
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			r := bufio.NewReader(resp.Body)
+			for {
+				line, err := r.ReadString('\n')
+				if line != "" {
+					arrived <- time.Now()
+					lines <- line
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+
+		for _, step := range steps(scheduled, running) {
+			step(&run.Status)
+			run, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}
+		const n = 15
+		id := runstatus.ExecutionID(run.UID, 1)
+		_, err = tasks.Execute(ctx, &runtimev1.ExecuteRequest{
+			TaskId:     id,
+			Program:    &runtimev1.ExecuteRequest_Script{Script: fmt.Sprintf(`for i in $(seq 1 %d); do echo "line $i $(date +%%s%%N)"; sleep 0.2; done; printf 'bytes \377\000\033[31m\n' >&2`, n)},
+			WorkingDir: dir,
+		})
+		require.NoError(t, err)
+
+		var got []string
+		var at []time.Time
+		for len(got) < n+1 {
+			select {
+			case l := <-lines:
+				got = append(got, l)
+				at = append(at, <-arrived)
+			case <-time.After(30 * time.Second):
+				t.Fatalf("only %d lines arrived: %q", len(got), got)
+			}
+		}
+		select {
+		case <-ended:
+		case <-time.After(30 * time.Second):
+			t.Fatal("the follow did not end after the task's last byte")
+		}
+		var latencies []time.Duration
+		for i := 0; i < n; i++ {
+			fields := strings.Fields(got[i])
+			require.Len(t, fields, 3, got[i])
+			assert.Equal(t, strconv.Itoa(i+1), fields[1])
+			ns, err := strconv.ParseInt(fields[2], 10, 64)
+			require.NoError(t, err)
+			printed := time.Unix(0, ns)
+			latencies = append(latencies, at[i].Sub(printed))
+			if i > 0 {
+				assert.True(t, at[i-1].Before(printed), "line %d arrived at %v, after line %d was printed at %v", i, at[i-1], i+1, printed)
+			}
+		}
+		t.Logf("print to follower through the apiserver: %v", latencies)
+		assert.Equal(t, "bytes \xff\x00\x1b[31m\n", got[n], "bytes exact")
+
+		st, err := tasks.Wait(ctx, &runtimev1.WaitRequest{TaskId: id, IncludeLogs: true})
+		require.NoError(t, err)
+		var kept []byte
+		for _, c := range st.GetLog().GetChunks() {
+			kept = append(kept, c.GetData()...)
+		}
+		assert.Equal(t, string(kept), strings.Join(got, ""), "the follow matches the kept log")
+
+		// Once ended and kept, a follow answers the kept log and ends, with
+		// the options applied.
+		keptLog := &v1alpha1.RunLog{}
+		for _, c := range st.GetLog().GetChunks() {
+			stream := v1alpha1.RunLogStreamStdout
+			if c.GetStream() == runtimev1.LogStream_LOG_STREAM_STDERR {
+				stream = v1alpha1.RunLogStreamStderr
+			}
+			keptLog.Chunks = append(keptLog.Chunks, v1alpha1.RunLogChunk{Stream: stream, UnixNano: c.GetUnixNano(), Data: c.GetData()})
+		}
+		require.NoError(t, runs.SaveLog(ctx, "numbered", 1, keptLog))
+		succeeded(&run.Status)
+		_, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		body := func(query string) string {
+			a := do(httpc, http.MethodGet, logURL("numbered", query), nil)
+			require.Equal(t, http.StatusOK, a.code, a.body)
+			return a.body
+		}
+		assert.Equal(t, strings.TrimSpace(string(kept)), body("follow=true"))
+		assert.Equal(t, strings.TrimSpace(got[n-1]+got[n]), body("follow=true&tailLines=2"))
+		assert.Equal(t, "line", body("follow=true&limitBytes=4"))
+		assert.Equal(t, "bytes \xff\x00\x1b[31m", body("follow=true&stream=Stderr"))
+	})
+
+	t.Run("a Run that never starts: the follow ends empty when the request's deadline passes", func(t *testing.T) {
+		_, err := runs.Create(ctx, taskRun("waiting"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		reqCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(reqCtx, http.MethodGet, logURL("waiting", "follow=true"), nil)
+		require.NoError(t, err)
+		started := time.Now()
+		resp, err := httpc.Do(req)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		assert.Empty(t, b)
+		assert.GreaterOrEqual(t, time.Since(started), 2*time.Second, "it waited")
+	})
+
+	t.Run("an attempt that ended before the follow", func(t *testing.T) {
+		run, err := runs.Create(ctx, taskRun("ended"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		for _, step := range steps(scheduled, running) {
+			step(&run.Status)
+			run, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}
+		require.NoError(t, runs.SaveLog(ctx, "ended", 1, &v1alpha1.RunLog{Chunks: []v1alpha1.RunLogChunk{{Stream: v1alpha1.RunLogStreamStdout, UnixNano: 1, Data: []byte("kept\n")}}}))
+		run.Status.Phase, run.Status.ExitCode = lifecycle.Failed, ptr[int32](3)
+		run.Status.CompletionTime = ptr(metav1.NowMicro())
+		_, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+		require.NoError(t, err)
+		a := do(httpc, http.MethodGet, logURL("ended", "follow=true"), nil)
+		assert.Equal(t, http.StatusOK, a.code)
+		assert.Equal(t, "kept", a.body)
+	})
+}
