@@ -4,6 +4,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -127,6 +128,14 @@ func (s *Scheduler) runtimeUpdated(oldObj, newObj any) {
 func (s *Scheduler) podChanged(obj any) {
 	if pod, ok := tombstone.As[*corev1.Pod](obj); ok {
 		s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
+	}
+}
+
+// ownerAdded wakes the parked Runs of the Runtime whose label a new
+// ReplicaSet or Deployment carries: its Pods may have become candidates.
+func (s *Scheduler) ownerAdded(obj any) {
+	if o, err := meta.Accessor(obj); err == nil && o.GetLabels()[lifecycle.LabelRuntime] != "" {
+		s.wakeRuntime(o.GetNamespace(), o.GetLabels()[lifecycle.LabelRuntime])
 	}
 }
 
