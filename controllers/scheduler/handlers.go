@@ -5,6 +5,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -149,7 +150,8 @@ func (s *Scheduler) podUpdated(oldObj, newObj any) {
 	}
 	if old.Status.Phase != pod.Status.Phase || podReady(old) != podReady(pod) ||
 		(old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) ||
-		old.Labels[lifecycle.LabelRuntime] != pod.Labels[lifecycle.LabelRuntime] {
+		old.Labels[lifecycle.LabelRuntime] != pod.Labels[lifecycle.LabelRuntime] ||
+		!apiequality.Semantic.DeepEqual(metav1.GetControllerOf(old), metav1.GetControllerOf(pod)) {
 		s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
 	}
 }

@@ -363,8 +363,9 @@ func TestRoundRobinTakesNamespacesInTurn(t *testing.T) {
 
 // TestPodNotOfTheRuntimesDeploymentGetsNoRun offers a Ready Pod with the
 // Runtime's label and a fresh heartbeat but no place in the Runtime's
-// Deployment: the Run waits, saying why, and goes to the Runtime's own Pod
-// once there is one.
+// Deployment, and one of a ReplicaSet whose Deployment has the Runtime's
+// Deployment's name but no owner: the Run waits, saying why, and goes to
+// the second once its Deployment is the Runtime's.
 func TestPodNotOfTheRuntimesDeploymentGetsNoRun(t *testing.T) {
 	e := newQueueEnv(t)
 	e.runtime("bash", 4)
@@ -386,14 +387,18 @@ func TestPodNotOfTheRuntimesDeploymentGetsNoRun(t *testing.T) {
 	assert.Nil(t, p.pod)
 	assert.Contains(t, p.message, "of 2 Pods, 0 are full (capacity 4 Runs per Pod), 2 not a Pod of the Runtime's Deployment")
 
-	// The Runtime's own Deployment, ReplicaSet and Pod.
+	// The Deployment turns out the Runtime's (as if the runtime
+	// controller's had been created in its place): its arrival wakes the
+	// waiting Run, and the lookalike is a Pod of the Runtime now.
 	require.NoError(t, e.deps.Delete(d))
-	require.NoError(t, e.rsets.Delete(rs))
-	e.pod("a", "bash")
+	d, _ = ownerChain(lookalike.DeepCopy(), "bash")
+	require.NoError(t, e.deps.Add(d))
+	e.s.ownerAdded(d)
+	assert.Equal(t, []string{"ns/w1"}, e.woken())
 	e.drain()
 	obj, err := e.kr.Tracker().Get(v1alpha1.SchemeGroupVersion.WithResource("runs"), "ns", "w1")
 	require.NoError(t, err)
 	st := obj.(*v1alpha1.Run).Status
 	assert.Equal(t, lifecycle.Scheduled, st.Phase)
-	assert.Equal(t, "a", st.AssignedPod)
+	assert.Equal(t, "lookalike", st.AssignedPod)
 }

@@ -108,8 +108,9 @@ func TrustPodLabels() Option {
 // replicaSetInformer and deploymentInformer may be filtered to objects
 // labelled kruntimes.io/runtime (a Runtime's ReplicaSets carry its Pod
 // template's labels). A Pod is a candidate only when it is controlled by a
-// ReplicaSet of the Deployment the runtime controller made for its Runtime. It adds RuntimeIndex and
-// AssignedPodIndex to the Run informer, so call it before starting that.
+// ReplicaSet of the Deployment the runtime controller made for its Runtime.
+// It adds AssignedPodIndex to the Run informer, so call it before starting
+// that.
 //
 // Runs that cannot be placed park on their Runtime's line and are tried
 // again only on an event that may give that Runtime a slot: the Runtime
