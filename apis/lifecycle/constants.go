@@ -71,4 +71,8 @@ const (
 	FieldSpecRuntime       = "spec.runtime"
 	FieldStatusPhase       = "status.phase"
 	FieldStatusAssignedPod = "status.assignedPod"
+	// FieldStatusAssignedPodUID selects by status.assignedPodUID: runtimed
+	// lists and watches its Runs by both, so a Pod re-created under a
+	// deleted Pod's name never sees that Pod's Runs.
+	FieldStatusAssignedPodUID = "status.assignedPodUID"
 )

@@ -88,19 +88,31 @@ func (a *Authorizer) EvaluateConditions(context.Context, authorizer.ConditionsAw
 }
 
 // authorizeList allows a list or watch that selects this Pod's Runs by
-// status.assignedPod; other requirements may narrow it further.
+// status.assignedPod and status.assignedPodUID: by name alone, a Pod
+// re-created under a deleted Pod's name would see that Pod's Runs. Other
+// requirements may narrow it further.
 func (a *Authorizer) authorizeList(id Identity, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
 	requirements, err := attrs.GetFieldSelector()
 	if err != nil {
 		return deny("runtimed of Pod %s/%s: invalid field selector: %v", id.Pod.Namespace, id.Pod.Name, err)
 	}
+	var byName, byUID bool
 	for _, r := range requirements {
-		if r.Field == lifecycle.FieldStatusAssignedPod && (r.Operator == selection.Equals || r.Operator == selection.DoubleEquals) && r.Value == id.Pod.Name {
-			return authorizer.DecisionAllow, "", nil
+		if r.Operator != selection.Equals && r.Operator != selection.DoubleEquals {
+			continue
+		}
+		switch r.Field {
+		case lifecycle.FieldStatusAssignedPod:
+			byName = byName || r.Value == id.Pod.Name
+		case lifecycle.FieldStatusAssignedPodUID:
+			byUID = byUID || r.Value == string(id.Pod.UID)
 		}
 	}
-	return deny("runtimed of Pod %s/%s may list and watch only its own Runs: add the field selector %s=%s",
-		id.Pod.Namespace, id.Pod.Name, lifecycle.FieldStatusAssignedPod, id.Pod.Name)
+	if byName && byUID {
+		return authorizer.DecisionAllow, "", nil
+	}
+	return deny("runtimed of Pod %s/%s may list and watch only its own Runs: add the field selector %s=%s,%s=%s",
+		id.Pod.Namespace, id.Pod.Name, lifecycle.FieldStatusAssignedPod, id.Pod.Name, lifecycle.FieldStatusAssignedPodUID, id.Pod.UID)
 }
 
 // authorizeGet allows reading a Run assigned to this Pod (and handing over

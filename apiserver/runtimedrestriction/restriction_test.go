@@ -61,7 +61,7 @@ func TestAuthorizer(t *testing.T) {
 		}
 		return r
 	}
-	own := lifecycle.FieldStatusAssignedPod + "=bash-1"
+	own := lifecycle.FieldStatusAssignedPod + "=bash-1," + lifecycle.FieldStatusAssignedPodUID + "=uid-1"
 	cases := []struct {
 		name  string
 		attrs authorizer.AttributesRecord
@@ -69,8 +69,16 @@ func TestAuthorizer(t *testing.T) {
 	}{
 		{"list with its own Pod's selector is allowed", request(runtimedUser, "list", "ns", "runs", "", "", own), authorizer.DecisionAllow},
 		{"watch with its own Pod's selector and more is allowed", request(runtimedUser, "watch", "ns", "runs", "", "", "metadata.name=x,"+own), authorizer.DecisionAllow},
+		{"list by its Pod's name alone is denied", request(runtimedUser, "list", "ns", "runs", "", "", lifecycle.FieldStatusAssignedPod+"=bash-1"), authorizer.DecisionDeny},
+		{"watch by its Pod's name alone is denied", request(runtimedUser, "watch", "ns", "runs", "", "", lifecycle.FieldStatusAssignedPod+"=bash-1"), authorizer.DecisionDeny},
+		{"list by its Pod's name and an earlier Pod's UID is denied",
+			request(runtimedUser, "list", "ns", "runs", "", "", lifecycle.FieldStatusAssignedPod+"=bash-1,"+lifecycle.FieldStatusAssignedPodUID+"=uid-0"), authorizer.DecisionDeny},
+		{"list by its Pod's UID alone is denied", request(runtimedUser, "list", "ns", "runs", "", "", lifecycle.FieldStatusAssignedPodUID+"=uid-1"), authorizer.DecisionDeny},
+		{"list with a not-equal UID selector is denied",
+			request(runtimedUser, "list", "ns", "runs", "", "", lifecycle.FieldStatusAssignedPod+"=bash-1,"+lifecycle.FieldStatusAssignedPodUID+"!=uid-0"), authorizer.DecisionDeny},
 		{"list without a selector is denied", request(runtimedUser, "list", "ns", "runs", "", "", ""), authorizer.DecisionDeny},
-		{"list with another Pod's selector is denied", request(runtimedUser, "list", "ns", "runs", "", "", lifecycle.FieldStatusAssignedPod+"=bash-2"), authorizer.DecisionDeny},
+		{"list with another Pod's selector is denied",
+			request(runtimedUser, "list", "ns", "runs", "", "", lifecycle.FieldStatusAssignedPod+"=bash-2,"+lifecycle.FieldStatusAssignedPodUID+"=uid-1"), authorizer.DecisionDeny},
 		{"list with a not-equal selector is denied", request(runtimedUser, "list", "ns", "runs", "", "", lifecycle.FieldStatusAssignedPod+"!=bash-1"), authorizer.DecisionDeny},
 		{"list in another namespace is denied", request(runtimedUser, "list", "other", "runs", "", "", own), authorizer.DecisionDeny},
 		{"list across namespaces is denied", request(runtimedUser, "list", "", "runs", "", "", own), authorizer.DecisionDeny},

@@ -267,7 +267,8 @@ func (m *Manager) runControllers(ctx context.Context) error {
 		return err
 	}
 	sched, err := scheduler.New(klog.NewContext(ctx, logger.WithName("scheduler")),
-		kr.Runs(), kr.Runtimes(), labelled.Core().V1().Pods(), leases.Coordination().V1().Leases(), m.kruntimes, recorder)
+		kr.Runs(), kr.Runtimes(), labelled.Core().V1().Pods(), labelled.Apps().V1().ReplicaSets(), labelled.Apps().V1().Deployments(),
+		leases.Coordination().V1().Leases(), m.kruntimes, recorder)
 	if err != nil {
 		return err
 	}

@@ -45,8 +45,10 @@ func benchmarkRefill(b *testing.B, n int) {
 	runInformer := krInformers.Kruntimes().V1alpha1().Runs()
 	rtInformer := krInformers.Kruntimes().V1alpha1().Runtimes()
 	podInformer := kubeInformers.Core().V1().Pods()
+	rsInformer := kubeInformers.Apps().V1().ReplicaSets()
+	deployInformer := kubeInformers.Apps().V1().Deployments()
 	leaseInformer := kubeInformers.Coordination().V1().Leases()
-	s, err := New(ctx, runInformer, rtInformer, podInformer, leaseInformer, kr, &record.FakeRecorder{}, WithClock(clock))
+	s, err := New(ctx, runInformer, rtInformer, podInformer, rsInformer, deployInformer, leaseInformer, kr, &record.FakeRecorder{}, WithClock(clock))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -57,10 +59,13 @@ func benchmarkRefill(b *testing.B, n int) {
 			b.Fatal(err)
 		}
 	}
-	rt := &v1alpha1.Runtime{ObjectMeta: metav1.ObjectMeta{Name: "bash", Namespace: "ns", UID: "rt"},
+	rt := &v1alpha1.Runtime{ObjectMeta: metav1.ObjectMeta{Name: "bash", Namespace: "ns", UID: runtimeUID("bash")},
 		Spec: v1alpha1.RuntimeSpec{Capacity: v1alpha1.RuntimeCapacity{Runs: 1}}}
 	must(rtInformer.Informer().GetIndexer().Add(rt))
 	pod := readyPod("a")
+	d, rs := ownerChain(pod, "bash")
+	must(deployInformer.Informer().GetIndexer().Add(d))
+	must(rsInformer.Informer().GetIndexer().Add(rs))
 	must(podInformer.Informer().GetIndexer().Add(pod))
 	must(leaseInformer.Informer().GetIndexer().Add(heartbeat(pod, testNow)))
 

@@ -4,6 +4,8 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -130,6 +132,14 @@ func (s *Scheduler) podChanged(obj any) {
 	}
 }
 
+// ownerAdded wakes the parked Runs of the Runtime whose label a new
+// ReplicaSet or Deployment carries: its Pods may have become candidates.
+func (s *Scheduler) ownerAdded(obj any) {
+	if o, err := meta.Accessor(obj); err == nil && o.GetLabels()[lifecycle.LabelRuntime] != "" {
+		s.wakeRuntime(o.GetNamespace(), o.GetLabels()[lifecycle.LabelRuntime])
+	}
+}
+
 // podUpdated wakes the Runtime's parked Runs when a Pod may have become a
 // candidate; status churn that changes nothing of that is ignored.
 func (s *Scheduler) podUpdated(oldObj, newObj any) {
@@ -140,7 +150,8 @@ func (s *Scheduler) podUpdated(oldObj, newObj any) {
 	}
 	if old.Status.Phase != pod.Status.Phase || podReady(old) != podReady(pod) ||
 		(old.DeletionTimestamp == nil) != (pod.DeletionTimestamp == nil) ||
-		old.Labels[lifecycle.LabelRuntime] != pod.Labels[lifecycle.LabelRuntime] {
+		old.Labels[lifecycle.LabelRuntime] != pod.Labels[lifecycle.LabelRuntime] ||
+		!apiequality.Semantic.DeepEqual(metav1.GetControllerOf(old), metav1.GetControllerOf(pod)) {
 		s.wakeRuntime(pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
 	}
 }

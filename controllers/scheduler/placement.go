@@ -226,7 +226,9 @@ func (s *Scheduler) park(key, lineKey string) {
 }
 
 // loads returns rt's candidate Pods with their usage, and counts the other
-// Pods by why they are no candidates.
+// Pods by why they are no candidates. Only Pods of rt's own Deployment are
+// candidates; a Pod that merely carries rt's label is counted as
+// excludedNotOwned.
 func (s *Scheduler) loads(namespace string, rt *v1alpha1.Runtime, now time.Time) ([]podLoad, map[string]int, error) {
 	pods, err := s.pods.Pods(namespace).List(labels.SelectorFromSet(labels.Set{lifecycle.LabelRuntime: rt.Name}))
 	if err != nil {
@@ -235,6 +237,12 @@ func (s *Scheduler) loads(namespace string, rt *v1alpha1.Runtime, now time.Time)
 	excluded := map[string]int{}
 	loads := make([]podLoad, 0, len(pods))
 	for _, pod := range pods {
+		if !s.trustLabels {
+			if err := s.owners.check(pod, rt); err != nil {
+				excluded[excludedNotOwned]++
+				continue
+			}
+		}
 		lease, err := s.leases.Leases(pod.Namespace).Get(runtimepod.LeaseName(pod.Name))
 		if err != nil {
 			lease = nil

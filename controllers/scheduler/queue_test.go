@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -37,6 +38,8 @@ type queueEnv struct {
 	runs  cache.Indexer
 	rts   cache.Indexer
 	pods  cache.Indexer
+	rsets cache.Indexer
+	deps  cache.Indexer
 	lease cache.Indexer
 	kr    *fake.Clientset
 }
@@ -51,8 +54,10 @@ func newQueueEnv(t *testing.T) *queueEnv {
 	runInformer := krInformers.Kruntimes().V1alpha1().Runs()
 	rtInformer := krInformers.Kruntimes().V1alpha1().Runtimes()
 	podInformer := kubeInformers.Core().V1().Pods()
+	rsInformer := kubeInformers.Apps().V1().ReplicaSets()
+	deployInformer := kubeInformers.Apps().V1().Deployments()
 	leaseInformer := kubeInformers.Coordination().V1().Leases()
-	s, err := New(ctx, runInformer, rtInformer, podInformer, leaseInformer, kr, record.NewFakeRecorder(1000), WithClock(clock))
+	s, err := New(ctx, runInformer, rtInformer, podInformer, rsInformer, deployInformer, leaseInformer, kr, record.NewFakeRecorder(1000), WithClock(clock))
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		s.queue.ShutDown()
@@ -65,22 +70,33 @@ func newQueueEnv(t *testing.T) *queueEnv {
 		runs:  runInformer.Informer().GetIndexer(),
 		rts:   rtInformer.Informer().GetIndexer(),
 		pods:  podInformer.Informer().GetIndexer(),
+		rsets: rsInformer.Informer().GetIndexer(),
+		deps:  deployInformer.Informer().GetIndexer(),
 		lease: leaseInformer.Informer().GetIndexer(),
 	}
 }
 
 func (e *queueEnv) runtime(name string, capacity int32) *v1alpha1.Runtime {
-	rt := &v1alpha1.Runtime{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("rt-" + name)},
+	rt := &v1alpha1.Runtime{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: runtimeUID(name)},
 		Spec: v1alpha1.RuntimeSpec{Capacity: v1alpha1.RuntimeCapacity{Runs: capacity}}}
 	require.NoError(e.t, e.rts.Add(rt))
 	e.s.runtimeChanged(rt)
 	return rt
 }
 
-// pod adds a candidate Pod of runtime with a fresh heartbeat.
+// pod adds a candidate Pod of runtime with a fresh heartbeat, a Pod of
+// the runtime's Deployment.
 func (e *queueEnv) pod(name, runtime string) {
 	p := readyPod(name)
 	p.Labels[lifecycle.LabelRuntime] = runtime
+	d, rs := ownerChain(p, runtime)
+	require.NoError(e.t, e.deps.Add(d))
+	require.NoError(e.t, e.rsets.Add(rs))
+	e.add(p)
+}
+
+// add adds a Pod with a fresh heartbeat as is.
+func (e *queueEnv) add(p *corev1.Pod) {
 	require.NoError(e.t, e.lease.Add(heartbeat(p, e.clock.Now())))
 	require.NoError(e.t, e.pods.Add(p))
 	e.s.podChanged(p)
@@ -273,9 +289,10 @@ func TestMissingRuntimeWakesOnItsCreation(t *testing.T) {
 	assert.Zero(t, pendingRunsValue(t, "other", missingRuntime))
 	p := readyPod("l")
 	p.Namespace, p.Labels[lifecycle.LabelRuntime] = "other", "late"
-	require.NoError(t, e.lease.Add(heartbeat(p, e.clock.Now())))
-	require.NoError(t, e.pods.Add(p))
-	e.s.podChanged(p)
+	d, rs := ownerChain(p, "late")
+	require.NoError(t, e.deps.Add(d))
+	require.NoError(t, e.rsets.Add(rs))
+	e.add(p)
 	assert.Equal(t, []string{"other/r1", "other/r2"}, e.woken(), "two slots, two Runs")
 	e.drain()
 	for i, want := range []lifecycle.Phase{lifecycle.Scheduled, lifecycle.Scheduled, lifecycle.Pending, lifecycle.Pending} {
@@ -342,4 +359,46 @@ func TestRoundRobinTakesNamespacesInTurn(t *testing.T) {
 	assert.Len(t, got, 1003)
 	assert.Equal(t, "a/r999", got[len(got)-1], "first in, first out within a namespace")
 	assert.Zero(t, depth)
+}
+
+// TestPodNotOfTheRuntimesDeploymentGetsNoRun offers a Ready Pod with the
+// Runtime's label and a fresh heartbeat but no place in the Runtime's
+// Deployment, and one of a ReplicaSet whose Deployment has the Runtime's
+// Deployment's name but no owner: the Run waits, saying why, and goes to
+// the second once its Deployment is the Runtime's.
+func TestPodNotOfTheRuntimesDeploymentGetsNoRun(t *testing.T) {
+	e := newQueueEnv(t)
+	e.runtime("bash", 4)
+	impostor := readyPod("impostor")
+	e.add(impostor)
+	// One that names the Runtime's Deployment, created by someone else.
+	d, rs := ownerChain(readyPod("x"), "bash")
+	d.OwnerReferences = nil
+	require.NoError(t, e.deps.Add(d))
+	require.NoError(t, e.rsets.Add(rs))
+	lookalike := readyPod("lookalike")
+	lookalike.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}
+	e.add(lookalike)
+	run := e.run("ns", "w1", "bash", 1)
+	e.drain()
+	assert.Equal(t, lifecycle.Pending, e.phase("ns", "w1"))
+	p, err := e.s.place(run)
+	require.NoError(t, err)
+	assert.Nil(t, p.pod)
+	assert.Contains(t, p.message, "of 2 Pods, 0 are full (capacity 4 Runs per Pod), 2 not a Pod of the Runtime's Deployment")
+
+	// The Deployment turns out the Runtime's (as if the runtime
+	// controller's had been created in its place): its arrival wakes the
+	// waiting Run, and the lookalike is a Pod of the Runtime now.
+	require.NoError(t, e.deps.Delete(d))
+	d, _ = ownerChain(lookalike.DeepCopy(), "bash")
+	require.NoError(t, e.deps.Add(d))
+	e.s.ownerAdded(d)
+	assert.Equal(t, []string{"ns/w1"}, e.woken())
+	e.drain()
+	obj, err := e.kr.Tracker().Get(v1alpha1.SchemeGroupVersion.WithResource("runs"), "ns", "w1")
+	require.NoError(t, err)
+	st := obj.(*v1alpha1.Run).Status
+	assert.Equal(t, lifecycle.Scheduled, st.Phase)
+	assert.Equal(t, "lookalike", st.AssignedPod)
 }

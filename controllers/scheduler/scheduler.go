@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coordinationinformers "k8s.io/client-go/informers/coordination/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
@@ -46,6 +47,7 @@ type Scheduler struct {
 	runIndexer cache.Indexer
 	runtimes   listers.RuntimeLister
 	pods       corelisters.PodLister
+	owners     ownership
 	leases     coordinationlisters.LeaseLister
 	synced     []cache.InformerSynced
 
@@ -76,6 +78,8 @@ type Scheduler struct {
 	// waking its line, so no wake-up is missed; binding runs outside it.
 	placing sync.Mutex
 	clock   clock.WithTicker
+	// trustLabels skips the ownership check (TrustPodLabels).
+	trustLabels bool
 }
 
 // Option configures a Scheduler.
@@ -90,9 +94,23 @@ func WithClock(c clock.WithTicker) Option {
 	return func(s *Scheduler) { s.clock = c }
 }
 
-// New returns a scheduler fed by the given informers; podInformer may be
-// filtered to Pods labelled kruntimes.io/runtime. It adds RuntimeIndex and
-// AssignedPodIndex to the Run informer, so call it before starting that.
+// TrustPodLabels makes every Pod labelled with a Runtime's name a Pod of
+// that Runtime, whatever controls it: for tests that run the scheduler
+// against a kruntimes API server of their own, whose Runtimes the cluster's
+// garbage collector cannot see, so a Deployment owned by one would be
+// collected at once. Never in a server: any namespace user who can create
+// Pods could then receive other users' Runs.
+func TrustPodLabels() Option {
+	return func(s *Scheduler) { s.trustLabels = true }
+}
+
+// New returns a scheduler fed by the given informers; podInformer,
+// replicaSetInformer and deploymentInformer may be filtered to objects
+// labelled kruntimes.io/runtime (a Runtime's ReplicaSets carry its Pod
+// template's labels). A Pod is a candidate only when it is controlled by a
+// ReplicaSet of the Deployment the runtime controller made for its Runtime.
+// It adds AssignedPodIndex to the Run informer, so call it before starting
+// that.
 //
 // Runs that cannot be placed park on their Runtime's line and are tried
 // again only on an event that may give that Runtime a slot: the Runtime
@@ -103,6 +121,8 @@ func New(ctx context.Context,
 	runInformer informers.RunInformer,
 	runtimeInformer informers.RuntimeInformer,
 	podInformer coreinformers.PodInformer,
+	replicaSetInformer appsinformers.ReplicaSetInformer,
+	deploymentInformer appsinformers.DeploymentInformer,
 	leaseInformer coordinationinformers.LeaseInformer,
 	client versioned.Interface,
 	recorder record.EventRecorder,
@@ -121,11 +141,14 @@ func New(ctx context.Context,
 		runIndexer: runInformer.Informer().GetIndexer(),
 		runtimes:   runtimeInformer.Lister(),
 		pods:       podInformer.Lister(),
+		owners:     ownership{replicaSets: replicaSetInformer.Lister(), deployments: deploymentInformer.Lister()},
 		leases:     leaseInformer.Lister(),
 		synced: []cache.InformerSynced{
 			runInformer.Informer().HasSynced,
 			runtimeInformer.Informer().HasSynced,
 			podInformer.Informer().HasSynced,
+			replicaSetInformer.Informer().HasSynced,
+			deploymentInformer.Informer().HasSynced,
 			leaseInformer.Informer().HasSynced,
 		},
 		assumed:  newAssumeCache(),
@@ -182,6 +205,14 @@ func New(ctx context.Context,
 			AddFunc:    s.podChanged,
 			UpdateFunc: s.podUpdated,
 			DeleteFunc: s.podChanged,
+		}},
+		// A Pod becomes a candidate only once its ReplicaSet and Deployment
+		// are in the caches, which may be after the Pod turned Ready.
+		"Runtime ReplicaSets": {replicaSetInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc: s.ownerAdded,
+		}},
+		"Runtime Deployments": {deploymentInformer.Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc: s.ownerAdded,
 		}},
 		"heartbeat Leases": {leaseInformer.Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { s.leaseUpdated(nil, obj) },

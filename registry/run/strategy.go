@@ -183,9 +183,10 @@ func GetAttrs(obj runtime.Object) (labels.Set, fields.Set, error) {
 // status.assignedPod lets each runtimed watch only its own Runs.
 func SelectableFields(run *kruntimes.Run) fields.Set {
 	return generic.AddObjectMetaFieldsSet(fields.Set{
-		lifecycle.FieldSpecRuntime:       run.Spec.Runtime,
-		lifecycle.FieldStatusPhase:       string(run.Status.Phase),
-		lifecycle.FieldStatusAssignedPod: run.Status.AssignedPod,
+		lifecycle.FieldSpecRuntime:          run.Spec.Runtime,
+		lifecycle.FieldStatusPhase:          string(run.Status.Phase),
+		lifecycle.FieldStatusAssignedPod:    run.Status.AssignedPod,
+		lifecycle.FieldStatusAssignedPodUID: string(run.Status.AssignedPodUID),
 	}, &run.ObjectMeta, true)
 }
 

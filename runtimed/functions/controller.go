@@ -47,7 +47,7 @@ type Config struct {
 	// Runs writes Run status and the registration-cleanup finalizer.
 	Runs kruntimesclient.RunsGetter
 	// Informer must list and watch only the Runs of Pod.Namespace with
-	// fieldSelector status.assignedPod=Pod.Name.
+	// fieldSelector status.assignedPod=Pod.Name,status.assignedPodUID=Pod.UID.
 	Informer runinformers.RunInformer
 	// RuntimeServer is the local Runtime Server's FunctionRuntime service.
 	RuntimeServer runtimev1.FunctionRuntimeClient

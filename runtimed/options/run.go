@@ -130,9 +130,13 @@ func (o *Options) Run(ctx context.Context) error {
 	factory := externalversions.NewSharedInformerFactoryWithOptions(runClient, 0,
 		externalversions.WithNamespace(o.PodNamespace),
 		// Only this Pod's Runs: the apiserver indexes status.assignedPod, so
-		// a Pod never sees, or pays for, the Runs of others.
+		// a Pod never sees, or pays for, the Runs of others; and only this
+		// incarnation's, by UID, which the runtimed restriction requires.
 		externalversions.WithTweakListOptions(func(opts *metav1.ListOptions) {
-			opts.FieldSelector = fields.OneTermEqualSelector(lifecycle.FieldStatusAssignedPod, o.PodName).String()
+			opts.FieldSelector = fields.SelectorFromSet(fields.Set{
+				lifecycle.FieldStatusAssignedPod:    o.PodName,
+				lifecycle.FieldStatusAssignedPodUID: o.PodUID,
+			}).String()
 		}))
 	// Events on Runs tell users what happened to their attempt.
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))

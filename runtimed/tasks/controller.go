@@ -50,7 +50,7 @@ type Config struct {
 	// Runs writes Run status.
 	Runs kruntimesclient.RunsGetter
 	// Informer must list and watch only the Runs of Pod.Namespace with
-	// fieldSelector status.assignedPod=Pod.Name.
+	// fieldSelector status.assignedPod=Pod.Name,status.assignedPodUID=Pod.UID.
 	Informer runinformers.RunInformer
 	// RuntimeServer is the local Runtime Server.
 	RuntimeServer runtimev1.RuntimeClient

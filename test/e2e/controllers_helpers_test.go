@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
@@ -78,12 +79,78 @@ func newTaskRun(name, runtime string) *v1alpha1.Run {
 	}
 }
 
-// fakeRuntimePods runs n e2e-testserver Pods labelled as Pods of runtime,
-// standing in for Runtime Pods whose runtimed the test plays itself, and
-// returns them once all are Ready.
-func fakeRuntimePods(ctx context.Context, t *testing.T, f *framework.Framework, ns, runtime string, n int32) []corev1.Pod {
+// fakeRuntimePods makes the Deployment the runtime controller keeps for
+// runtime run n e2e-testserver Pods, standing in for Runtime Pods whose
+// runtimed the test plays itself, and returns them once all are Ready: the
+// scheduler takes only Pods of the Runtime's own Deployment. The Runtime is
+// set to n replicas of Pods no scheduler binds, and once the controller has
+// written that to the Deployment the test swaps the Deployment's template
+// for e2e-testserver's; the controller leaves the template alone while the
+// Runtime's hash annotation and replicas still match.
+func fakeRuntimePods(ctx context.Context, t *testing.T, f *framework.Framework, client versioned.Interface, ns, runtime string, n int32) []corev1.Pod {
 	t.Helper()
-	deploy := testServerDeployment("fake-" + runtime)
+	const nowhere = "kruntimes-e2e-unbound"
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		rt, err := client.KruntimesV1alpha1().Runtimes(ns).Get(ctx, runtime, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		rt.Spec.Replicas = ptr.To(n)
+		rt.Spec.Template.Spec.SchedulerName = nowhere
+		_, err = client.KruntimesV1alpha1().Runtimes(ns).Update(ctx, rt, metav1.UpdateOptions{})
+		return err
+	})
+	require.NoError(t, err, "Runtime %s: %d replicas no scheduler binds", runtime, n)
+	deployments := f.Client.AppsV1().Deployments(ns)
+	name := runtimepod.DeploymentName(runtime)
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+		d, err := deployments.Get(ctx, name, metav1.GetOptions{})
+		if seen.Err(err) {
+			return false, nil
+		}
+		seen.State("replicas %v, schedulerName %q", ptr.Deref(d.Spec.Replicas, -1), d.Spec.Template.Spec.SchedulerName)
+		return ptr.Deref(d.Spec.Replicas, -1) == n && d.Spec.Template.Spec.SchedulerName == nowhere, nil
+	})
+	require.NoError(t, err, "the runtime controller writes the Runtime's replicas to Deployment %s", name)
+	fake := testServerDeployment("fake-" + runtime).Spec.Template
+	fake.Labels[lifecycle.LabelRuntime] = runtime
+	err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		d, err := deployments.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		d.Spec.Template = fake
+		_, err = deployments.Update(ctx, d, metav1.UpdateOptions{})
+		return err
+	})
+	require.NoError(t, err, "Deployment %s: e2e-testserver Pods", name)
+	var pods []corev1.Pod
+	err = framework.Poll(ctx, framework.PollInterval, framework.PodTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+		list, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=fake-" + runtime})
+		if seen.Err(err) {
+			return false, nil
+		}
+		pods = pods[:0]
+		for _, p := range list.Items {
+			if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && podIsReady(&p) {
+				pods = append(pods, p)
+			}
+		}
+		seen.State("%d of %d Pods Ready", len(pods), n)
+		return len(pods) == int(n), nil
+	})
+	require.NoError(t, err, "%d Ready Pods of Deployment %s", n, name)
+	d, err := deployments.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, "fake-"+runtime, d.Spec.Template.Labels["app"], "the runtime controller left Deployment %s's template alone", name)
+	return pods
+}
+
+// labelledPods runs n e2e-testserver Pods of a Deployment of the test's own
+// (named name) that carry runtime's label: Pods that pose as Runtime Pods.
+func labelledPods(ctx context.Context, t *testing.T, f *framework.Framework, ns, name, runtime string, n int32) []corev1.Pod {
+	t.Helper()
+	deploy := testServerDeployment(name)
 	deploy.Spec.Replicas = ptr.To(n)
 	deploy.Spec.Selector.MatchLabels[lifecycle.LabelRuntime] = runtime
 	deploy.Spec.Template.Labels[lifecycle.LabelRuntime] = runtime
@@ -91,7 +158,7 @@ func fakeRuntimePods(ctx context.Context, t *testing.T, f *framework.Framework, 
 	require.NoError(t, err)
 	var pods []corev1.Pod
 	err = framework.Poll(ctx, framework.PollInterval, framework.PodTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
-		list, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=fake-" + runtime})
+		list, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
 		if seen.Err(err) {
 			return false, nil
 		}

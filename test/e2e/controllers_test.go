@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -170,11 +171,11 @@ func TestSchedulerPlacesRunsByCapacity(t *testing.T) {
 	runs := client.KruntimesV1alpha1().Runs(ns)
 
 	const pods, capacity = 2, 2
-	// replicas 0: the Runtime's own Deployment runs nothing; the test's
-	// Pods stand in for it.
+	// fakeRuntimePods turns the Runtime's own Deployment into e2e-testserver
+	// Pods that stand in for Runtime Pods.
 	_, err := client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, newTestRuntime("x", 0, capacity), metav1.CreateOptions{})
 	require.NoError(t, err)
-	fake := fakeRuntimePods(ctx, t, f, ns, "x", pods)
+	fake := fakeRuntimePods(ctx, t, f, client, ns, "x", pods)
 
 	names := make([]string, pods*capacity+1)
 	for i := range names {
@@ -289,6 +290,75 @@ func TestSchedulerPlacesRunsByCapacity(t *testing.T) {
 		})
 		assert.Contains(t, r.Status.Message, `"missing"`)
 	})
+}
+
+// TestSchedulerPlacesRunsOnlyOnPodsOfTheRuntimesDeployment offers the
+// scheduler a Ready Pod that carries the Runtime's label and renews a
+// heartbeat Lease but belongs to a Deployment of the test's own: it never
+// gets a Run, and the Runs waiting say why; a Pod of the Runtime's own
+// Deployment gets them.
+func TestSchedulerPlacesRunsOnlyOnPodsOfTheRuntimesDeployment(t *testing.T) {
+	f := framework.Get(t)
+	client := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "sched-owned")
+	ctx := framework.Context(t, 4*time.Minute)
+	runs := client.KruntimesV1alpha1().Runs(ns)
+
+	const capacity = 2
+	_, err := client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, newTestRuntime("x", 0, capacity), metav1.CreateOptions{})
+	require.NoError(t, err)
+	impostors := labelledPods(ctx, t, f, ns, "impostor", "x", 1)
+	heartbeat(t, f, impostors)
+	impostor := impostors[0].Name
+
+	names := []string{"run-0", "run-1", "run-2"}
+	_, err = runs.Create(ctx, newTaskRun(names[0], "x"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	r := waitRun(ctx, t, client, ns, names[0], "Pending, the labelled Pod no candidate", func(r *v1alpha1.Run) bool {
+		return r.Status.Phase == lifecycle.Pending && scheduledReason(r) == lifecycle.ReasonNoCapacity &&
+			strings.Contains(r.Status.Message, "1 not a Pod of the Runtime's Deployment")
+	})
+	assert.Empty(t, r.Status.AssignedPod)
+
+	owned := fakeRuntimePods(ctx, t, f, client, ns, "x", 1)
+	heartbeat(t, f, owned)
+	for _, n := range names[1:] {
+		_, err := runs.Create(ctx, newTaskRun(n, "x"), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	items := waitRuns(ctx, t, client, ns, "2 Scheduled on the Runtime's Pod, 1 Pending", func(items []v1alpha1.Run) bool {
+		return countPhase(items, lifecycle.Scheduled) == capacity && countPhase(items, lifecycle.Pending) == 1
+	})
+	for _, r := range items {
+		switch r.Status.Phase {
+		case lifecycle.Scheduled:
+			assert.Equal(t, owned[0].Name, r.Status.AssignedPod, "Run %s", r.Name)
+			assert.Equal(t, owned[0].UID, r.Status.AssignedPodUID, "Run %s", r.Name)
+		case lifecycle.Pending:
+			// The impostor's free slots do not count: the Run waits for
+			// the Runtime's full Pod.
+			waitRun(ctx, t, client, ns, r.Name, "Pending, saying why", func(r *v1alpha1.Run) bool {
+				return strings.Contains(r.Status.Message, "1 are full") &&
+					strings.Contains(r.Status.Message, "1 not a Pod of the Runtime's Deployment")
+			})
+		}
+	}
+	// The impostor stays Ready with a fresh heartbeat all along: for a
+	// while longer, no Run lands on it.
+	// Reads use the test's context: the poll's own ends mid-request.
+	err = wait.PollUntilContextTimeout(ctx, framework.PollInterval, 3*time.Second, true, func(context.Context) (bool, error) {
+		list, err := runs.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, r := range list.Items {
+			if r.Status.AssignedPod == impostor {
+				return false, fmt.Errorf("run %s was placed on %s, a Pod not of the Runtime's Deployment", r.Name, impostor)
+			}
+		}
+		return false, nil
+	})
+	require.True(t, wait.Interrupted(err), "no Run on the impostor: %v", err)
 }
 
 func scheduledReason(r *v1alpha1.Run) string {

@@ -81,17 +81,23 @@ func TestRuntimedTokenIsRestrictedToItsPod(t *testing.T) {
 	podRuns := asPod.KruntimesV1alpha1().Runs(ns)
 	podKube, err := kubernetes.NewForConfig(config)
 	require.NoError(t, err)
-	assignedTo := func(name string) metav1.ListOptions {
-		return metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector(lifecycle.FieldStatusAssignedPod, name).String()}
+	// runtimed selects its Runs by its Pod's name and UID.
+	assignedTo := func(p *corev1.Pod) metav1.ListOptions {
+		return metav1.ListOptions{FieldSelector: fields.SelectorFromSet(fields.Set{
+			lifecycle.FieldStatusAssignedPod: p.Name, lifecycle.FieldStatusAssignedPodUID: string(p.UID),
+		}).String()}
 	}
+	// byName alone would let a Pod re-created under a deleted Pod's name
+	// list that Pod's Runs.
+	byName := metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector(lifecycle.FieldStatusAssignedPod, pod.Name).String()}
 
 	t.Run("allowed: what runtimed does on its own Runs and Lease", func(t *testing.T) {
-		list, err := podRuns.List(ctx, assignedTo(pod.Name))
+		list, err := podRuns.List(ctx, assignedTo(pod))
 		require.NoError(t, err, "list with its own Pod's selector")
 		require.Len(t, list.Items, 1)
 		assert.Equal(t, "mine", list.Items[0].Name)
 
-		w, err := podRuns.Watch(ctx, assignedTo(pod.Name))
+		w, err := podRuns.Watch(ctx, assignedTo(pod))
 		require.NoError(t, err, "watch with its own Pod's selector")
 		w.Stop()
 
@@ -134,7 +140,18 @@ func TestRuntimedTokenIsRestrictedToItsPod(t *testing.T) {
 				return err
 			}},
 			{"list with another Pod's selector", func() error {
-				_, err := podRuns.List(ctx, assignedTo(otherPod.Name))
+				_, err := podRuns.List(ctx, assignedTo(otherPod))
+				return err
+			}},
+			{"list by its Pod's name alone, not its UID", func() error {
+				_, err := podRuns.List(ctx, byName)
+				return err
+			}},
+			{"watch by its Pod's name alone, not its UID", func() error {
+				w, err := podRuns.Watch(ctx, byName)
+				if err == nil {
+					w.Stop()
+				}
 				return err
 			}},
 			{"watch without the assignedPod selector", func() error {

@@ -86,7 +86,14 @@ func (e *schedulerEnv) start(workers int, opts ...scheduler.Option) {
 		kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = lifecycle.LabelRuntime }))
 	leases := kubeinformers.NewSharedInformerFactoryWithOptions(e.f.Client, 0, kubeinformers.WithNamespace(e.ns))
 	kr := kruntimesInformers.Kruntimes().V1alpha1()
-	s, err := scheduler.New(e.ctx, kr.Runs(), kr.Runtimes(), labelled.Core().V1().Pods(), leases.Coordination().V1().Leases(),
+	// The Runtimes live in this test's own API server, which the cluster's
+	// garbage collector does not see: a Deployment owned by one would be
+	// collected, so the candidate Pods are bare Pods, trusted by label.
+	// TestSchedulerPlacesRunsOnlyOnPodsOfTheRuntimesDeployment covers the
+	// ownership check on the whole cluster.
+	opts = append([]scheduler.Option{scheduler.TrustPodLabels()}, opts...)
+	s, err := scheduler.New(e.ctx, kr.Runs(), kr.Runtimes(), labelled.Core().V1().Pods(),
+		labelled.Apps().V1().ReplicaSets(), labelled.Apps().V1().Deployments(), leases.Coordination().V1().Leases(),
 		writer, newEventRecorder(t, e.f.Client, "kruntimes-scheduler-e2e"), opts...)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(e.ctx)

@@ -154,6 +154,10 @@ func TestFieldSelectors(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{"bash-1"}, names("status.assignedPod=pod-a"))
 		assert.Equal(t, []string{"bash-1"}, names("status.phase=Scheduled"))
+		// runtimed's selection: its Pod's name and UID; a Pod re-created
+		// under that name has another UID and selects nothing.
+		assert.Equal(t, []string{"bash-1"}, names("status.assignedPod=pod-a,status.assignedPodUID=uid-a"))
+		assert.Empty(t, names("status.assignedPod=pod-a,status.assignedPodUID=uid-a2"))
 
 		select {
 		case ev := <-w.ResultChan():

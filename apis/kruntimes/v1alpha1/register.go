@@ -52,11 +52,11 @@ func addFieldLabelConversionFuncs(scheme *runtime.Scheme) error {
 		func(label, value string) (string, string, error) {
 			switch label {
 			case "metadata.name", "metadata.namespace",
-				lifecycle.FieldSpecRuntime, lifecycle.FieldStatusPhase, lifecycle.FieldStatusAssignedPod:
+				lifecycle.FieldSpecRuntime, lifecycle.FieldStatusPhase, lifecycle.FieldStatusAssignedPod, lifecycle.FieldStatusAssignedPodUID:
 				return label, value, nil
 			}
-			return "", "", fmt.Errorf("field label %q is not supported for Runs: use one of metadata.name, metadata.namespace, %s, %s, %s",
-				label, lifecycle.FieldSpecRuntime, lifecycle.FieldStatusPhase, lifecycle.FieldStatusAssignedPod)
+			return "", "", fmt.Errorf("field label %q is not supported for Runs: use one of metadata.name, metadata.namespace, %s, %s, %s, %s",
+				label, lifecycle.FieldSpecRuntime, lifecycle.FieldStatusPhase, lifecycle.FieldStatusAssignedPod, lifecycle.FieldStatusAssignedPodUID)
 		})
 }
 
