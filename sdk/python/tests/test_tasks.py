@@ -30,7 +30,7 @@ def test_run_waits_and_returns_phase_exit_code_outputs_and_logs(client: kruntime
 def test_run_without_wait_then_wait_and_follow_logs(client: kruntimes.Client, bash_runtime: str) -> None:
     task = client.tasks.run(bash_runtime, script="sleep 1\necho done\n", wait=False)
     assert isinstance(task, kruntimes.Task) and task.name.startswith("task-")
-    assert list(task.logs(follow=True)) == ["done\n"], "follow waits for the end"
+    assert list(task.logs(follow=True)) == ["done\n"], "follow ends after the last byte"
     result = task.wait(timeout=60)
     assert result.succeeded and result.exit_code == 0
     task.delete()
@@ -72,3 +72,20 @@ def test_wait_times_out(client: kruntimes.Client, bash_runtime: str) -> None:
     finally:
         task.cancel()
         task.delete()
+
+
+def test_follow_yields_lines_while_the_task_runs(client: kruntimes.Client, bash_runtime: str,
+                                                tmp_path: pathlib.Path) -> None:
+    # The task prints a line, then waits for a file only the test creates
+    # once it has read that line: the line must arrive live.
+    go_on = tmp_path / "go-on"
+    task = client.tasks.run(bash_runtime, wait=False, timeout="2m",
+                            script=f"echo one\nwhile [ ! -e {go_on} ]; do sleep 0.05; done\necho two >&2\n")
+    lines = task.logs(follow=True)
+    assert next(lines) == "one\n"
+    assert task._refresh().get("phase") not in ("Succeeded", "Failed", "Timeout", "Cancelled"), "read while running"
+    go_on.touch()
+    assert list(lines) == ["two\n"], "then the rest, and the follow ends with the attempt"
+    assert task.wait(timeout=60).succeeded
+    assert list(task.logs()) == ["one\n", "two\n"], "the kept log has both"
+    task.delete()

@@ -94,8 +94,10 @@ class Task:
         await asyncio.to_thread(self.sync.cancel)
 
     async def logs(self, follow: bool = False, **kw: Any) -> AsyncIterator[str]:
-        lines = await asyncio.to_thread(lambda: list(self.sync.logs(follow, **kw)))
-        for line in lines:
+        # Line by line, each read in the thread pool: a follow stays live.
+        lines = self.sync.logs(follow, **kw)
+        done = object()
+        while (line := await asyncio.to_thread(next, lines, done)) is not done:
             yield line
 
     async def delete(self) -> None:

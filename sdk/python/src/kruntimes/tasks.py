@@ -1,9 +1,12 @@
-"""Task Runs: run once, wait, cancel, read the kept log."""
+"""Task Runs: run once, wait, cancel, read or follow the log."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generator, Iterator, Mapping, Sequence
+
+import urllib3
 
 from . import errors
 from ._transport import API_VERSION, runs_path
@@ -11,6 +14,10 @@ from .functions import TERMINAL_PHASES, duration_string, env_list, run_message, 
 
 if TYPE_CHECKING:
     from .client import Client
+
+# How long Task.logs(follow=True) waits before following an attempt again
+# that has printed nothing yet, or before looking for the next attempt.
+FOLLOW_AGAIN = 0.2
 
 
 @dataclass(frozen=True)
@@ -84,22 +91,77 @@ class Task:
 
     def logs(self, follow: bool = False, *, stream: str = "All", attempt: int | None = None,
              tail_lines: int | None = None) -> Iterator[str]:
-        """Yields the kept log of an attempt (the latest by default) line by
-        line, stdout and stderr interleaved (``stream`` picks one: ``Stdout``
-        or ``Stderr``). Bytes that are not UTF-8 are replaced.
+        """Yields the log of an attempt (the latest by default) line by line,
+        stdout and stderr interleaved (``stream`` picks one: ``Stdout`` or
+        ``Stderr``). Bytes that are not UTF-8 are replaced.
 
-        The server keeps an attempt's log once the attempt ended and does not
-        stream a running one yet; ``follow=True`` therefore waits (by watch)
-        until the Run ended and then yields its last attempt's log.
+        Without ``follow`` it is the log as of now: the kept log of an
+        attempt that ended. With ``follow=True`` lines arrive live as the
+        program writes them (``runs/log?follow=true``), each attempt's
+        after the one before, until the attempt the Run ended with is
+        done; with ``attempt`` given, only that attempt.
         """
         if follow:
-            self.wait()
+            yield from self._follow(stream, attempt, tail_lines)
+            return
         query: dict[str, Any] = {"stream": stream, "attempt": attempt, "tailLines": tail_lines}
         resp = self._client._transport.send("GET", runs_path(self.namespace, self.name, "log"), query=query)
         if resp.code != 200:
             raise errors.error_for(resp.code, resp.headers, resp.status(), run=self.name)
         text = resp.body.decode("utf-8", errors="replace")
         yield from text.splitlines(keepends=True)
+
+    def _refresh(self) -> dict[str, Any]:
+        self.run = self._client._transport.call("GET", runs_path(self.namespace, self.name), run=self.name)
+        return self.run.get("status") or {}
+
+    def _follow(self, stream: str, attempt: int | None, tail_lines: int | None) -> Iterator[str]:
+        n = attempt or 1
+        while True:
+            # Attempt n exists once the Run counts it (the first always does).
+            while n > 1 and int(self._refresh().get("attempt") or 0) < n:
+                if self.phase in TERMINAL_PHASES:
+                    return
+                time.sleep(FOLLOW_AGAIN)
+            while True:
+                got = yield from self._follow_attempt(n, stream, tail_lines)
+                status = self._refresh()
+                ended = int(status.get("attempt") or 0) > n or self.phase in TERMINAL_PHASES
+                # A follow that ended without a byte before the attempt did
+                # (the server waits a bounded time for a first byte) is
+                # started again; nothing was yielded, so nothing repeats.
+                if got or ended:
+                    break
+                time.sleep(FOLLOW_AGAIN)
+            if attempt is not None:
+                return
+            if self.phase in TERMINAL_PHASES and int((self.run.get("status") or {}).get("attempt") or 0) <= n:
+                return
+            n += 1
+
+    def _follow_attempt(self, n: int, stream: str, tail_lines: int | None) -> Generator[str, None, int]:
+        query: dict[str, Any] = {"follow": "true", "attempt": n, "stream": stream, "tailLines": tail_lines}
+        resp = self._client._transport.send("GET", runs_path(self.namespace, self.name, "log"), query=query,
+                                            stream=True, timeout=urllib3.Timeout(connect=30, read=None))
+        got = 0
+        try:
+            if resp.code != 200:
+                resp.body = resp.raw.read()
+                raise errors.error_for(resp.code, resp.headers, resp.status(), run=self.name)
+            pending = b""
+            for chunk in resp.raw.stream(4096, decode_content=True):
+                got += len(chunk)
+                pending += chunk
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", errors="replace") + "\n"
+            if pending:
+                yield pending.decode("utf-8", errors="replace")
+        finally:
+            # A follow stopped early has unread data: never reuse its connection.
+            resp.raw.close()
+            resp.raw.release_conn()
+        return got
 
     def delete(self) -> None:
         """Deletes the Run (a Run already gone is no error)."""
