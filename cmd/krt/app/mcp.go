@@ -112,6 +112,10 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 	if err != nil {
 		return err
 	}
+	// client-go's default limit (5 requests/s, bursts of 10) would hold
+	// an agent's 11th call in a second back by 200 ms; the apiserver's
+	// priority and fairness protects the cluster.
+	config.QPS, config.Burst = 50, 100
 	client, err := versioned.NewForConfig(config)
 	if err != nil {
 		return err
@@ -152,7 +156,11 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 		return err
 	}
 	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	// The informers stop when ctx is done; Shutdown waits for them.
+	defer func() {
+		cancel()
+		factory.Shutdown()
+	}()
 	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
 			return fmt.Errorf("list the Runs of namespace %s (%v): %w", namespace, typ, ctx.Err())

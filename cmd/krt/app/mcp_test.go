@@ -17,8 +17,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 
 	v1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	listersv1alpha1 "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
 )
 
 var validToolName = func(name string) bool {
@@ -153,4 +156,74 @@ func TestAccessCache(t *testing.T) {
 	fail = false
 	assert.Equal(t, []bool{true, false}, c.allowedAll(context.Background(), "ns", runs))
 	assert.EqualValues(t, 6, asked.Load(), "a failed review is not cached")
+}
+
+// TestToolSetSync: the server's tools are the Ready function Runs the
+// reviewer allows, with their descriptions and schemas, listed through the
+// SDK's own client over its in-memory transport.
+func TestToolSetSync(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	ready := []metav1.Condition{{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue}}
+	function := func(name string, conditions []metav1.Condition) *v1alpha1.Run {
+		return &v1alpha1.Run{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID("uid-" + name)},
+			Spec:       v1alpha1.RunSpec{Mode: v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "h.h"}}},
+			Status:     v1alpha1.RunStatus{Conditions: conditions},
+		}
+	}
+	typed := function("typed", ready)
+	typed.Spec.Mode.Function.Description = "Typed."
+	typed.Spec.Mode.Function.Schema = &v1alpha1.FunctionSchema{
+		Input:  &runtime.RawExtension{Raw: []byte(`{"type":"object","required":["a"]}`)},
+		Output: &runtime.RawExtension{Raw: []byte(`{"type":"object"}`)},
+	}
+	task := function("task", ready)
+	task.Spec.Mode.Function = nil
+	for _, run := range []*v1alpha1.Run{typed, function("plain", ready), function("denied", ready), function("starting", nil), task} {
+		require.NoError(t, indexer.Add(run))
+	}
+	server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: "test"}, nil)
+	tools := &toolSet{
+		server: server,
+		lister: listersv1alpha1.NewRunLister(indexer).Runs("ns"),
+		access: &accessCache{now: time.Now, review: func(_ context.Context, ns, name string) (bool, error) {
+			return name != "denied", nil
+		}},
+		namespace: "ns",
+		served:    map[string]servedTool{},
+	}
+	tools.sync(ctx)
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := server.Connect(ctx, st, nil)
+	require.NoError(t, err)
+	defer ss.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil).Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	res, err := cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	byName := map[string]*mcp.Tool{}
+	for _, tool := range res.Tools {
+		byName[tool.Name] = tool
+	}
+	require.Len(t, byName, 2, "only the Ready function Runs the caller may invoke")
+	require.Contains(t, byName, "typed")
+	require.Contains(t, byName, "plain")
+	assert.Equal(t, "Typed.", byName["typed"].Description)
+	in, _ := json.Marshal(byName["typed"].InputSchema)
+	assert.JSONEq(t, `{"type":"object","required":["a"]}`, string(in))
+	out, _ := json.Marshal(byName["typed"].OutputSchema)
+	assert.JSONEq(t, `{"type":"object"}`, string(out))
+	in, _ = json.Marshal(byName["plain"].InputSchema)
+	assert.JSONEq(t, `{"type":"object"}`, string(in))
+	assert.Nil(t, byName["plain"].OutputSchema)
+
+	require.NoError(t, indexer.Delete(typed))
+	tools.sync(ctx)
+	res, err = cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	require.Len(t, res.Tools, 1)
+	assert.Equal(t, "plain", res.Tools[0].Name)
 }
