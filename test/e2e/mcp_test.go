@@ -112,7 +112,8 @@ func resultText(t *testing.T, r *mcp.CallToolResult) string {
 }
 
 // TestKrtMCP: krt mcp over stdio, driven by the Go SDK's client, serves
-// exactly the labelled Ready function Runs the caller may invoke, calls
+// exactly the labelled Ready function Runs the caller may invoke (a
+// ServiceAccount allowed one sees one, one allowed none sees none), calls
 // them once each with structured output, answers schema-invalid arguments
 // and a raising handler with isError (the invalid call never ran: the
 // handler's own counter says so), and announces a deleted tool with
@@ -276,6 +277,13 @@ func TestKrtMCP(t *testing.T) {
 		start := time.Now()
 		assert.NoError(t, agent.Close(), "closing its standard input ends krt mcp with exit code 0")
 		assert.Less(t, time.Since(start), 5*time.Second, "before the SDK's SIGTERM")
+	})
+
+	t.Run("a ServiceAccount that may only read Runs sees none", func(t *testing.T) {
+		_, token := serviceAccountConfig(ctx, t, f, ns, "reader", "kruntimes-view")
+		reader := krtMCP(ctx, t, f, kubeconfigFor(t, f.AdminConfig, token), ns, nil)
+		names, _ := toolNames(ctx, t, reader)
+		assert.Empty(t, names)
 	})
 
 	t.Run("list_changed when a tool is deleted", func(t *testing.T) {
