@@ -38,9 +38,9 @@ import (
 )
 
 // MCPProtocolRevision is the newest Model Context Protocol revision the Go
-// SDK krt mcp is built on (github.com/modelcontextprotocol/go-sdk v1.8.0)
-// implements; it negotiates older ones with older clients.
-const MCPProtocolRevision = "2026-07-28"
+// SDK krt mcp is built on (github.com/modelcontextprotocol/go-sdk, v1.8.0:
+// 2026-07-28) implements; it negotiates older ones with older clients.
+var MCPProtocolRevision = mcp.SupportedProtocolVersions()[0]
 
 // DefaultToolSelector selects the function Runs krt mcp serves as tools.
 const DefaultToolSelector = "kruntimes.io/tool=true"
@@ -67,7 +67,7 @@ func newMCPCommand(flags *genericclioptions.ConfigFlags, streams genericiooption
 asked with a SelfSubjectAccessReview per Run, cached 30s) as Model Context
 Protocol tools, over stdio (JSON-RPC on standard input and output), as the
 identity of your kubeconfig. Protocol revision ` + MCPProtocolRevision + ` (the newest the
-official Go SDK v1.8.0 implements; older revisions are negotiated).
+official Go SDK implements; older revisions are negotiated).
 
 Each tool is named after its Run: the Run's name when it is at most 128
 characters, else its first 119 characters, "-" and 8 hex digits of the

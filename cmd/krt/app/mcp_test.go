@@ -227,3 +227,11 @@ func TestToolSetSync(t *testing.T) {
 	require.Len(t, res.Tools, 1)
 	assert.Equal(t, "plain", res.Tools[0].Name)
 }
+
+func TestMCPHelpNamesTheProtocolRevision(t *testing.T) {
+	assert.Equal(t, "2026-07-28", MCPProtocolRevision, "the newest revision of go-sdk v1.8.0; change the docs with the SDK")
+	streams, out, _ := streamsOf("")
+	require.Equal(t, ExitOK, Run([]string{"mcp", "--help"}, streams))
+	assert.Contains(t, out.String(), "Protocol revision 2026-07-28")
+	assert.Contains(t, out.String(), DefaultToolSelector)
+}
