@@ -49,6 +49,7 @@ func Run(args []string, streams genericiooptions.IOStreams) int {
 	root.AddCommand(newLogsCommand(flags, streams, &code))
 	root.AddCommand(newRunCommand(flags, streams, &code))
 	root.AddCommand(newCancelCommand(flags, streams, &code))
+	root.AddCommand(newMCPCommand(flags, streams, &code))
 	root.SetArgs(args)
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)

@@ -1,0 +1,485 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/spf13/cobra"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	v1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
+	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/client/informers/externalversions"
+	listersv1alpha1 "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/version"
+)
+
+// MCPProtocolRevision is the newest Model Context Protocol revision the Go
+// SDK krt mcp is built on (github.com/modelcontextprotocol/go-sdk, v1.8.0:
+// 2026-07-28) implements; it negotiates older ones with older clients.
+var MCPProtocolRevision = mcp.SupportedProtocolVersions()[0]
+
+// DefaultToolSelector selects the function Runs krt mcp serves as tools.
+const DefaultToolSelector = "kruntimes.io/tool=true"
+
+// accessTTL bounds how long an answer of a SelfSubjectAccessReview is
+// reused.
+const accessTTL = 30 * time.Second
+
+// maxToolNameLen is MCP's bound on a tool name.
+const maxToolNameLen = 128
+
+type mcpOptions struct {
+	selector string
+	timeout  time.Duration
+}
+
+func newMCPCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
+	o := &mcpOptions{}
+	cmd := &cobra.Command{
+		Use:   "mcp [-n NAMESPACE] [-l SELECTOR]",
+		Short: "Serve the namespace's Ready function Runs as Model Context Protocol tools over stdio",
+		Long: `Serve the Ready function Runs of one namespace that match the label selector
+(default ` + DefaultToolSelector + `) and that you may invoke (create runs/invoke,
+asked with a SelfSubjectAccessReview per Run, cached 30s) as Model Context
+Protocol tools, over stdio (JSON-RPC on standard input and output), as the
+identity of your kubeconfig. Protocol revision ` + MCPProtocolRevision + ` (the newest the
+official Go SDK implements; older revisions are negotiated).
+
+Each tool is named after its Run: the Run's name when it is at most 128
+characters, else its first 119 characters, "-" and 8 hex digits of the
+name's SHA-256. Its description is spec.mode.function.description, its
+inputSchema spec.mode.function.schema.input ({"type":"object"} when unset),
+its outputSchema schema.output. The list follows a watch of the Runs, and
+notifications/tools/list_changed is sent when it changes.
+
+tools/call invokes the Run once (its UID as precondition, a fresh
+invocation ID) and never re-sends it. The output is structuredContent (when
+a JSON object) and text. Every failure is a result with isError: the
+handler's error; the arguments breaking the input schema (did not run);
+busy or unavailable (did not run, retry after N s); timed out or outcome
+unknown (may have run). Logs go to standard error.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := serveMCP(cmd.Context(), flags, streams, o); err != nil {
+				*code = ExitError
+				return err
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVarP(&o.selector, "selector", "l", DefaultToolSelector, "Label selector of the Runs to serve as tools.")
+	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "How long one tools/call may take (the invocation's request timeout); the server's default (60s) when 0.")
+	return cmd
+}
+
+func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, o *mcpOptions) error {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	selector, err := labels.Parse(o.selector)
+	if err != nil {
+		return fmt.Errorf("--selector: %w", err)
+	}
+	config, err := flags.ToRESTConfig()
+	if err != nil {
+		return err
+	}
+	namespace, _, err := flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil {
+		return err
+	}
+	// client-go's default limit (5 requests/s, bursts of 10) would hold
+	// an agent's 11th call in a second back by 200 ms; the apiserver's
+	// priority and fairness protects the cluster.
+	config.QPS, config.Burst = 50, 100
+	client, err := versioned.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(config)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0,
+		externalversions.WithNamespace(namespace),
+		externalversions.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector.String() }))
+	informer := factory.Kruntimes().V1alpha1().Runs()
+	server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: version.Get().String()}, nil)
+	tools := &toolSet{
+		server:    server,
+		lister:    informer.Lister().Runs(namespace),
+		runs:      client.KruntimesV1alpha1().Runs(namespace),
+		access:    &accessCache{review: ssarReviewer(kube), now: time.Now},
+		namespace: namespace,
+		timeout:   o.timeout,
+		served:    map[string]servedTool{},
+	}
+	changed := make(chan struct{}, 1)
+	poke := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { poke() },
+		UpdateFunc: func(any, any) { poke() },
+		DeleteFunc: func(any) { poke() },
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	// The informers stop when ctx is done; Shutdown waits for them.
+	defer func() {
+		cancel()
+		factory.Shutdown()
+	}()
+	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
+		if !ok {
+			return fmt.Errorf("list the Runs of namespace %s (%v): %w", namespace, typ, ctx.Err())
+		}
+	}
+	tools.sync(ctx)
+	go func() {
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				tools.sync(ctx)
+			}
+		}
+	}()
+	// tools/list re-checks what the caller may invoke (answers older than
+	// 30 s are asked again) before the SDK lists the tools.
+	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
+		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/list" {
+				tools.sync(ctx)
+			}
+			return next(ctx, method, req)
+		}
+	})
+	fmt.Fprintf(streams.ErrOut, "krt mcp: serving the Ready function Runs of namespace %s matching %q over stdio (MCP %s)\n", namespace, selector.String(), MCPProtocolRevision)
+	err = server.Run(ctx, &mcp.IOTransport{Reader: readCloser{streams.In}, Writer: writeCloser{streams.Out}})
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, mcp.ErrConnectionClosed)) {
+		return nil
+	}
+	return err
+}
+
+type readCloser struct {
+	r interface{ Read([]byte) (int, error) }
+}
+
+func (r readCloser) Read(p []byte) (int, error) { return r.r.Read(p) }
+func (readCloser) Close() error                 { return nil }
+
+type writeCloser struct {
+	w interface{ Write([]byte) (int, error) }
+}
+
+func (w writeCloser) Write(p []byte) (int, error) { return w.w.Write(p) }
+func (writeCloser) Close() error                  { return nil }
+
+// ToolName is the MCP tool name of the Run called runName: the name itself
+// when it fits MCP's 128 characters (a Run's name, a DNS subdomain, uses
+// only characters MCP allows: a-z, 0-9, "-" and "."), else its first 119
+// characters, "-" and the first 8 hex digits of the name's SHA-256. Names
+// are unique in a namespace, so the tools of one namespace never collide.
+func ToolName(runName string) string {
+	if len(runName) <= maxToolNameLen {
+		return runName
+	}
+	sum := sha256.Sum256([]byte(runName))
+	return runName[:maxToolNameLen-9] + "-" + hex.EncodeToString(sum[:4])
+}
+
+// servedTool is what the server holds for one tool.
+type servedTool struct {
+	uid types.UID
+	// generation changes when the spec does (it is immutable, but a Run
+	// deleted and created again has a new UID anyway).
+	generation int64
+}
+
+// toolSet keeps the server's tools equal to the Ready, selected Runs the
+// caller may invoke.
+type toolSet struct {
+	server    *mcp.Server
+	lister    listersv1alpha1.RunNamespaceLister
+	runs      typedv1alpha1.RunInterface
+	access    *accessCache
+	namespace string
+	timeout   time.Duration
+
+	mu     sync.Mutex
+	served map[string]servedTool // by tool name
+}
+
+// isTool says whether run is served: a function Run, Ready, not being
+// deleted.
+func isTool(run *v1alpha1.Run) bool {
+	return run.Spec.Mode.Function != nil && run.DeletionTimestamp == nil &&
+		apimeta.IsStatusConditionTrue(run.Status.Conditions, lifecycle.ConditionReady)
+}
+
+func (s *toolSet) sync(ctx context.Context) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	all, err := s.lister.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	var candidates []*v1alpha1.Run
+	for _, run := range all {
+		if isTool(run) {
+			candidates = append(candidates, run)
+		}
+	}
+	allowed := s.access.allowedAll(ctx, s.namespace, candidates)
+	want := map[string]*v1alpha1.Run{}
+	for i, run := range candidates {
+		if allowed[i] {
+			want[ToolName(run.Name)] = run
+		}
+	}
+	var gone []string
+	for name := range s.served {
+		if _, ok := want[name]; !ok {
+			gone = append(gone, name)
+		}
+	}
+	if len(gone) > 0 {
+		sort.Strings(gone)
+		s.server.RemoveTools(gone...)
+		for _, name := range gone {
+			delete(s.served, name)
+		}
+	}
+	for name, run := range want {
+		now := servedTool{uid: run.UID, generation: run.Generation}
+		if s.served[name] == now {
+			continue
+		}
+		s.server.AddTool(toolOf(name, run), s.handler(run.Name, run.UID))
+		s.served[name] = now
+	}
+}
+
+// toolOf describes run as the MCP tool name.
+func toolOf(name string, run *v1alpha1.Run) *mcp.Tool {
+	fn := run.Spec.Mode.Function
+	tool := &mcp.Tool{
+		Name:        name,
+		Description: fn.Description,
+		InputSchema: json.RawMessage(`{"type":"object"}`),
+	}
+	if tool.Description == "" {
+		tool.Description = fmt.Sprintf("Invokes the function Run %s/%s.", run.Namespace, run.Name)
+	}
+	if fn.Schema != nil {
+		if fn.Schema.Input != nil && len(fn.Schema.Input.Raw) > 0 {
+			tool.InputSchema = json.RawMessage(fn.Schema.Input.Raw)
+		}
+		if fn.Schema.Output != nil && len(fn.Schema.Output.Raw) > 0 {
+			tool.OutputSchema = json.RawMessage(fn.Schema.Output.Raw)
+		}
+	}
+	return tool
+}
+
+// handler invokes the Run name with UID uid once per call.
+func (s *toolSet) handler(name string, uid types.UID) mcp.ToolHandler {
+	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		input := []byte("{}")
+		if req.Params != nil && len(req.Params.Arguments) > 0 && string(req.Params.Arguments) != "null" {
+			input = req.Params.Arguments
+		}
+		id := string(uuid.NewUUID())
+		result, err := s.runs.Invoke(ctx, name, input, typedv1alpha1.InvokeOptions{UID: uid, Timeout: s.timeout, InvocationID: id})
+		return callResult(result, err, id), nil
+	}
+}
+
+// callResult maps an invocation's result or error to a tools/call result.
+func callResult(result *v1alpha1.InvokeResult, err error, id string) *mcp.CallToolResult {
+	if err != nil {
+		return errorResult(invokeErrorText(err, id))
+	}
+	if result.Error != nil {
+		return errorResult(fmt.Sprintf("the function ran and failed (invocation %s): %s: %s", result.InvocationID, result.Error.Type, result.Error.Message))
+	}
+	raw := outputOf(result.Output.Raw)
+	out := &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(raw)}}}
+	if isJSONObject(raw) {
+		out.StructuredContent = json.RawMessage(raw)
+	}
+	return out
+}
+
+func errorResult(text string) *mcp.CallToolResult {
+	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+func isJSONObject(raw []byte) bool {
+	s := strings.TrimLeft(string(raw), " \t\r\n")
+	return strings.HasPrefix(s, "{") && json.Valid(raw)
+}
+
+// invokeErrorText says what an error of Invoke means for the caller: did the
+// function run, may it be called again, and when.
+func invokeErrorText(err error, id string) string {
+	switch typedv1alpha1.ClassifyInvokeError(err) {
+	case typedv1alpha1.InvokeNotRun:
+		why := "unavailable (not Ready, recovering or unreachable)"
+		if apierrors.IsTooManyRequests(err) {
+			why = "busy: another invocation is in flight"
+		}
+		retry := ""
+		if seconds, ok := apierrors.SuggestsClientDelay(err); ok && seconds > 0 {
+			retry = fmt.Sprintf(" after %d s", seconds)
+		}
+		return fmt.Sprintf("the function did not run: it is %s; the same call may be made again%s (invocation %s): %v", why, retry, id, err)
+	case typedv1alpha1.InvokeTimedOut:
+		return fmt.Sprintf("the outcome is unknown: the function timed out and was stopped at its deadline, and may have run in part or in full; it was not re-sent (invocation %s): %v", id, err)
+	case typedv1alpha1.InvokeOutcomeUnknown:
+		return fmt.Sprintf("the outcome is unknown: the call was sent and no answer says what happened, so the function may have run; it was not re-sent (invocation %s): %v", id, err)
+	}
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		st := status.Status()
+		if st.Code == http.StatusBadRequest && st.Details != nil && len(st.Details.Causes) > 0 {
+			var b strings.Builder
+			b.WriteString("the arguments do not match the tool's input schema, and the function did not run; fix these and call again:")
+			for _, c := range st.Details.Causes {
+				field := strings.TrimPrefix(strings.TrimPrefix(c.Field, "input"), ".")
+				if field == "" {
+					field = "(the arguments)"
+				}
+				fmt.Fprintf(&b, "\n- %s: %s", field, c.Message)
+			}
+			return b.String()
+		}
+		if apierrors.IsNotFound(err) {
+			return fmt.Sprintf("the function did not run: its Run is gone or was created again under the name (list the tools again): %s", st.Message)
+		}
+		if apierrors.IsForbidden(err) {
+			return fmt.Sprintf("the function did not run: you may not invoke it: %s", st.Message)
+		}
+	}
+	return fmt.Sprintf("the call was refused, and the function did not run: %v", err)
+}
+
+// accessReviewer says whether the caller may create runs/invoke on the Run
+// name in namespace.
+type accessReviewer func(ctx context.Context, namespace, name string) (bool, error)
+
+func ssarReviewer(kube kubernetes.Interface) accessReviewer {
+	return func(ctx context.Context, namespace, name string) (bool, error) {
+		review, err := kube.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace:   namespace,
+				Verb:        "create",
+				Group:       v1alpha1.SchemeGroupVersion.Group,
+				Resource:    "runs",
+				Subresource: "invoke",
+				Name:        name,
+			}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
+		}
+		return review.Status.Allowed, nil
+	}
+}
+
+type accessAnswer struct {
+	allowed bool
+	at      time.Time
+}
+
+// accessCache keeps each Run's answer for accessTTL.
+type accessCache struct {
+	review accessReviewer
+	now    func() time.Time
+
+	mu      sync.Mutex
+	answers map[types.UID]accessAnswer
+}
+
+// allowedAll answers for each of runs, asking at most 8 reviews at once.
+// A review that fails counts as not allowed and is not cached.
+func (c *accessCache) allowedAll(ctx context.Context, namespace string, runs []*v1alpha1.Run) []bool {
+	out := make([]bool, len(runs))
+	now := c.now()
+	c.mu.Lock()
+	if c.answers == nil {
+		c.answers = map[types.UID]accessAnswer{}
+	}
+	var ask []int
+	keep := map[types.UID]bool{}
+	for i, run := range runs {
+		keep[run.UID] = true
+		if a, ok := c.answers[run.UID]; ok && now.Sub(a.at) < accessTTL {
+			out[i] = a.allowed
+			continue
+		}
+		ask = append(ask, i)
+	}
+	for uid := range c.answers {
+		if !keep[uid] {
+			delete(c.answers, uid)
+		}
+	}
+	c.mu.Unlock()
+
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 8)
+	for _, i := range ask {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(i int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			allowed, err := c.review(ctx, namespace, runs[i].Name)
+			if err != nil {
+				fmt.Fprintf(os.Stderr, "krt mcp: SelfSubjectAccessReview of runs/invoke %s/%s: %v\n", namespace, runs[i].Name, err)
+				return
+			}
+			out[i] = allowed
+			c.mu.Lock()
+			c.answers[runs[i].UID] = accessAnswer{allowed: allowed, at: now}
+			c.mu.Unlock()
+		}(i)
+	}
+	wg.Wait()
+	return out
+}

@@ -1,0 +1,326 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	v1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/test/e2e/framework"
+)
+
+const mcpHandlers = `import time
+
+calls = 0
+
+def forecast(event, context):
+    global calls
+    calls += 1
+    return {"city": event["city"], "celsius": [12.5] * event.get("days", 3), "calls": calls}
+
+def boom(event, context):
+    raise ValueError("no good")
+
+def slow(event, context):
+    time.sleep(event.get("sleep", 0))
+    return {"slept": event.get("sleep", 0)}
+`
+
+const mcpForecastInput = `{"type":"object","properties":{"city":{"type":"string","minLength":1},"days":{"type":"integer","minimum":1,"maximum":16}},"required":["city"],"additionalProperties":false}`
+
+const mcpForecastOutput = `{"type":"object","properties":{"city":{"type":"string"},"celsius":{"type":"array","items":{"type":"number"}},"calls":{"type":"integer"}},"required":["city","celsius"]}`
+
+// kubeconfigFor writes a kubeconfig file that reaches the cluster of
+// admin as the bearer token.
+func kubeconfigFor(t *testing.T, admin *rest.Config, token string) string {
+	t.Helper()
+	ca := admin.CAData
+	if len(ca) == 0 && admin.CAFile != "" {
+		var err error
+		ca, err = os.ReadFile(admin.CAFile)
+		require.NoError(t, err)
+	}
+	config := clientcmdapi.NewConfig()
+	config.Clusters["c"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthorityData: ca, InsecureSkipTLSVerify: admin.Insecure}
+	config.AuthInfos["u"] = &clientcmdapi.AuthInfo{Token: token}
+	config.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	config.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*config, path))
+	return path
+}
+
+// krtMCP starts krt mcp as a subprocess with kubeconfig and connects the Go
+// SDK's client to it over stdio; the session is closed (and krt stopped)
+// when the test ends.
+func krtMCP(ctx context.Context, t *testing.T, f *framework.Framework, kubeconfig, ns string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(f.RepoRoot, "bin", "krt"), "--kubeconfig="+kubeconfig, "-n", ns, "mcp")
+	cmd.Stderr = &testWriter{t: t}
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "v0"}, opts)
+	session, err := client.Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = session.Close() })
+	return session
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w *testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func toolNames(ctx context.Context, t *testing.T, s *mcp.ClientSession) ([]string, map[string]*mcp.Tool) {
+	t.Helper()
+	res, err := s.ListTools(ctx, nil)
+	require.NoError(t, err)
+	names := []string{}
+	byName := map[string]*mcp.Tool{}
+	for _, tool := range res.Tools {
+		names = append(names, tool.Name)
+		byName[tool.Name] = tool
+	}
+	sort.Strings(names)
+	return names, byName
+}
+
+func resultText(t *testing.T, r *mcp.CallToolResult) string {
+	t.Helper()
+	require.NotEmpty(t, r.Content)
+	text, ok := r.Content[0].(*mcp.TextContent)
+	require.True(t, ok, "%T", r.Content[0])
+	return text.Text
+}
+
+// TestKrtMCP: krt mcp over stdio, driven by the Go SDK's client, serves
+// exactly the labelled Ready function Runs the caller may invoke (a
+// ServiceAccount allowed one sees one, one allowed none sees none), calls
+// them once each with structured output, answers schema-invalid arguments
+// and a raising handler with isError (the invalid call never ran: the
+// handler's own counter says so), and announces a deleted tool with
+// notifications/tools/list_changed.
+func TestKrtMCP(t *testing.T) {
+	f := framework.Get(t)
+	runs := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "mcp")
+	ctx := framework.Context(t, 6*time.Minute)
+	_, err := runs.KruntimesV1alpha1().Runtimes(ns).Create(ctx, functionRuntime("python", "python", 8), metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	tool := func(run *v1alpha1.Run) *v1alpha1.Run {
+		run.Labels = map[string]string{"kruntimes.io/tool": "true"}
+		return run
+	}
+	forecast := tool(functionRun("forecast", "python", "tools.py", mcpHandlers, "tools.forecast"))
+	forecast.Spec.Mode.Function.Description = "Daily temperature forecast for a city."
+	forecast.Spec.Mode.Function.Schema = &v1alpha1.FunctionSchema{
+		Input:  &runtime.RawExtension{Raw: []byte(mcpForecastInput)},
+		Output: &runtime.RawExtension{Raw: []byte(mcpForecastOutput)},
+	}
+	createRun(ctx, t, runs, ns, forecast)
+	createRun(ctx, t, runs, ns, tool(functionRun("boom", "python", "tools.py", mcpHandlers, "tools.boom")))
+	createRun(ctx, t, runs, ns, tool(functionRun("slow", "python", "tools.py", mcpHandlers, "tools.slow")))
+	createRun(ctx, t, runs, ns, functionRun("untagged", "python", "tools.py", mcpHandlers, "tools.forecast"))
+	for _, name := range []string{"forecast", "boom", "slow", "untagged"} {
+		out, err := f.Kubectl(ctx, "-n", ns, "wait", "--for=condition=Ready", "run/"+name, "--timeout=120s")
+		require.NoError(t, err, "kubectl wait --for=condition=Ready run/%s: %s", name, out)
+	}
+
+	changed := make(chan struct{}, 16)
+	admin := krtMCP(ctx, t, f, f.Kubeconfig, ns, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		},
+	})
+
+	t.Run("tools/list: the labelled Ready functions with their schemas", func(t *testing.T) {
+		names, tools := toolNames(ctx, t, admin)
+		assert.Equal(t, []string{"boom", "forecast", "slow"}, names, "untagged is not selected")
+		fc := tools["forecast"]
+		require.NotNil(t, fc)
+		assert.Equal(t, "Daily temperature forecast for a city.", fc.Description)
+		in, _ := json.Marshal(fc.InputSchema)
+		assert.JSONEq(t, mcpForecastInput, string(in))
+		out, _ := json.Marshal(fc.OutputSchema)
+		assert.JSONEq(t, mcpForecastOutput, string(out))
+		in, _ = json.Marshal(tools["boom"].InputSchema)
+		assert.JSONEq(t, `{"type":"object"}`, string(in))
+		assert.Nil(t, tools["boom"].OutputSchema)
+	})
+
+	t.Run("tools/call: structured output; invalid arguments never run", func(t *testing.T) {
+		r, err := admin.CallTool(ctx, &mcp.CallToolParams{Name: "forecast", Arguments: map[string]any{"city": "Oslo", "days": 2}})
+		require.NoError(t, err)
+		require.False(t, r.IsError, "%s", resultText(t, r))
+		out, ok := r.StructuredContent.(map[string]any)
+		require.True(t, ok, "%T", r.StructuredContent)
+		assert.Equal(t, "Oslo", out["city"])
+		assert.Len(t, out["celsius"], 2)
+		assert.EqualValues(t, 1, out["calls"])
+		assert.JSONEq(t, `{"city":"Oslo","celsius":[12.5,12.5],"calls":1}`, resultText(t, r))
+
+		r, err = admin.CallTool(ctx, &mcp.CallToolParams{Name: "forecast", Arguments: map[string]any{"days": 40, "unit": "F"}})
+		require.NoError(t, err)
+		require.True(t, r.IsError)
+		text := resultText(t, r)
+		assert.Contains(t, text, "did not run")
+		for _, field := range []string{"\n- city: ", "\n- days: ", "\n- unit: "} {
+			assert.Contains(t, text, field)
+		}
+
+		r, err = admin.CallTool(ctx, &mcp.CallToolParams{Name: "forecast", Arguments: map[string]any{"city": "Bergen"}})
+		require.NoError(t, err)
+		require.False(t, r.IsError, "%s", resultText(t, r))
+		assert.EqualValues(t, 2, r.StructuredContent.(map[string]any)["calls"], "the invalid call never reached the handler")
+	})
+
+	t.Run("tools/call: a raising handler is isError with its exception", func(t *testing.T) {
+		r, err := admin.CallTool(ctx, &mcp.CallToolParams{Name: "boom", Arguments: map[string]any{}})
+		require.NoError(t, err)
+		require.True(t, r.IsError)
+		text := resultText(t, r)
+		assert.Contains(t, text, "ValueError")
+		assert.Contains(t, text, "no good")
+	})
+
+	t.Run("tools/call: a busy function is isError saying it did not run", func(t *testing.T) {
+		done := make(chan error, 1)
+		// The slow invocation is sent again while the tool calls below
+		// keep the function busy (a 429 of its own), until it runs.
+		go func() {
+			done <- framework.Poll(ctx, 20*time.Millisecond, time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+				_, err := runs.KruntimesV1alpha1().Runs(ns).Invoke(ctx, "slow", []byte(`{"sleep":4}`), typedv1alpha1.InvokeOptions{})
+				if apierrors.IsTooManyRequests(err) {
+					seen.State("busy with a tool call")
+					return false, nil
+				}
+				return err == nil, err
+			})
+		}()
+		var text string
+		err := framework.Poll(ctx, 200*time.Millisecond, time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+			r, err := admin.CallTool(ctx, &mcp.CallToolParams{Name: "slow", Arguments: map[string]any{}})
+			if seen.Err(err) {
+				return false, nil
+			}
+			if !r.IsError {
+				seen.State("the call ran: the slow invocation was not in flight yet")
+				return false, nil
+			}
+			text = resultText(t, r)
+			return true, nil
+		})
+		require.NoError(t, err)
+		assert.Contains(t, text, "the function did not run: it is busy")
+		assert.Contains(t, text, "may be made again")
+		require.NoError(t, <-done)
+	})
+
+	t.Run("list_changed when a tool becomes Ready", func(t *testing.T) {
+		for len(changed) > 0 {
+			<-changed
+		}
+		createRun(ctx, t, runs, ns, tool(functionRun("late", "python", "tools.py", mcpHandlers, "tools.forecast")))
+		select {
+		case <-changed:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("no notifications/tools/list_changed after the Run became Ready")
+		}
+		names, _ := toolNames(ctx, t, admin)
+		assert.Contains(t, names, "late")
+	})
+
+	t.Run("a ServiceAccount allowed to invoke one of two sees one", func(t *testing.T) {
+		_, token := serviceAccountConfig(ctx, t, f, ns, "agent", "kruntimes-view")
+		_, err := f.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+			ObjectMeta: metav1.ObjectMeta{Name: "invoke-forecast"},
+			Rules: []rbacv1.PolicyRule{{
+				APIGroups: []string{v1alpha1.SchemeGroupVersion.Group}, Resources: []string{"runs/invoke"},
+				Verbs: []string{"create"}, ResourceNames: []string{"forecast"},
+			}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		_, err = f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: "agent-invoke-forecast"},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "invoke-forecast"},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "agent", Namespace: ns}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+		agent := krtMCP(ctx, t, f, kubeconfigFor(t, f.AdminConfig, token), ns, nil)
+		names, _ := toolNames(ctx, t, agent)
+		assert.Equal(t, []string{"forecast"}, names)
+		r, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "forecast", Arguments: map[string]any{"city": "Tromsø"}})
+		require.NoError(t, err)
+		require.False(t, r.IsError, "%s", resultText(t, r))
+		start := time.Now()
+		assert.NoError(t, agent.Close(), "closing its standard input ends krt mcp with exit code 0")
+		assert.Less(t, time.Since(start), 5*time.Second, "before the SDK's SIGTERM")
+	})
+
+	t.Run("a ServiceAccount that may only read Runs sees none", func(t *testing.T) {
+		_, token := serviceAccountConfig(ctx, t, f, ns, "reader", "kruntimes-view")
+		reader := krtMCP(ctx, t, f, kubeconfigFor(t, f.AdminConfig, token), ns, nil)
+		names, _ := toolNames(ctx, t, reader)
+		assert.Empty(t, names)
+	})
+
+	t.Run("list_changed when a tool is deleted", func(t *testing.T) {
+		for len(changed) > 0 {
+			<-changed
+		}
+		require.NoError(t, runs.KruntimesV1alpha1().Runs(ns).Delete(ctx, "boom", metav1.DeleteOptions{}))
+		select {
+		case <-changed:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("no notifications/tools/list_changed after the Run was deleted")
+		}
+		names, _ := toolNames(ctx, t, admin)
+		assert.NotContains(t, names, "boom")
+		assert.Contains(t, names, "forecast")
+	})
+
+	// Reported, not asserted: the MCP layer's own cost per call (krt mcp
+	// and its JSON-RPC over stdio; race-built in this suite).
+	t.Run("tools/call round trip against a direct invoke", func(t *testing.T) {
+		const n = 40
+		p := func(d []time.Duration, q float64) time.Duration {
+			sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+			return d[int(float64(len(d)-1)*q)]
+		}
+		var viaMCP, direct []time.Duration
+		for range n {
+			start := time.Now()
+			r, err := admin.CallTool(ctx, &mcp.CallToolParams{Name: "forecast", Arguments: map[string]any{"city": "Oslo"}})
+			require.NoError(t, err)
+			require.False(t, r.IsError)
+			viaMCP = append(viaMCP, time.Since(start))
+			start = time.Now()
+			_, err = runs.KruntimesV1alpha1().Runs(ns).Invoke(ctx, "forecast", []byte(`{"city":"Oslo"}`), typedv1alpha1.InvokeOptions{})
+			require.NoError(t, err)
+			direct = append(direct, time.Since(start))
+		}
+		t.Logf("tools/call via krt mcp: p50 %v p99 %v; direct Invoke: p50 %v p99 %v (%d each)", p(viaMCP, 0.5), p(viaMCP, 0.99), p(direct, 0.5), p(direct, 0.99), n)
+	})
+}
