@@ -117,7 +117,12 @@ func invoke(ctx context.Context, flags *genericclioptions.ConfigFlags, streams g
 		typedv1alpha1.InvokeOptions{UID: types.UID(o.uid), Timeout: o.timeout, InvocationID: o.invocationID})
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "Error from server:", err)
-		return exitCodeOf(err)
+		code := exitCodeOf(err)
+		if code == ExitUnknown {
+			// The one answer a script must not blindly retry.
+			fmt.Fprintln(streams.ErrOut, "krt: the outcome is unknown: the invocation was sent and the handler may have run")
+		}
+		return code
 	}
 	if o.logs && result.Logs != nil {
 		fmt.Fprint(streams.ErrOut, result.Logs.Stdout, result.Logs.Stderr)
