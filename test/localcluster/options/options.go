@@ -219,6 +219,10 @@ func (o *Options) printUsage(cluster *localcluster.Cluster, took time.Duration) 
 	fmt.Fprintln(o.Out, "  bin/kubectl get pods -A")
 	if cluster.KruntimesRunning {
 		fmt.Fprintln(o.Out, "  bin/kubectl get apiservice v1alpha1.kruntimes.io")
+		if cluster.Config().Kruntimes == localcluster.KruntimesChart {
+			fmt.Fprintf(o.Out, "  KUBECONFIG=%s bin/helm status %s -n %s\n", o.rel(o.Kubeconfig), localcluster.ChartRelease, localcluster.KruntimesNamespace)
+			fmt.Fprintf(o.Out, "  bin/kubectl get deploy,pods,svc,endpointslices,pvc -n %s\n", localcluster.KruntimesNamespace)
+		}
 		fmt.Fprintln(o.Out, "  bin/kubectl get runtimes,runs -A")
 		fmt.Fprintln(o.Out, "  bin/kubectl explain run.spec")
 	} else {
