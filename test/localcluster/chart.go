@@ -136,11 +136,40 @@ func (c *Cluster) installChart(ctx context.Context, client kubernetes.Interface)
 	if err := WaitAPIServiceAvailable(ctx, dyn, KruntimesAPIService, 3*time.Minute, nil); err != nil {
 		return fmt.Errorf("%w (Pods: %s)", err, describeChartPods(ctx, client))
 	}
-	c.progress("APIService Available %s after helm install", time.Since(started).Round(100*time.Millisecond))
+	c.progress("APIService Available %s after helm install (%s)", time.Since(started).Round(100*time.Millisecond), chartPodTimes(ctx, client, started))
 	if ip := chartPodIP(ctx, client); ip != "" {
 		c.KruntimesURL = "https://" + ip + ":8443"
 	}
 	return nil
+}
+
+// chartPodTimes says when, after helm install started, the apiserver Pod
+// was created, its container started and it became Ready (the API's
+// timestamps have whole seconds).
+func chartPodTimes(ctx context.Context, client kubernetes.Interface, since time.Time) string {
+	pods, err := client.CoreV1().Pods(KruntimesNamespace).List(ctx, metav1.ListOptions{LabelSelector: chartPodLabel})
+	if err != nil || len(pods.Items) == 0 {
+		return "no Pod"
+	}
+	p := pods.Items[0]
+	at := func(t time.Time) string {
+		if t.IsZero() {
+			return "-"
+		}
+		return fmt.Sprintf("+%ds", int(t.Sub(since.Truncate(time.Second)).Seconds()))
+	}
+	var started, ready time.Time
+	for _, cs := range p.Status.ContainerStatuses {
+		if cs.State.Running != nil {
+			started = cs.State.Running.StartedAt.Time
+		}
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady && cond.Status == corev1.ConditionTrue {
+			ready = cond.LastTransitionTime.Time
+		}
+	}
+	return fmt.Sprintf("Pod created %s, container started %s, Ready %s", at(p.CreationTimestamp.Time), at(started), at(ready))
 }
 
 func ensureRestrictedNamespace(ctx context.Context, client kubernetes.Interface, name string) error {

@@ -192,6 +192,22 @@ func TestChartLifecycle(t *testing.T) {
 	_, err = kube.CoreV1().PersistentVolumeClaims(localcluster.KruntimesNamespace).Get(ctx, pvcName, metav1.GetOptions{})
 	assert.NoError(t, err, "the PVC is kept")
 	assertReleaseObjectsGone(ctx, t, f, manifest)
+
+	// Removing the kept PVC for good, as the notes say: the local-path
+	// provisioner removes the Released volume and its directory.
+	_, err = f.Kubectl(ctx, "delete", "pvc", pvcName, "--namespace", localcluster.KruntimesNamespace, "--wait=true", "--timeout=1m")
+	require.NoError(t, err)
+	require.NoError(t, framework.Poll(ctx, framework.PollInterval, time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+		_, err := kube.CoreV1().PersistentVolumes().Get(ctx, pv.Name, metav1.GetOptions{})
+		if !seen.Deleted(err) {
+			return false, nil
+		}
+		_, statErr := os.Stat(volumeDir)
+		seen.State("volume deleted; directory: %v", statErr)
+		return os.IsNotExist(statErr), nil
+	}), "the released volume and its directory %s are removed", volumeDir)
+	_, err = os.Stat(cluster.VolumeRoot())
+	assert.NoError(t, err, "the provisioner's root stays")
 }
 
 // requireAPIServiceAvailable waits for the APIService to be Available.
