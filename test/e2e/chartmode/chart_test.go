@@ -156,6 +156,25 @@ func TestChartLifecycle(t *testing.T) {
 		return strings.Contains(string(out), `"after"`), nil
 	}), "the function answers through the upgraded server")
 
+	// The chart's built-in bash Runtime, which it renders only once
+	// kruntimes.io is served: an upgrade that changes nothing else creates
+	// it (the Deployment does not roll), and a task runs on it.
+	bashArgs := append(upgradeArgs, "--set", "runtimes.bash.enabled=true")
+	out, err = cluster.Helm(ctx, bashArgs...)
+	require.NoError(t, err)
+	t.Logf("$ helm %s\n%s", strings.Join(bashArgs, " "), out)
+	runtimesNS := "default"
+	_, err = f.Kubectl(ctx, "wait", "--for=condition=Ready", "runtime/bash", "--namespace", runtimesNS, "--timeout=3m")
+	require.NoError(t, err, "the chart's bash Runtime becomes Ready")
+	rt, err := kr.KruntimesV1alpha1().Runtimes(runtimesNS).Get(ctx, "bash", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, localcluster.ChartRelease, rt.Annotations["meta.helm.sh/release-name"], "the Runtime is the release's")
+	taskOut, err := exec.CommandContext(ctx, filepath.Join(f.RepoRoot, "bin", "krt"), "--kubeconfig="+f.Kubeconfig, "-n", runtimesNS,
+		"run", "-r", "bash", "--name", "chart-bash", "--", "sh", "-c", "echo from the chart runtime").CombinedOutput()
+	require.NoError(t, err, "%s", taskOut)
+	assert.Contains(t, string(taskOut), "from the chart runtime")
+	assert.Equal(t, newPod.UID, runningApiserverPod(ctx, t, f, "").UID, "enabling a Runtime does not roll the apiserver")
+
 	// Every permission the server used is in the chart's RBAC.
 	assertNoForbidden(t, cluster.Config().StateDir)
 

@@ -21,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -50,6 +51,9 @@ const (
 type Provisioner struct {
 	client kubernetes.Interface
 	root   string
+	// removed are the volumes already removed, whose deletion the
+	// informer may not have seen yet (Run's goroutine only).
+	removed map[types.UID]bool
 }
 
 // New returns a provisioner whose volumes are directories under root.
@@ -58,7 +62,7 @@ func New(client kubernetes.Interface, root string) (*Provisioner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Provisioner{client: client, root: abs}, nil
+	return &Provisioner{client: client, root: abs, removed: map[types.UID]bool{}}, nil
 }
 
 // Root is the directory every volume lives under.
@@ -149,7 +153,7 @@ func (p *Provisioner) sync(ctx context.Context, claims corelisters.PersistentVol
 	}
 	pvs, _ := volumes.List(labels.Everything())
 	for _, pv := range pvs {
-		if pv.Annotations[provisionedBy] != ProvisionerName || pv.DeletionTimestamp != nil {
+		if pv.Annotations[provisionedBy] != ProvisionerName || pv.DeletionTimestamp != nil || p.removed[pv.UID] {
 			continue
 		}
 		if pv.Status.Phase != corev1.VolumeReleased || pv.Spec.PersistentVolumeReclaimPolicy != corev1.PersistentVolumeReclaimDelete {
@@ -249,6 +253,7 @@ func (p *Provisioner) remove(ctx context.Context, pv *corev1.PersistentVolume) e
 		return nil
 	}
 	if err == nil {
+		p.removed[pv.UID] = true
 		klog.FromContext(ctx).Info("Removed a released volume", "volume", pv.Name, "path", dir)
 	}
 	return err
