@@ -49,10 +49,10 @@ test: verify kube-binaries helm python-deps testreport images
 	@$(MAKE) --no-print-directory bench-once
 
 ## unit: the tests that need no Kubernetes binaries: every package but
-## the e2e suites (test/e2e, test/e2e/ha). Skips are listed, not failed (TestDiskFull
+## the e2e suites (test/e2e, test/e2e/ha, test/e2e/chartmode). Skips are listed, not failed (TestDiskFull
 ## needs root).
 unit: testreport
-	set -o pipefail; $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) $$($(GO) list ./... | grep -vxE 'kruntimes.io/kruntimes/test/e2e(/ha)?') 2>&1 | $(TESTREPORT) --fail-on-skip=false
+	set -o pipefail; $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) $$($(GO) list ./... | grep -vxE 'kruntimes.io/kruntimes/test/e2e(/ha|/chartmode)?') 2>&1 | $(TESTREPORT) --fail-on-skip=false
 
 ## e2e: only the e2e suites, each against a local cluster of its own.
 e2e: kube-binaries python-deps testreport
@@ -152,10 +152,11 @@ verify-proto:
 
 ## run: start the local cluster (etcd, kube-apiserver, kube-controller-manager,
 ## a node agent, kruntimes-apiserver behind an APIService) in the foreground;
-## writes .local/kubeconfig.
-run: kube-binaries
+## writes .local/kubeconfig. CHART=1 installs kruntimes-apiserver with
+## bin/helm from charts/kruntimes instead of running it as a host process.
+run: kube-binaries $(if $(CHART),helm)
 	$(GO) build -o $(BIN)/localcluster ./test/localcluster/cmd/localcluster
-	$(BIN)/localcluster
+	$(BIN)/localcluster $(if $(CHART),--kruntimes-apiserver=chart)
 
 ## run-standalone: kruntimes-apiserver alone on 127.0.0.1:8443, no cluster;
 ## writes .local/standalone/kubeconfig.

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -25,6 +26,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/test/localcluster/endpoints"
+	"kruntimes.io/kruntimes/test/localcluster/localpath"
 	"kruntimes.io/kruntimes/test/localcluster/nodeagent"
 	"kruntimes.io/kruntimes/test/localcluster/podbinder"
 )
@@ -74,6 +77,12 @@ const (
 	KruntimesRequired KruntimesMode = "required"
 	// KruntimesDisabled never runs it.
 	KruntimesDisabled KruntimesMode = "disabled"
+	// KruntimesChart installs charts/kruntimes with bin/helm instead of
+	// running a host process: the chart's Deployment (its Pod run by the
+	// node agent from bin/kruntimes-apiserver), Service, PVC, RBAC, Secrets
+	// and APIService, reached through Service endpoints
+	// (--enable-aggregator-routing). Embedded storage, one replica.
+	KruntimesChart KruntimesMode = "chart"
 )
 
 // Cluster is a running local cluster.
@@ -137,6 +146,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.KruntimesReplicas == 0 {
 		cfg.KruntimesReplicas = 1
+	}
+	if cfg.Kruntimes == KruntimesChart && (cfg.KruntimesReplicas > 1 || (cfg.KruntimesStorage != "" && cfg.KruntimesStorage != "embedded")) {
+		return nil, fmt.Errorf("chart mode runs the chart's defaults: one replica on embedded storage, not %d on %q", cfg.KruntimesReplicas, cfg.KruntimesStorage)
 	}
 	if cfg.KruntimesReplicas > 1 && cfg.KruntimesStorage != "etcd3" {
 		return nil, fmt.Errorf("%d kruntimes-apiserver replicas need etcd3 storage: the embedded backend's data file has one writer", cfg.KruntimesReplicas)
@@ -233,6 +245,13 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err := writeKubeconfig(kcmKubeconfig, c.clientConfig(pairControllerMgr), "kruntimes-local", "system:kube-controller-manager"); err != nil {
 		return err
 	}
+	controllers := "*,-node-ipam-controller,-persistentvolume-attach-detach-controller"
+	if c.chart() {
+		// EndpointSlice validation refuses loopback IPv4 addresses, which
+		// every Pod IP here is: the endpoints publisher writes FQDN slices
+		// instead (test/localcluster/endpoints).
+		controllers += ",-endpointslice-controller"
+	}
 	kcm, err := startComponent(ctx, logDir, "kube-controller-manager", c.binary("kube-controller-manager"),
 		"--kubeconfig="+kcmKubeconfig,
 		"--authentication-kubeconfig="+kcmKubeconfig,
@@ -244,7 +263,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		"--use-service-account-credentials=true",
 		"--service-account-private-key-file="+c.pki.saKey(),
 		"--root-ca-file="+c.pki.clusterCA(),
-		"--controllers=*,-node-ipam-controller,-persistentvolume-attach-detach-controller",
+		"--controllers="+controllers,
 		"--concurrent-deployment-syncs=5",
 		"--concurrent-replicaset-syncs=5",
 	)
@@ -287,15 +306,41 @@ func (c *Cluster) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	adminForControllers, err := kubernetes.NewForConfig(c.AdminConfig)
+	if err != nil {
+		return err
+	}
+	provisioner, err := localpath.New(adminForControllers, c.VolumeRoot())
+	if err != nil {
+		return err
+	}
+	c.progress("local-path provisioner (default StorageClass %s, volumes in %s)", localpath.StorageClassName, c.VolumeRoot())
+	var publisher *endpoints.Publisher
+	if c.chart() {
+		c.progress("endpoints publisher (one FQDN EndpointSlice per Service)")
+		publisher = endpoints.New(adminForControllers)
+	}
 	c.agentDone = make(chan struct{})
 	go func() {
 		defer close(c.agentDone)
-		done := make(chan struct{})
-		go func() { defer close(done); binder.Run(agentCtx) }()
+		var helpers sync.WaitGroup
+		helpers.Go(func() { binder.Run(agentCtx) })
+		helpers.Go(func() {
+			if err := provisioner.Run(agentCtx); err != nil && agentCtx.Err() == nil {
+				logger.Error(err, "Local-path provisioner stopped")
+			}
+		})
+		if publisher != nil {
+			helpers.Go(func() {
+				if err := publisher.Run(agentCtx); err != nil && agentCtx.Err() == nil {
+					logger.Error(err, "Endpoints publisher stopped")
+				}
+			})
+		}
 		if err := agent.Run(agentCtx); err != nil {
 			logger.Error(err, "Node agent stopped")
 		}
-		<-done
+		helpers.Wait()
 	}()
 	if err := c.waitNodeReady(ctx, adminClient); err != nil {
 		return err
@@ -318,9 +363,12 @@ func (c *Cluster) start(ctx context.Context) error {
 	return nil
 }
 
+// chart reports whether kruntimes-apiserver is installed by the chart.
+func (c *Cluster) chart() bool { return c.cfg.Kruntimes == KruntimesChart }
+
 func (c *Cluster) apiServerArgs(etcdURL string, port int) []string {
 	p := c.pki
-	return []string{
+	args := []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
 		"--advertise-address=127.0.0.1",
@@ -355,6 +403,12 @@ func (c *Cluster) apiServerArgs(etcdURL string, port int) []string {
 		"--audit-log-maxsize=100",
 		"--audit-log-maxbackup=1",
 	}
+	if c.chart() {
+		// The aggregator dials an endpoint of the APIService's Service
+		// rather than its ClusterIP, which nothing here routes.
+		args = append(args, "--enable-aggregator-routing=true")
+	}
+	return args
 }
 
 // auditPolicy records every invocation, with its user, Run and response

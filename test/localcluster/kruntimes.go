@@ -66,6 +66,13 @@ func (c *Cluster) startKruntimes(ctx context.Context, logDir string, client kube
 		c.progress("kruntimes-apiserver: disabled")
 		return nil
 	}
+	if c.chart() {
+		if err := c.installChart(ctx, client); err != nil {
+			return err
+		}
+		c.KruntimesRunning = true
+		return nil
+	}
 	c.progress("building kruntimes-apiserver (%s%s)", repobin.APIServer.Package, raceNote())
 	if err := repobin.Build(ctx, c.cfg.RepoRoot, repobin.APIServer); err != nil {
 		return err

@@ -126,7 +126,9 @@ func (c *containerRunner) environment(ctx context.Context, workDir string) (map[
 	}
 	for _, e := range c.spec.Env {
 		if e.ValueFrom == nil {
-			env[e.Name] = paths.translate(expand(e.Value, env))
+			// mountPaths first: a $(VAR) value is already a host path,
+			// which a mountPath such as /tmp must not rewrite again.
+			env[e.Name] = expand(paths.translate(e.Value), env)
 			continue
 		}
 		v, err := c.envValue(ctx, pod, podIP, e.ValueFrom)
@@ -203,8 +205,11 @@ func (c *containerRunner) paths(vols *podVolumes) *pathTranslator {
 }
 
 // containerArgs is the process's argument list: the image binary is the
-// entrypoint; command[1:] (when set) and args follow, with $(VAR) expanded
-// and mountPaths translated to their host directories.
+// entrypoint; command[1:] (when set) and args follow, with mountPaths
+// translated to their host directories and then $(VAR) expanded: the
+// values of variables (KUBECONFIG, volume locations) are host paths already,
+// and one under a state directory in /tmp must not be rewritten into the
+// Pod's /tmp emptyDir.
 func containerArgs(spec corev1.Container, env map[string]string, paths *pathTranslator) []string {
 	var args []string
 	if len(spec.Command) > 1 {
@@ -212,7 +217,7 @@ func containerArgs(spec corev1.Container, env map[string]string, paths *pathTran
 	}
 	args = append(args, spec.Args...)
 	for i := range args {
-		args[i] = paths.translate(expand(args[i], env))
+		args[i] = expand(paths.translate(args[i]), env)
 	}
 	return args
 }

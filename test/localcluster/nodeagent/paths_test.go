@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	corev1 "k8s.io/api/core/v1"
 )
 
 func TestPathTranslator(t *testing.T) {
@@ -27,4 +28,18 @@ func TestPathTranslator(t *testing.T) {
 		})
 	}
 	assert.Equal(t, "/workspace", newPathTranslator(nil).translate("/workspace"), "no mounts, no change")
+}
+
+// TestContainerArgsExpandAfterTranslating: a $(VAR) value is a host path
+// already; one under a state directory in /tmp must not be rewritten into
+// the Pod's /tmp emptyDir (the chart mounts one at /tmp).
+func TestContainerArgsExpandAfterTranslating(t *testing.T) {
+	paths := newPathTranslator(map[string]string{"/tmp": "/tmp/state/pods/ab/vol/tmp"})
+	env := map[string]string{"KUBECONFIG": "/tmp/state/pods/ab/kubeconfig", "POD_IP": "127.60.0.2"}
+	got := containerArgs(corev1.Container{Args: []string{
+		"--kubeconfig=$(KUBECONFIG)", "--bind-address=$(POD_IP)", "--cert-dir=/tmp/certs", "$$(KUBECONFIG)",
+	}}, env, paths)
+	assert.Equal(t, []string{
+		"--kubeconfig=/tmp/state/pods/ab/kubeconfig", "--bind-address=127.60.0.2", "--cert-dir=/tmp/state/pods/ab/vol/tmp/certs", "$(KUBECONFIG)",
+	}, got)
 }

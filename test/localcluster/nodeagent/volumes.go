@@ -82,8 +82,14 @@ func setupVolumes(ctx context.Context, a *Agent, pod *corev1.Pod, dir string) (*
 			if err := writeKeys(path, nil, s.Data, vol.Secret.Items); err != nil {
 				return nil, err
 			}
+		case vol.PersistentVolumeClaim != nil:
+			host, err := claimPath(ctx, a, pod.Namespace, vol.PersistentVolumeClaim.ClaimName)
+			if err != nil {
+				return nil, fmt.Errorf("volume %q: %w", vol.Name, err)
+			}
+			path = host
 		default:
-			return nil, fmt.Errorf("volume %q: only emptyDir, hostPath, projected, configMap and secret volumes run on the local node", vol.Name)
+			return nil, fmt.Errorf("volume %q: only emptyDir, hostPath, persistentVolumeClaim, projected, configMap and secret volumes run on the local node", vol.Name)
 		}
 		v.paths[vol.Name] = path
 	}
@@ -97,6 +103,30 @@ func setupVolumes(ctx context.Context, a *Agent, pod *corev1.Pod, dir string) (*
 		}()
 	}
 	return v, nil
+}
+
+// claimPath is the host directory of a PersistentVolumeClaim: the hostPath
+// of the volume it is bound to (the local-path provisioner makes one per
+// claim). A claim not yet bound is an error, which the caller retries.
+func claimPath(ctx context.Context, a *Agent, namespace, name string) (string, error) {
+	pvc, err := a.client.CoreV1().PersistentVolumeClaims(namespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	if pvc.Status.Phase != corev1.ClaimBound || pvc.Spec.VolumeName == "" {
+		return "", fmt.Errorf("PersistentVolumeClaim %s/%s is %s, not Bound", namespace, name, pvc.Status.Phase)
+	}
+	pv, err := a.client.CoreV1().PersistentVolumes().Get(ctx, pvc.Spec.VolumeName, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	switch {
+	case pv.Spec.HostPath != nil:
+		return pv.Spec.HostPath.Path, nil
+	case pv.Spec.Local != nil:
+		return pv.Spec.Local.Path, nil
+	}
+	return "", fmt.Errorf("PersistentVolume %s of claim %s/%s is neither hostPath nor local: the local node mounts only directories", pv.Name, namespace, name)
 }
 
 func (v *podVolumes) writeProjected(ctx context.Context, a *Agent, pod *corev1.Pod, dir string, proj *corev1.ProjectedVolumeSource) error {

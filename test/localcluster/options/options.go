@@ -89,7 +89,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kubeconfig, "kubeconfig-out", o.Kubeconfig, "Where to write the cluster-admin kubeconfig. Defaults to <repo-root>/.local/kubeconfig.")
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "Name of the local Node.")
 	fs.StringVar(&o.PodIPBase, "pod-ip-base", o.PodIPBase, "First address of the loopback /16 block Pod IPs are taken from.")
-	fs.StringVar(&o.Kruntimes, "kruntimes-apiserver", o.Kruntimes, "Whether to run kruntimes-apiserver: required, or disabled (Kubernetes alone).")
+	fs.StringVar(&o.Kruntimes, "kruntimes-apiserver", o.Kruntimes, "How to run kruntimes-apiserver: required (a host process), chart (helm upgrade --install of charts/kruntimes: the chart's Deployment, Service, PVC, RBAC and APIService; needs bin/helm), or disabled (Kubernetes alone).")
 	fs.StringVar(&o.Storage, "kruntimes-storage", o.Storage, "kruntimes-apiserver's storage backend: embedded (a file in the state directory), or etcd3 (the cluster's etcd, under /kruntimes).")
 	fs.IntVar(&o.Replicas, "kruntimes-apiserver-replicas", o.Replicas, "How many kruntimes-apiserver processes to run, behind a Service front that hands each new connection to the next one whose /readyz passes; more than 1 needs --kruntimes-storage=etcd3. The hosted controllers elect one leader among them.")
 	fs.StringArrayVar(&o.KruntimesArgs, "kruntimes-apiserver-arg", o.KruntimesArgs, "An extra flag of kruntimes-apiserver, e.g. --kruntimes-apiserver-arg=--recovery-heartbeat-grace-period=5s; repeat for more.")
@@ -134,6 +134,15 @@ func (o *Options) Validate(args []string) error {
 		errs = append(errs, fmt.Errorf("--kruntimes-apiserver-replicas must be at least 1, got %d", o.Replicas))
 	case o.Replicas > 1 && o.Storage != "etcd3":
 		errs = append(errs, fmt.Errorf("--kruntimes-apiserver-replicas=%d needs --kruntimes-storage=etcd3: the embedded backend's data file has one writer", o.Replicas))
+	}
+	switch localcluster.KruntimesMode(o.Kruntimes) {
+	case localcluster.KruntimesRequired, localcluster.KruntimesDisabled:
+	case localcluster.KruntimesChart:
+		if o.Replicas != 1 || o.Storage != "embedded" {
+			errs = append(errs, fmt.Errorf("--kruntimes-apiserver=chart installs the chart's defaults: one replica on embedded storage"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--kruntimes-apiserver must be required, chart or disabled, got %q", o.Kruntimes))
 	}
 	if base := net.ParseIP(o.PodIPBase).To4(); base == nil || base[0] != 127 {
 		errs = append(errs, fmt.Errorf("--pod-ip-base %q is not a 127.x.0.0 address", o.PodIPBase))
@@ -210,6 +219,10 @@ func (o *Options) printUsage(cluster *localcluster.Cluster, took time.Duration) 
 	fmt.Fprintln(o.Out, "  bin/kubectl get pods -A")
 	if cluster.KruntimesRunning {
 		fmt.Fprintln(o.Out, "  bin/kubectl get apiservice v1alpha1.kruntimes.io")
+		if cluster.Config().Kruntimes == localcluster.KruntimesChart {
+			fmt.Fprintf(o.Out, "  KUBECONFIG=%s bin/helm status %s -n %s\n", o.rel(o.Kubeconfig), localcluster.ChartRelease, localcluster.KruntimesNamespace)
+			fmt.Fprintf(o.Out, "  bin/kubectl get deploy,pods,svc,endpointslices,pvc -n %s\n", localcluster.KruntimesNamespace)
+		}
 		fmt.Fprintln(o.Out, "  bin/kubectl get runtimes,runs -A")
 		fmt.Fprintln(o.Out, "  bin/kubectl explain run.spec")
 	} else {
