@@ -115,6 +115,12 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.InvokeClientCAFile, "invoke-client-ca-file", o.InvokeClientCAFile, "CA whose client certificate for kruntimes-apiserver the invoke server accepts, reloaded when the file changes.")
 	fs.StringVar(&o.EndpointBase, "endpoint-base", o.EndpointBase, "Scheme and host clients reach the Kubernetes API at; Ready function Runs advertise <base>/apis/kruntimes.io/v1alpha1/namespaces/NS/runs/NAME/invoke?uid=UID in status.endpoint.")
 	fs.StringVar(&o.EndpointCAFile, "endpoint-ca-file", o.EndpointCAFile, "PEM bundle clients should trust for --endpoint-base, copied into status.endpoint.caBundle; leave empty when they already trust the cluster's root.")
+	// kruntimes-apiserver writes status.endpoint itself (--invoke-endpoint
+	// and its flags) and replaces what runtimed proposes. The flags stay,
+	// so that Runtime Pods whose template passes them keep starting, and
+	// removing them from the template would roll every Runtime Pod.
+	_ = fs.MarkDeprecated("endpoint-base", "kruntimes-apiserver sets status.endpoint (its --invoke-endpoint flags) and ignores what runtimed proposes; this flag has no effect and will be removed")
+	_ = fs.MarkDeprecated("endpoint-ca-file", "kruntimes-apiserver sets status.endpoint.caBundle (its --invoke-direct-endpoint-ca-file) and ignores what runtimed proposes; this flag has no effect and will be removed")
 	fs.DurationVar(&o.InvokeDedupWindow, "invoke-dedup-window", o.InvokeDedupWindow, "How long the outcome of an invocation whose ID the caller sent (X-Kruntime-Invocation-ID) is kept: a repeat within it is answered with that outcome without running the handler again, and a repeat while it runs waits for it. Kept per registration: a new attempt, a new Runtime Server registration or a runtimed restart starts empty. 0 turns deduplication off.")
 	fs.IntVar(&o.InvokeDedupMaxEntries, "invoke-dedup-max-entries", o.InvokeDedupMaxEntries, "Most outcomes kept per function Run for --invoke-dedup-window; the oldest go first.")
 	fs.Int64Var(&o.InvokeDedupMaxBytes, "invoke-dedup-max-bytes", o.InvokeDedupMaxBytes, "Most bytes of outcomes kept per function Run for --invoke-dedup-window; the oldest go first, and one larger outcome is kept alone.")

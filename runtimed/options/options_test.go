@@ -1,6 +1,7 @@
 package options
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +42,20 @@ func TestControllerFlagsParse(t *testing.T) {
 	assert.Equal(t, 10*time.Minute, o.InvokeDedupWindow)
 	assert.Equal(t, 1000, o.InvokeDedupMaxEntries)
 	assert.Equal(t, int64(4<<20), o.InvokeDedupMaxBytes)
+}
+
+func TestEndpointFlagsAreDeprecatedButAccepted(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("runtimed", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	var warnings strings.Builder
+	fs.SetOutput(&warnings)
+	// What a Runtime Pod template of an older controller passes.
+	require.NoError(t, fs.Parse([]string{"--endpoint-base=https://example.test", "--endpoint-ca-file="}))
+	assert.Equal(t, "https://example.test", o.EndpointBase)
+	assert.NotEmpty(t, fs.Lookup("endpoint-base").Deprecated)
+	assert.NotEmpty(t, fs.Lookup("endpoint-ca-file").Deprecated)
+	assert.Contains(t, warnings.String(), "Flag --endpoint-base has been deprecated")
 }
 
 func TestDedupFlags(t *testing.T) {
