@@ -118,7 +118,8 @@ type InvokeRequest struct {
 	ContentType string `protobuf:"bytes,8,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	// The caller sent invocation_id (X-Kruntime-Invocation-ID) rather than
 	// the apiserver minting it: runtimed then records the outcome under it
-	// for its deduplication window, and a repeat within the window is
+	// and caller for its deduplication window, and a repeat by the same
+	// caller within the window is
 	// answered with that outcome (gRPC response header
 	// x-kruntime-deduplicated: true) without running the handler again. A
 	// minted ID is never deduplicated.

@@ -76,12 +76,18 @@ func newDedupRig(t *testing.T, window time.Duration) *dedupRig {
 // the answer and whether runtimed marked it replayed.
 func (r *dedupRig) invoke(t *testing.T, ctx context.Context, id string, callerSent bool) (*runtimedv1.InvokeResponse, bool, error) {
 	t.Helper()
+	return r.invokeAs(t, ctx, "alice", id, callerSent)
+}
+
+// invokeAs is invoke by the caller named caller.
+func (r *dedupRig) invokeAs(t *testing.T, ctx context.Context, caller, id string, callerSent bool) (*runtimedv1.InvokeResponse, bool, error) {
+	t.Helper()
 	r.gate.mu.Lock()
 	attempt := r.gate.attempt
 	r.gate.mu.Unlock()
 	var md metadata.MD
 	resp, err := r.client.Invoke(ctx, &runtimedv1.InvokeRequest{RunUid: "run-uid", Attempt: attempt, PodUid: "pod-uid", InvocationId: id,
-		Input: []byte(`{}`), ContentType: "application/json", TimeoutMillis: 5000, CallerSentId: callerSent}, grpc.Header(&md))
+		Input: []byte(`{}`), ContentType: "application/json", TimeoutMillis: 5000, CallerSentId: callerSent, Caller: caller}, grpc.Header(&md))
 	replayed := len(md.Get(invocation.MetadataDeduplicated)) == 1 && md.Get(invocation.MetadataDeduplicated)[0] == "true"
 	return resp, replayed, err
 }
@@ -113,6 +119,20 @@ func TestDedupSameCallerIDRunsOnce(t *testing.T) {
 	require.NoError(t, err)
 	assert.False(t, replayed)
 	assert.Equal(t, int32(2), r.rs.calls.Load(), "another ID runs")
+}
+
+func TestDedupIsPerCaller(t *testing.T) {
+	r := newDedupRig(t, 10*time.Minute)
+	_, _, err := r.invokeAs(t, t.Context(), "alice", "shared", true)
+	require.NoError(t, err)
+	resp, replayed, err := r.invokeAs(t, t.Context(), "mallory", "shared", true)
+	require.NoError(t, err)
+	assert.False(t, replayed, "another caller's ID of the same value is its own invocation")
+	assert.Equal(t, "2", string(resp.GetOutput()))
+	resp, replayed, err = r.invokeAs(t, t.Context(), "alice", "shared", true)
+	require.NoError(t, err)
+	assert.True(t, replayed)
+	assert.Equal(t, "1", string(resp.GetOutput()), "alice's own outcome")
 }
 
 func TestDedupMintedIDsAreNeverDeduplicated(t *testing.T) {

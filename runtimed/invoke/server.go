@@ -136,7 +136,10 @@ func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (res
 		return resp, false, err
 	}
 	table := s.tableOf(types.UID(req.GetRunUid()), req.GetAttempt(), id)
-	found, err := table.Begin(ctx, req.GetInvocationId())
+	// Keyed by the caller too: another identity that sends the same ID
+	// runs its own invocation rather than reading this caller's outcome.
+	// An ID holds no control character, so the NUL splits the key alone.
+	found, err := table.Begin(ctx, req.GetInvocationId()+"\x00"+req.GetCaller())
 	if err != nil {
 		// Gave up waiting for the invocation in flight with this ID, which
 		// started: not NotStarted.
