@@ -50,6 +50,11 @@ const (
 // a replayed outcome, an answer or an error; its value is "true".
 const MetadataDeduplicated = "x-kruntime-deduplicated"
 
+// MetadataRuntimedNanos is the gRPC response header by which runtimed says
+// how long it spent on a call that ended in an error (an answer carries it
+// as runtimed_nanos): decimal nanoseconds.
+const MetadataRuntimedNanos = "x-kruntime-runtimed-nanos"
+
 // ClientCommonName is the CommonName of the only client certificate
 // runtimed accepts: the apiserver's, issued by the kruntimes CA for client
 // authentication.

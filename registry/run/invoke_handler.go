@@ -74,6 +74,9 @@ type invokeHandler struct {
 	started time.Time
 	// header is the answer's, for Server-Timing on errors too.
 	header http.Header
+	// errorTiming is the Server-Timing of an error runtimed answered; empty
+	// for the apiserver's own share alone.
+	errorTiming string
 }
 
 func (h *invokeHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -157,6 +160,11 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return statusClientClosedRequest
 		}
+		if v := header.Get(invocation.MetadataRuntimedNanos); len(v) == 1 {
+			if nanos, perr := strconv.ParseInt(v[0], 10, 64); perr == nil {
+				h.errorTiming = errorServerTiming(time.Since(h.started), nanos, replayed)
+			}
+		}
 		return h.fail(rpcStatus(err, dispatched.Addr != nil, timeout))
 	}
 	if e := resp.GetError(); e != nil {
@@ -171,9 +179,12 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 // fail answers with err as a metav1.Status (Retry-After on 429 and 503
 // comes from its details) and returns its code.
 func (h *invokeHandler) fail(err error) int {
-	// Without trailers an error carries no timing of runtimed's: the
-	// apiserver's share is all of it.
-	h.header.Set(invocation.HeaderServerTiming, serverTiming(time.Since(h.started), nil, false))
+	// An error runtimed did not answer is the apiserver's time alone.
+	timing := h.errorTiming
+	if timing == "" {
+		timing = serverTiming(time.Since(h.started), nil, false)
+	}
+	h.header.Set(invocation.HeaderServerTiming, timing)
 	h.responder.Error(err)
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
@@ -421,6 +432,19 @@ func serverTiming(total time.Duration, resp *runtimedv1.InvokeResponse, replayed
 		b.WriteString(", worker;desc=cold")
 	}
 	return b.String()
+}
+
+// errorServerTiming is the Server-Timing of an error runtimed answered
+// after runtimedNanos of its own: apiserver and runtimed (the handler's time
+// is not told apart), and the replay mark.
+func errorServerTiming(total time.Duration, runtimedNanos int64, replayed bool) string {
+	totalMicros := max(total.Microseconds(), 0)
+	runtimed := min(max(runtimedNanos/1000, 0), totalMicros)
+	timing := "apiserver;dur=" + millis(totalMicros-runtimed) + ", runtimed;dur=" + millis(runtimed)
+	if replayed {
+		timing += ", dedup;desc=replayed"
+	}
+	return timing
 }
 
 // millis writes whole microseconds as milliseconds, Server-Timing's unit.

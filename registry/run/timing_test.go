@@ -91,6 +91,8 @@ func TestServerTimingAddsUpToTheTotal(t *testing.T) {
 			false, "apiserver;dur=0.000, runtimed;dur=0.000, handler;dur=1.000, worker;desc=warm"},
 		{"no answer from runtimed: the apiserver's alone", 1234 * time.Microsecond, nil, false, "apiserver;dur=1.234"},
 	}
+	assert.Equal(t, "apiserver;dur=1.500, runtimed;dur=0.500, dedup;desc=replayed", errorServerTiming(2*time.Millisecond, 500_000, true))
+	assert.Equal(t, "apiserver;dur=0.000, runtimed;dur=1.000", errorServerTiming(time.Millisecond, 9_000_000, false), "never past the total")
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got := serverTiming(tc.total, tc.resp, tc.replayed)
@@ -120,10 +122,22 @@ func TestInvokeAnswersCarryServerTiming(t *testing.T) {
 		require.Equal(t, http.StatusNotFound, a.code)
 		assert.Equal(t, []string{"apiserver"}, timingNames(parseServerTiming(t, a.header.Get("Server-Timing"))))
 	})
-	t.Run("a runtimed error carries the apiserver's share only", func(t *testing.T) {
+	t.Run("an error from a runtimed that does not say its time carries the apiserver's share only", func(t *testing.T) {
 		a := invoke(t, &fakeRouter{runtimed: &fakeRuntimed{err: status.Error(codes.Internal, "x"), dispatched: true}}, time.Minute, call{})
 		require.Equal(t, http.StatusBadGateway, a.code)
 		assert.Equal(t, []string{"apiserver"}, timingNames(parseServerTiming(t, a.header.Get("Server-Timing"))))
+	})
+	t.Run("an error runtimed answered carries runtimed's share", func(t *testing.T) {
+		rt := &fakeRuntimed{err: status.Error(codes.DeadlineExceeded, "stopped"), dispatched: true,
+			header: metadata.Pairs(invocation.MetadataRuntimedNanos, "1000")}
+		before := time.Now()
+		a := invoke(t, &fakeRouter{runtimed: rt}, time.Minute, call{})
+		elapsed := time.Since(before)
+		require.Equal(t, http.StatusGatewayTimeout, a.code)
+		parts := parseServerTiming(t, a.header.Get("Server-Timing"))
+		assert.Equal(t, []string{"apiserver", "runtimed"}, timingNames(parts))
+		assert.LessOrEqual(t, sumMicros(parts), elapsed.Microseconds())
+		assert.LessOrEqual(t, parts[1].micros, int64(1))
 	})
 }
 

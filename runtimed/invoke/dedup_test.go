@@ -3,6 +3,7 @@ package invoke_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -276,4 +277,18 @@ func TestDedupNewRegistrationStartsEmpty(t *testing.T) {
 	_, replayed, err = r.invoke(t, t.Context(), "a", true)
 	require.NoError(t, err)
 	assert.True(t, replayed, "and then records")
+}
+
+func TestErrorsCarryRuntimedTime(t *testing.T) {
+	rs := &customRuntimeServer{answer: answers(nil, status.Error(codes.Internal, "broke"))}
+	client := runtimedInFront(t, rs)
+	var md metadata.MD
+	_, err := client.Invoke(t.Context(), &runtimedv1.InvokeRequest{RunUid: "run-uid", Attempt: 2, PodUid: "pod-uid", InvocationId: "e",
+		Input: []byte(`{}`), TimeoutMillis: 5000}, grpc.Header(&md))
+	require.Equal(t, codes.Aborted, status.Code(err))
+	v := md.Get(invocation.MetadataRuntimedNanos)
+	require.Len(t, v, 1, "an error says runtimed's time in a header")
+	nanos, perr := strconv.ParseInt(v[0], 10, 64)
+	require.NoError(t, perr)
+	assert.Positive(t, nanos)
 }

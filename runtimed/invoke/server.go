@@ -3,6 +3,7 @@ package invoke
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"time"
 
@@ -113,6 +114,11 @@ func (s *Server) Invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*ru
 		"functionError", resp.GetError().GetType(), "deduplicated", replayed)
 	if resp != nil {
 		resp.RuntimedNanos = elapsed.Nanoseconds()
+	}
+	if err != nil {
+		// An error has no field for it: the apiserver's Server-Timing
+		// reads runtimed's share from the header.
+		_ = grpc.SetHeader(ctx, metadata.Pairs(invocation.MetadataRuntimedNanos, strconv.FormatInt(elapsed.Nanoseconds(), 10)))
 	}
 	return resp, err
 }
