@@ -38,7 +38,22 @@ const (
 	// HeaderFunctionError names the type of the error the handler raised,
 	// on a 200.
 	HeaderFunctionError = "X-Kruntime-Function-Error"
+	// HeaderDeduplicated is "true" on the answer to a repeat of a
+	// caller-sent invocation ID: the recorded outcome of the first, the
+	// handler not run again.
+	HeaderDeduplicated = "X-Kruntime-Deduplicated"
+	// HeaderServerTiming breaks the answer's time down by hop.
+	HeaderServerTiming = "Server-Timing"
 )
+
+// MetadataDeduplicated is the gRPC response header by which runtimed marks
+// a replayed outcome, an answer or an error; its value is "true".
+const MetadataDeduplicated = "x-kruntime-deduplicated"
+
+// MetadataRuntimedNanos is the gRPC response header by which runtimed says
+// how long it spent on a call that ended in an error (an answer carries it
+// as runtimed_nanos): decimal nanoseconds.
+const MetadataRuntimedNanos = "x-kruntime-runtimed-nanos"
 
 // ClientCommonName is the CommonName of the only client certificate
 // runtimed accepts: the apiserver's, issued by the kruntimes CA for client

@@ -115,7 +115,15 @@ type InvokeRequest struct {
 	// application/json the apiserver validated the body as JSON, and nothing
 	// downstream scans it again; empty means application/json that nobody
 	// checked, which the Runtime Server then validates.
-	ContentType   string `protobuf:"bytes,8,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	ContentType string `protobuf:"bytes,8,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// The caller sent invocation_id (X-Kruntime-Invocation-ID) rather than
+	// the apiserver minting it: runtimed then records the outcome under it
+	// and caller for its deduplication window, and a repeat by the same
+	// caller within the window is
+	// answered with that outcome (gRPC response header
+	// x-kruntime-deduplicated: true) without running the handler again. A
+	// minted ID is never deduplicated.
+	CallerSentId  bool `protobuf:"varint,20,opt,name=caller_sent_id,json=callerSentId,proto3" json:"caller_sent_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -206,6 +214,13 @@ func (x *InvokeRequest) GetContentType() string {
 	return ""
 }
 
+func (x *InvokeRequest) GetCallerSentId() bool {
+	if x != nil {
+		return x.CallerSentId
+	}
+	return false
+}
+
 type InvokeResponse struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	InvocationId string                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
@@ -223,7 +238,13 @@ type InvokeResponse struct {
 	// its answer without scanning it first; any other type, or none (a
 	// runtimed that does not say), makes the apiserver check, and output that
 	// is not JSON becomes a JSON string.
-	ContentType   string `protobuf:"bytes,10,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	ContentType string `protobuf:"bytes,10,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// How long runtimed spent on this call, the handler's duration included:
+	// the apiserver's Server-Timing tells its own share from runtimed's.
+	RuntimedNanos int64 `protobuf:"varint,20,opt,name=runtimed_nanos,json=runtimedNanos,proto3" json:"runtimed_nanos,omitempty"`
+	// The worker that ran the handler was already running (not started or
+	// restarted for this invocation), as the Runtime Server said.
+	WorkerWarm    bool `protobuf:"varint,21,opt,name=worker_warm,json=workerWarm,proto3" json:"worker_warm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -328,6 +349,20 @@ func (x *InvokeResponse) GetContentType() string {
 	return ""
 }
 
+func (x *InvokeResponse) GetRuntimedNanos() int64 {
+	if x != nil {
+		return x.RuntimedNanos
+	}
+	return 0
+}
+
+func (x *InvokeResponse) GetWorkerWarm() bool {
+	if x != nil {
+		return x.WorkerWarm
+	}
+	return false
+}
+
 type FunctionError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
@@ -389,7 +424,7 @@ const file_runtimed_proto_rawDesc = "" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
 	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12\x16\n" +
-	"\x06offset\x18\x04 \x01(\x03R\x06offset\"\xf8\x01\n" +
+	"\x06offset\x18\x04 \x01(\x03R\x06offset\"\x9e\x02\n" +
 	"\rInvokeRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
@@ -398,7 +433,8 @@ const file_runtimed_proto_rawDesc = "" +
 	"\x05input\x18\x05 \x01(\fR\x05input\x12%\n" +
 	"\x0etimeout_millis\x18\x06 \x01(\x03R\rtimeoutMillis\x12\x16\n" +
 	"\x06caller\x18\a \x01(\tR\x06caller\x12!\n" +
-	"\fcontent_type\x18\b \x01(\tR\vcontentType\"\xe3\x03\n" +
+	"\fcontent_type\x18\b \x01(\tR\vcontentType\x12$\n" +
+	"\x0ecaller_sent_id\x18\x14 \x01(\bR\fcallerSentId\"\xab\x04\n" +
 	"\x0eInvokeResponse\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\tR\finvocationId\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\fR\x06output\x12L\n" +
@@ -410,7 +446,10 @@ const file_runtimed_proto_rawDesc = "" +
 	"\x05error\x18\b \x01(\v2$.kruntimes.runtimed.v1.FunctionErrorR\x05error\x12%\n" +
 	"\x0eduration_nanos\x18\t \x01(\x03R\rdurationNanos\x12!\n" +
 	"\fcontent_type\x18\n" +
-	" \x01(\tR\vcontentType\x1a:\n" +
+	" \x01(\tR\vcontentType\x12%\n" +
+	"\x0eruntimed_nanos\x18\x14 \x01(\x03R\rruntimedNanos\x12\x1f\n" +
+	"\vworker_warm\x18\x15 \x01(\bR\n" +
+	"workerWarm\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +

@@ -1697,6 +1697,9 @@ type InvokeFunctionResponse struct {
 	// Set when the handler failed; the RPC itself still succeeds.
 	Error         *FunctionError `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
 	DurationNanos int64          `protobuf:"varint,10,opt,name=duration_nanos,json=durationNanos,proto3" json:"duration_nanos,omitempty"`
+	// The worker that ran the handler was already running when the
+	// invocation arrived: it was neither started nor restarted for it.
+	WorkerWarm    bool `protobuf:"varint,20,opt,name=worker_warm,json=workerWarm,proto3" json:"worker_warm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1799,6 +1802,13 @@ func (x *InvokeFunctionResponse) GetDurationNanos() int64 {
 		return x.DurationNanos
 	}
 	return 0
+}
+
+func (x *InvokeFunctionResponse) GetWorkerWarm() bool {
+	if x != nil {
+		return x.WorkerWarm
+	}
+	return false
 }
 
 type UnregisterFunctionRequest struct {
@@ -2166,7 +2176,7 @@ const file_runtime_proto_rawDesc = "" +
 	"\rFunctionError\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\x12\x14\n" +
-	"\x05stack\x18\x03 \x01(\tR\x05stack\"\xf1\x03\n" +
+	"\x05stack\x18\x03 \x01(\tR\x05stack\"\x92\x04\n" +
 	"\x16InvokeFunctionResponse\x12#\n" +
 	"\rinvocation_id\x18\x01 \x01(\tR\finvocationId\x12\x16\n" +
 	"\x06output\x18\x02 \x01(\fR\x06output\x12!\n" +
@@ -2178,7 +2188,9 @@ const file_runtime_proto_rawDesc = "" +
 	"\x10stderr_truncated\x18\b \x01(\bR\x0fstderrTruncated\x129\n" +
 	"\x05error\x18\t \x01(\v2#.kruntimes.runtime.v1.FunctionErrorR\x05error\x12%\n" +
 	"\x0eduration_nanos\x18\n" +
-	" \x01(\x03R\rdurationNanos\x1a:\n" +
+	" \x01(\x03R\rdurationNanos\x12\x1f\n" +
+	"\vworker_warm\x18\x14 \x01(\bR\n" +
+	"workerWarm\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xec\x01\n" +

@@ -17,6 +17,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -68,6 +69,14 @@ type invokeHandler struct {
 	name       string
 	uid        types.UID
 	responder  rest.Responder
+	// started is when serve began: the apiserver's Server-Timing counts
+	// from it.
+	started time.Time
+	// header is the answer's, for Server-Timing on errors too.
+	header http.Header
+	// errorTiming is the Server-Timing of an error runtimed answered; empty
+	// for the apiserver's own share alone.
+	errorTiming string
 }
 
 func (h *invokeHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -81,10 +90,14 @@ func (h *invokeHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // serve answers the invocation and returns the HTTP status it answered.
 func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
+	h.started, h.header = time.Now(), w.Header()
 	ctx := req.Context()
 	// Minted here and nowhere else: every hop after this one is handed it.
+	// Only an ID the caller sent is deduplicated: the caller alone can
+	// send it again.
 	invocationID := req.Header.Get(invocation.HeaderID)
-	if invocationID != "" {
+	callerSent := invocationID != ""
+	if callerSent {
 		if err := invocation.CheckID(invocationID); err != nil {
 			return h.fail(apierrors.NewBadRequest(fmt.Sprintf("%s: %v", invocation.HeaderID, err)))
 		}
@@ -127,6 +140,7 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 	rpcCtx, cancel := context.WithTimeout(ctx, timeout+rpcSlack)
 	defer cancel()
 	var dispatched peer.Peer
+	var header metadata.MD
 	resp, err := route.Runtimed.Invoke(rpcCtx, &runtimedv1.InvokeRequest{
 		RunUid:        string(route.RunUID),
 		Attempt:       route.Attempt,
@@ -136,23 +150,41 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 		ContentType:   invocation.ContentTypeJSON, // readInput validated it: nothing downstream scans it again
 		TimeoutMillis: timeout.Milliseconds(),
 		Caller:        caller,
-	}, grpc.Peer(&dispatched))
+		CallerSentId:  callerSent,
+	}, grpc.Peer(&dispatched), grpc.Header(&header))
+	replayed := replayedBy(header)
+	if replayed {
+		w.Header().Set(invocation.HeaderDeduplicated, "true")
+	}
 	if err != nil {
 		if errors.Is(ctx.Err(), context.Canceled) {
 			return statusClientClosedRequest
+		}
+		if v := header.Get(invocation.MetadataRuntimedNanos); len(v) == 1 {
+			if nanos, perr := strconv.ParseInt(v[0], 10, 64); perr == nil {
+				h.errorTiming = errorServerTiming(time.Since(h.started), nanos, replayed)
+			}
 		}
 		return h.fail(rpcStatus(err, dispatched.Addr != nil, timeout))
 	}
 	if e := resp.GetError(); e != nil {
 		w.Header().Set(invocation.HeaderFunctionError, e.GetType())
 	}
-	h.responder.Object(http.StatusOK, invokeResult(resp))
+	result := invokeResult(resp)
+	w.Header().Set(invocation.HeaderServerTiming, serverTiming(time.Since(h.started), resp, replayed))
+	h.responder.Object(http.StatusOK, result)
 	return http.StatusOK
 }
 
 // fail answers with err as a metav1.Status (Retry-After on 429 and 503
 // comes from its details) and returns its code.
 func (h *invokeHandler) fail(err error) int {
+	// An error runtimed did not answer is the apiserver's time alone.
+	timing := h.errorTiming
+	if timing == "" {
+		timing = serverTiming(time.Since(h.started), nil, false)
+	}
+	h.header.Set(invocation.HeaderServerTiming, timing)
 	h.responder.Error(err)
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
@@ -356,6 +388,69 @@ func validUTF8(b []byte) string {
 		return string(b)
 	}
 	return strings.ToValidUTF8(string(b), "\uFFFD")
+}
+
+// replayedBy says runtimed marked its answer as the recorded outcome of an
+// earlier invocation with the same caller-sent ID.
+func replayedBy(header metadata.MD) bool {
+	v := header.Get(invocation.MetadataDeduplicated)
+	return len(v) == 1 && v[0] == "true"
+}
+
+// serverTiming is the Server-Timing of an answer that took total here:
+// each hop's own share in whole microseconds, adding up to total —
+// apiserver, then runtimed and handler when runtimed answered (resp), and
+// whether the worker was warm, or that the outcome was replayed (the
+// handler did not run for this answer).
+func serverTiming(total time.Duration, resp *runtimedv1.InvokeResponse, replayed bool) string {
+	totalMicros := max(total.Microseconds(), 0)
+	if resp == nil {
+		return "apiserver;dur=" + millis(totalMicros)
+	}
+	handler := int64(0)
+	if !replayed {
+		handler = min(max(resp.GetDurationNanos()/1000, 0), totalMicros)
+	}
+	// runtimed's time holds the handler's; one that does not say is
+	// counted as the handler's alone.
+	runtimed := min(max(resp.GetRuntimedNanos()/1000, handler), totalMicros)
+	var b strings.Builder
+	b.Grow(96)
+	b.WriteString("apiserver;dur=")
+	b.WriteString(millis(totalMicros - runtimed))
+	b.WriteString(", runtimed;dur=")
+	b.WriteString(millis(runtimed - handler))
+	if replayed {
+		b.WriteString(", dedup;desc=replayed")
+		return b.String()
+	}
+	b.WriteString(", handler;dur=")
+	b.WriteString(millis(handler))
+	if resp.GetWorkerWarm() {
+		b.WriteString(", worker;desc=warm")
+	} else {
+		b.WriteString(", worker;desc=cold")
+	}
+	return b.String()
+}
+
+// errorServerTiming is the Server-Timing of an error runtimed answered
+// after runtimedNanos of its own: apiserver and runtimed (the handler's time
+// is not told apart), and the replay mark.
+func errorServerTiming(total time.Duration, runtimedNanos int64, replayed bool) string {
+	totalMicros := max(total.Microseconds(), 0)
+	runtimed := min(max(runtimedNanos/1000, 0), totalMicros)
+	timing := "apiserver;dur=" + millis(totalMicros-runtimed) + ", runtimed;dur=" + millis(runtimed)
+	if replayed {
+		timing += ", dedup;desc=replayed"
+	}
+	return timing
+}
+
+// millis writes whole microseconds as milliseconds, Server-Timing's unit.
+func millis(micros int64) string {
+	frac := strconv.FormatInt(micros%1000, 10)
+	return strconv.FormatInt(micros/1000, 10) + "." + strings.Repeat("0", 3-len(frac)) + frac
 }
 
 func newInvocationID() string {

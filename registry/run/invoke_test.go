@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -103,6 +104,8 @@ type fakeRuntimed struct {
 	got *runtimedv1.InvokeRequest
 	// deadline is the call's.
 	deadline time.Time
+	// header is the gRPC response header it answers with.
+	header metadata.MD
 }
 
 // FollowLog is not what these tests call.
@@ -120,6 +123,9 @@ func (f *fakeRuntimed) Invoke(ctx context.Context, in *runtimedv1.InvokeRequest,
 		for _, opt := range opts {
 			if p, ok := opt.(grpc.PeerCallOption); ok {
 				p.PeerAddr.Addr = &net.TCPAddr{IP: net.IPv4(10, 0, 0, 7), Port: 9443}
+			}
+			if h, ok := opt.(grpc.HeaderCallOption); ok && f.header != nil {
+				*h.HeaderAddr = f.header
 			}
 		}
 	}

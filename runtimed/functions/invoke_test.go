@@ -5,6 +5,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -64,6 +65,13 @@ func (h *invokeHop) issue(t testing.TB, ca *pki.CA) {
 
 func startInvokeHop(t testing.TB, h *harness) *invokeHop {
 	t.Helper()
+	return startInvokeHopWith(t, h, invoke.DedupConfig{})
+}
+
+// startInvokeHopWith is startInvokeHop with invocation-ID deduplication
+// bounded by dedup (off when its Window is 0).
+func startInvokeHopWith(t testing.TB, h *harness, dedup invoke.DedupConfig) *invokeHop {
+	t.Helper()
 	ca, err := pki.NewCA(pki.InvokeCACommonName, time.Hour)
 	require.NoError(t, err)
 	hop := &invokeHop{dir: t.TempDir()}
@@ -75,7 +83,7 @@ func startInvokeHop(t testing.TB, h *harness) *invokeHop {
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	gs := grpc.NewServer(append(transport.ServerOptions(), grpc.Creds(credentials.NewTLS(serverTLS)))...)
-	runtimedv1.RegisterRuntimedServer(gs, invoke.NewServer(h.controller, h.functions, "python"))
+	runtimedv1.RegisterRuntimedServer(gs, invoke.NewServer(h.controller, h.functions, "python").Deduplicate(dedup))
 	go func() { _ = gs.Serve(lis) }()
 	t.Cleanup(gs.Stop)
 	hop.address = lis.Addr().String()
@@ -222,31 +230,57 @@ func TestInvokeHop(t *testing.T) {
 // Python worker's. Run with
 //
 //	go test ./runtimed/functions -run '^$' -bench Invoke -benchtime 5000x -count 5
+//
+// Three cases, interleaved by -count: a minted ID (not deduplicated), a new
+// caller-sent ID each call (run and recorded), and one caller-sent ID
+// repeated (replayed from the table, the handler not run).
 func BenchmarkInvoke(b *testing.B) {
 	h := start(b, harnessOptions{})
-	hop := startInvokeHop(b, h)
+	hop := startInvokeHopWith(b, h, invoke.DedupConfig{Window: 10 * time.Minute, MaxEntries: 1000, MaxBytes: 4 << 20})
 	h.scheduled(b, "noop", "def handle(event, context):\n    return None\n", "handler.handle")
 	run := h.waitFor(b, "noop", "Ready", phaseIs(lifecycle.Ready))
 	client := hop.dial(b, hop.path("client.crt"), hop.path("client.key"))
-	req := invokeRequest(run, `{}`)
-	// As the apiserver sends it: the input validated as JSON.
-	req.ContentType = invocation.ContentTypeJSON
 	ctx := b.Context()
-	// The first calls set up the connection and warm the worker.
-	for range 10 {
-		if _, err := client.Invoke(ctx, req); err != nil {
-			b.Fatal(err)
-		}
+	for _, bc := range []struct {
+		name       string
+		callerSent bool
+		sameID     bool
+	}{
+		{name: "minted-id"},
+		{name: "caller-id", callerSent: true},
+		{name: "replayed", callerSent: true, sameID: true},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			req := invokeRequest(run, `{}`)
+			// As the apiserver sends it: the input validated as JSON.
+			req.ContentType = invocation.ContentTypeJSON
+			req.CallerSentId = bc.callerSent
+			prefix := bc.name + "-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
+			// The first calls set up the connection and warm the worker
+			// (and record the replayed ID).
+			for i := range 10 {
+				req.InvocationId = prefix + strconv.Itoa(i)
+				if bc.sameID {
+					req.InvocationId = prefix
+				}
+				if _, err := client.Invoke(ctx, req); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.ReportAllocs()
+			cpu := cputime.Now()
+			for i := 0; b.Loop(); i++ {
+				if !bc.sameID {
+					req.InvocationId = prefix + strconv.Itoa(10+i)
+				}
+				resp, err := client.Invoke(ctx, req)
+				if err != nil || resp.GetError() != nil {
+					b.Fatalf("invoke: %v %v", err, resp.GetError())
+				}
+			}
+			cputime.Report(b, cpu)
+		})
 	}
-	b.ReportAllocs()
-	cpu := cputime.Now()
-	for b.Loop() {
-		resp, err := client.Invoke(ctx, req)
-		if err != nil || resp.GetError() != nil {
-			b.Fatalf("invoke: %v %v", err, resp.GetError())
-		}
-	}
-	cputime.Report(b, cpu)
 }
 
 func mustRead(t *testing.T, path string) []byte {

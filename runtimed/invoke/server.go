@@ -3,18 +3,24 @@ package invoke
 import (
 	"context"
 	"errors"
+	"strconv"
+	"sync"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/clock"
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/runtimed/dedup"
 	"kruntimes.io/kruntimes/runtimed/metrics"
 )
 
@@ -35,6 +41,48 @@ type Server struct {
 	tasks    runtimev1.RuntimeClient
 	podUID   types.UID
 	stopping <-chan struct{}
+
+	// dedup bounds invocation-ID deduplication; off while its Window is 0.
+	dedup DedupConfig
+	// tables holds the outcomes of caller-sent IDs, one table per
+	// registration, by Run UID.
+	mu        sync.Mutex
+	tables    map[types.UID]*registrationTable
+	lastSweep time.Time
+}
+
+// DedupConfig bounds invocation-ID deduplication.
+type DedupConfig struct {
+	// Window is how long the outcome of an invocation with a caller-sent
+	// ID is kept; 0 turns deduplication off.
+	Window time.Duration
+	// MaxEntries and MaxBytes bound the outcomes kept per registration;
+	// the oldest go first, and one larger than MaxBytes is kept alone.
+	MaxEntries int
+	MaxBytes   int64
+	// Clock is the real clock when nil.
+	Clock clock.PassiveClock
+}
+
+// registrationTable is the table of one registration: a new registration
+// ID or attempt of the Run starts an empty one.
+type registrationTable struct {
+	attempt        int32
+	registrationID string
+	table          *dedup.Table[*runtimedv1.InvokeResponse]
+	// lastUsed is when tableOf last handed the table out.
+	lastUsed time.Time
+}
+
+// Deduplicate turns invocation-ID deduplication on with cfg (off when
+// cfg.Window is 0) and returns s. Call it before serving.
+func (s *Server) Deduplicate(cfg DedupConfig) *Server {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	s.dedup = cfg
+	s.tables = map[types.UID]*registrationTable{}
+	return s
 }
 
 // NewServer returns the invoke server of the Runtime runtime: it admits
@@ -50,31 +98,86 @@ func NewServer(gate Gate, runtimeServer runtimev1.FunctionRuntimeClient, runtime
 // its deadline; any other error is Aborted: the handler may have run.
 func (s *Server) Invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*runtimedv1.InvokeResponse, error) {
 	started := time.Now()
-	resp, err := s.invoke(ctx, req)
+	resp, replayed, err := s.invoke(ctx, req)
+	if replayed {
+		metrics.InvocationsDeduplicated.Inc()
+		// The header goes out with the answer or the error alike.
+		_ = grpc.SetHeader(ctx, metadata.Pairs(invocation.MetadataDeduplicated, "true"))
+	}
 	code := status.Code(err)
 	metrics.Invocations.WithLabelValues(code.String()).Inc()
+	elapsed := time.Since(started)
 	// One line per invocation: who called what, and how it ended; never
 	// the input, the output or a credential.
 	klog.FromContext(ctx).Info("Invocation", "runtime", s.runtime, "runUID", req.GetRunUid(), "attempt", req.GetAttempt(),
-		"invocationID", req.GetInvocationId(), "caller", req.GetCaller(), "code", code.String(), "duration", time.Since(started),
-		"functionError", resp.GetError().GetType())
+		"invocationID", req.GetInvocationId(), "caller", req.GetCaller(), "code", code.String(), "duration", elapsed,
+		"functionError", resp.GetError().GetType(), "deduplicated", replayed)
+	if resp != nil {
+		resp.RuntimedNanos = elapsed.Nanoseconds()
+	}
+	if err != nil {
+		// An error has no field for it: the apiserver's Server-Timing
+		// reads runtimed's share from the header.
+		_ = grpc.SetHeader(ctx, metadata.Pairs(invocation.MetadataRuntimedNanos, strconv.FormatInt(elapsed.Nanoseconds(), 10)))
+	}
 	return resp, err
 }
 
-func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*runtimedv1.InvokeResponse, error) {
+func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (resp *runtimedv1.InvokeResponse, replayed bool, err error) {
 	if err := invocation.CheckID(req.GetInvocationId()); err != nil {
-		return nil, runtimev1.NotStartedError(codes.InvalidArgument, "invocation_id: %v", err)
+		return nil, false, runtimev1.NotStartedError(codes.InvalidArgument, "invocation_id: %v", err)
 	}
 	switch {
 	case len(req.GetInput()) > invocation.MaxInputBytes:
-		return nil, runtimev1.NotStartedError(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), invocation.MaxInputBytes)
+		return nil, false, runtimev1.NotStartedError(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), invocation.MaxInputBytes)
 	case req.GetTimeoutMillis() < 0:
-		return nil, runtimev1.NotStartedError(codes.InvalidArgument, "timeout_millis must not be negative")
+		return nil, false, runtimev1.NotStartedError(codes.InvalidArgument, "timeout_millis must not be negative")
 	}
 	id, err := s.gate.Admit(types.UID(req.GetRunUid()), req.GetAttempt(), types.UID(req.GetPodUid()))
 	if err != nil {
-		return nil, runtimev1.NotStartedError(codes.FailedPrecondition, "%s", err.Error())
+		return nil, false, runtimev1.NotStartedError(codes.FailedPrecondition, "%s", err.Error())
 	}
+	if !req.GetCallerSentId() || s.dedup.Window <= 0 {
+		resp, err := s.call(ctx, req, id)
+		return resp, false, err
+	}
+	table := s.tableOf(types.UID(req.GetRunUid()), req.GetAttempt(), id)
+	// Keyed by the caller too: another identity that sends the same ID
+	// runs its own invocation rather than reading this caller's outcome.
+	// An ID holds no control character, so the NUL splits the key alone.
+	found, err := table.Begin(ctx, req.GetInvocationId()+"\x00"+req.GetCaller())
+	if err != nil {
+		// Gave up waiting for the invocation in flight with this ID, which
+		// started: not NotStarted.
+		return nil, false, status.Errorf(status.FromContextError(err).Code(),
+			"an invocation with ID %q is in flight; its outcome did not arrive in time: %v", req.GetInvocationId(), err)
+	}
+	if found.Replayed {
+		// Each answer is its own message: the recorded one is shared.
+		return shallowCopy(found.Value), true, found.Err
+	}
+	// The outcome is recorded for a retry, so the invocation runs to its
+	// end even when this caller goes away first; its deadline stays.
+	runCtx := context.WithoutCancel(ctx)
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithDeadline(runCtx, deadline)
+		defer cancel()
+	}
+	resp, err = s.call(runCtx, req, id)
+	// Everything but a refusal before the handler started is recorded:
+	// keeping the uncertain outcomes too is what makes a repeat run at
+	// most once.
+	found.Run.Finish(resp, err, err == nil || !runtimev1.IsNotStarted(err))
+	s.sweep()
+	if resp != nil {
+		resp = shallowCopy(resp)
+	}
+	return resp, false, err
+}
+
+// call invokes the Runtime Server under the registration ID id.
+func (s *Server) call(ctx context.Context, req *runtimedv1.InvokeRequest, id string) (*runtimedv1.InvokeResponse, error) {
 	// The content type goes on as it came: application/json says the
 	// apiserver validated the input, so the Runtime Server does not scan it.
 	var reached peer.Peer
@@ -99,11 +202,84 @@ func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*ru
 		StderrTruncated: out.GetStderrTruncated(),
 		DurationNanos:   out.GetDurationNanos(),
 		ContentType:     out.GetContentType(),
+		WorkerWarm:      out.GetWorkerWarm(),
 	}
 	if e := out.GetError(); e != nil {
 		resp.Error = &runtimedv1.FunctionError{Type: e.GetType(), Message: e.GetMessage()}
 	}
 	return resp, nil
+}
+
+// shallowCopy is a new message holding r's fields, its bytes and map
+// shared (nobody writes them): the recorded answer stays as it was when
+// runtimed_nanos is set on a copy.
+func shallowCopy(r *runtimedv1.InvokeResponse) *runtimedv1.InvokeResponse {
+	if r == nil {
+		return nil
+	}
+	return &runtimedv1.InvokeResponse{
+		InvocationId:    r.GetInvocationId(),
+		Output:          r.GetOutput(),
+		Outputs:         r.GetOutputs(),
+		Stdout:          r.GetStdout(),
+		Stderr:          r.GetStderr(),
+		StdoutTruncated: r.GetStdoutTruncated(),
+		StderrTruncated: r.GetStderrTruncated(),
+		Error:           r.GetError(),
+		DurationNanos:   r.GetDurationNanos(),
+		ContentType:     r.GetContentType(),
+		WorkerWarm:      r.GetWorkerWarm(),
+	}
+}
+
+// entryOverhead is what one recorded outcome costs beyond its bytes: the
+// entry, its list element and map slot, roughly.
+const entryOverhead = 256
+
+// outcomeSize counts the bytes a recorded outcome holds.
+func outcomeSize(resp *runtimedv1.InvokeResponse, err error) int64 {
+	n := int64(entryOverhead)
+	if resp != nil {
+		n += int64(proto.Size(resp))
+	}
+	if err != nil {
+		n += int64(len(status.Convert(err).Message()))
+	}
+	return n
+}
+
+// tableOf returns the table of the registration id at attempt of the Run
+// uid: an empty one when the Run had none, or another registration's.
+func (s *Server) tableOf(uid types.UID, attempt int32, id string) *dedup.Table[*runtimedv1.InvokeResponse] {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	t := s.tables[uid]
+	if t == nil || t.attempt != attempt || t.registrationID != id {
+		t = &registrationTable{attempt: attempt, registrationID: id, table: dedup.New(dedup.Config{
+			Window: s.dedup.Window, MaxEntries: s.dedup.MaxEntries, MaxBytes: s.dedup.MaxBytes, Clock: s.dedup.Clock,
+		}, outcomeSize)}
+		s.tables[uid] = t
+	}
+	t.lastUsed = s.dedup.Clock.Now()
+	return t.table
+}
+
+// sweep drops, at most once per window, the tables that hold nothing any
+// more and were not handed out for a window: those of Runs released, or
+// idle.
+func (s *Server) sweep() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	now := s.dedup.Clock.Now()
+	if now.Sub(s.lastSweep) < s.dedup.Window {
+		return
+	}
+	s.lastSweep = now
+	for uid, t := range s.tables {
+		if now.Sub(t.lastUsed) >= s.dedup.Window && t.table.Len() == 0 {
+			delete(s.tables, uid)
+		}
+	}
 }
 
 // invokeError maps the Runtime Server's answer to what the apiserver makes

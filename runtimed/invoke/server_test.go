@@ -61,6 +61,13 @@ func serve(t *testing.T, gs *grpc.Server, lis net.Listener) {
 // and returns a client of it as the apiserver dials one.
 func runtimedInFront(t *testing.T, rs *customRuntimeServer) runtimedv1.RuntimedClient {
 	t.Helper()
+	return runtimedWith(t, rs, gate{}, nil)
+}
+
+// runtimedWith is runtimedInFront with the gate g, and configure (when not
+// nil) applied to the invoke server before it serves.
+func runtimedWith(t *testing.T, rs *customRuntimeServer, g invoke.Gate, configure func(*invoke.Server)) runtimedv1.RuntimedClient {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "runtime.sock")
 	if rs != nil {
 		lis, err := net.Listen("unix", sock)
@@ -76,7 +83,11 @@ func runtimedInFront(t *testing.T, rs *customRuntimeServer) runtimedv1.RuntimedC
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	gs := grpc.NewServer(transport.RuntimedServerOptions()...)
-	runtimedv1.RegisterRuntimedServer(gs, invoke.NewServer(gate{}, runtimev1.NewFunctionRuntimeClient(rsConn), "custom"))
+	server := invoke.NewServer(g, runtimev1.NewFunctionRuntimeClient(rsConn), "custom")
+	if configure != nil {
+		configure(server)
+	}
+	runtimedv1.RegisterRuntimedServer(gs, server)
 	serve(t, gs, lis)
 	conn, err := grpc.NewClient(lis.Addr().String(), append(transport.RuntimedDialOptions(), grpc.WithTransportCredentials(insecure.NewCredentials()))...)
 	require.NoError(t, err)

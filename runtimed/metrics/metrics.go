@@ -83,6 +83,14 @@ var (
 		Help:           "Invocations the apiserver sent to this runtimed, by the gRPC code of the answer.",
 		StabilityLevel: metrics.ALPHA,
 	}, []string{"code"})
+	// InvocationsDeduplicated counts invocations answered with the recorded
+	// outcome of an earlier one with the same caller-sent ID.
+	InvocationsDeduplicated = metrics.NewCounter(&metrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "invocations_deduplicated_total",
+		Help:           "Invocations answered with the recorded outcome of an earlier invocation with the same caller-sent ID, without running the handler.",
+		StabilityLevel: metrics.ALPHA,
+	})
 	// StatusUpdates counts Run status writes by result: ok, conflict, error.
 	StatusUpdates = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem,
@@ -134,6 +142,6 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(Executions, ExecutionDuration, ClaimLatency, SlotsUsed, Registrations, RegistrationDuration, Invocations,
-			Capacity, StatusUpdates, HeartbeatRenewals, RuntimeServerErrors)
+			InvocationsDeduplicated, Capacity, StatusUpdates, HeartbeatRenewals, RuntimeServerErrors)
 	})
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
@@ -44,6 +45,13 @@ type Options struct {
 	// function Runs.
 	EndpointBase   string
 	EndpointCAFile string
+	// InvokeDedupWindow keeps the outcome of an invocation whose ID the
+	// caller sent, to answer a repeat with it; 0 turns deduplication off.
+	// InvokeDedupMaxEntries and InvokeDedupMaxBytes bound what is kept per
+	// function Run.
+	InvokeDedupWindow     time.Duration
+	InvokeDedupMaxEntries int
+	InvokeDedupMaxBytes   int64
 	// MaxProcs is GOMAXPROCS unless $GOMAXPROCS is set; 0 leaves it to Go.
 	MaxProcs int
 	Logs     *logsapi.LoggingConfiguration
@@ -74,6 +82,12 @@ func NewOptions() *Options {
 		KubeAPIQPS:   200,
 		KubeAPIBurst: 400,
 		EndpointBase: functions.DefaultEndpointBase,
+		// Restate keeps an idempotency key for a day, Lambda Powertools an
+		// hour; ten minutes covers a client's retries after a 502 at a
+		// bounded cost (at most 1,000 outcomes and 4 MiB per function Run).
+		InvokeDedupWindow:     10 * time.Minute,
+		InvokeDedupMaxEntries: 1000,
+		InvokeDedupMaxBytes:   4 << 20,
 		// A proxy that hands each call from goroutine to goroutine spends
 		// less CPU on one thread than waking a second one for every step
 		// (BenchmarkInvoke in runtimed/functions, docs/benchmarks.md).
@@ -101,6 +115,15 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.InvokeClientCAFile, "invoke-client-ca-file", o.InvokeClientCAFile, "CA whose client certificate for kruntimes-apiserver the invoke server accepts, reloaded when the file changes.")
 	fs.StringVar(&o.EndpointBase, "endpoint-base", o.EndpointBase, "Scheme and host clients reach the Kubernetes API at; Ready function Runs advertise <base>/apis/kruntimes.io/v1alpha1/namespaces/NS/runs/NAME/invoke?uid=UID in status.endpoint.")
 	fs.StringVar(&o.EndpointCAFile, "endpoint-ca-file", o.EndpointCAFile, "PEM bundle clients should trust for --endpoint-base, copied into status.endpoint.caBundle; leave empty when they already trust the cluster's root.")
+	// kruntimes-apiserver writes status.endpoint itself (--invoke-endpoint
+	// and its flags) and replaces what runtimed proposes. The flags stay,
+	// so that Runtime Pods whose template passes them keep starting, and
+	// removing them from the template would roll every Runtime Pod.
+	_ = fs.MarkDeprecated("endpoint-base", "kruntimes-apiserver sets status.endpoint (its --invoke-endpoint flags) and ignores what runtimed proposes; this flag has no effect and will be removed")
+	_ = fs.MarkDeprecated("endpoint-ca-file", "kruntimes-apiserver sets status.endpoint.caBundle (its --invoke-direct-endpoint-ca-file) and ignores what runtimed proposes; this flag has no effect and will be removed")
+	fs.DurationVar(&o.InvokeDedupWindow, "invoke-dedup-window", o.InvokeDedupWindow, "How long the outcome of an invocation whose ID the caller sent (X-Kruntime-Invocation-ID) is kept: a repeat within it is answered with that outcome without running the handler again, and a repeat while it runs waits for it. Kept per registration: a new attempt, a new Runtime Server registration or a runtimed restart starts empty. 0 turns deduplication off.")
+	fs.IntVar(&o.InvokeDedupMaxEntries, "invoke-dedup-max-entries", o.InvokeDedupMaxEntries, "Most outcomes kept per function Run for --invoke-dedup-window; the oldest go first.")
+	fs.Int64Var(&o.InvokeDedupMaxBytes, "invoke-dedup-max-bytes", o.InvokeDedupMaxBytes, "Most bytes of outcomes kept per function Run for --invoke-dedup-window; the oldest go first, and one larger outcome is kept alone.")
 	fs.IntVar(&o.MaxProcs, "gomaxprocs", o.MaxProcs, "Most threads executing Go code at once (GOMAXPROCS), unless $GOMAXPROCS is set; 0 leaves it to Go, which takes the CPUs the container may use.")
 	logsapi.AddFlags(o.Logs, fs)
 }
@@ -134,6 +157,15 @@ func (o *Options) Validate() error {
 	}
 	if _, _, err := net.SplitHostPort(o.InvokeAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--invoke-address must be host:port: %w", err))
+	}
+	if o.InvokeDedupWindow < 0 {
+		errs = append(errs, fmt.Errorf("--invoke-dedup-window must not be negative (0 turns deduplication off), got %s", o.InvokeDedupWindow))
+	}
+	if o.InvokeDedupMaxEntries < 1 {
+		errs = append(errs, fmt.Errorf("--invoke-dedup-max-entries must be at least 1, got %d", o.InvokeDedupMaxEntries))
+	}
+	if o.InvokeDedupMaxBytes < 1 {
+		errs = append(errs, fmt.Errorf("--invoke-dedup-max-bytes must be at least 1, got %d", o.InvokeDedupMaxBytes))
 	}
 	if o.MaxProcs < 0 {
 		errs = append(errs, fmt.Errorf("--gomaxprocs must not be negative, got %d", o.MaxProcs))

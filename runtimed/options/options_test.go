@@ -1,7 +1,9 @@
 package options
 
 import (
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
@@ -36,6 +38,34 @@ func TestControllerFlagsParse(t *testing.T) {
 	require.NoError(t, fs.Parse([]string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=3"}))
 	assert.Equal(t, 3, o.Capacity)
 	assert.NoError(t, o.Validate())
+	// Deployed Pods deduplicate with the defaults.
+	assert.Equal(t, 10*time.Minute, o.InvokeDedupWindow)
+	assert.Equal(t, 1000, o.InvokeDedupMaxEntries)
+	assert.Equal(t, int64(4<<20), o.InvokeDedupMaxBytes)
+}
+
+func TestEndpointFlagsAreDeprecatedButAccepted(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("runtimed", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	var warnings strings.Builder
+	fs.SetOutput(&warnings)
+	// What a Runtime Pod template of an older controller passes.
+	require.NoError(t, fs.Parse([]string{"--endpoint-base=https://example.test", "--endpoint-ca-file="}))
+	assert.Equal(t, "https://example.test", o.EndpointBase)
+	assert.NotEmpty(t, fs.Lookup("endpoint-base").Deprecated)
+	assert.NotEmpty(t, fs.Lookup("endpoint-ca-file").Deprecated)
+	assert.Contains(t, warnings.String(), "Flag --endpoint-base has been deprecated")
+}
+
+func TestDedupFlags(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("runtimed", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	require.NoError(t, fs.Parse([]string{"--invoke-dedup-window=0", "--invoke-dedup-max-entries=5", "--invoke-dedup-max-bytes=1024"}))
+	assert.Equal(t, time.Duration(0), o.InvokeDedupWindow, "0 turns deduplication off")
+	assert.Equal(t, 5, o.InvokeDedupMaxEntries)
+	assert.Equal(t, int64(1024), o.InvokeDedupMaxBytes)
 }
 
 func TestValidateSaysWhatIsWrong(t *testing.T) {
@@ -50,6 +80,9 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		{"a missing Pod UID names the env var", func(o *Options) { o.PodUID = "" }, "$POD_UID"},
 		{"a bad health address is refused", func(o *Options) { o.HealthAddress = "8080" }, "--health-address"},
 		{"a negative GOMAXPROCS is refused", func(o *Options) { o.MaxProcs = -1 }, "--gomaxprocs must not be negative"},
+		{"a negative dedup window is refused", func(o *Options) { o.InvokeDedupWindow = -time.Second }, "--invoke-dedup-window must not be negative"},
+		{"no dedup entries is refused", func(o *Options) { o.InvokeDedupMaxEntries = 0 }, "--invoke-dedup-max-entries must be at least 1"},
+		{"no dedup bytes is refused", func(o *Options) { o.InvokeDedupMaxBytes = 0 }, "--invoke-dedup-max-bytes must be at least 1"},
 		{"an invoke certificate without its key and CA is refused", func(o *Options) { o.InvokeCertFile = "tls.crt" }, "go together"},
 		{"an invoke key and CA without the certificate are refused", func(o *Options) { o.InvokeKeyFile, o.InvokeClientCAFile = "tls.key", "ca.crt" }, "go together"},
 	}

@@ -86,6 +86,9 @@ type Result struct {
 	StdoutTruncated bool
 	StderrTruncated bool
 	Error           *FunctionError
+	// WorkerWarm says the handler ran in a worker that was already running
+	// when the invocation arrived: neither started nor restarted for it.
+	WorkerWarm bool
 }
 
 // FunctionError describes a handler failure.

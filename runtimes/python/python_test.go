@@ -54,6 +54,7 @@ def echo(event, context):
 			res, err := fn.Invoke(context.Background(), language.Invocation{ID: "i", Input: []byte(tc.input), ContentType: tc.contentType})
 			require.NoError(t, err)
 			require.Nil(t, res.Error)
+			assert.True(t, res.WorkerWarm, "the worker started at registration was running")
 			assert.Equal(t, tc.wantType, res.ContentType)
 			if tc.contentType == invocation.ContentTypeJSON {
 				assert.JSONEq(t, tc.want, string(res.Output))

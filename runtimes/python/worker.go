@@ -236,30 +236,31 @@ func (f *function) startWorker(ctx context.Context) (*worker, error) {
 var errClosed = errors.New("function was unregistered")
 
 // acquireWorker returns the live worker, waiting for a restart in progress,
-// and marks it invoking; the caller clears invoking when done.
-func (f *function) acquireWorker(ctx context.Context) (*worker, error) {
-	for {
+// and marks it invoking; the caller clears invoking when done. warm says it
+// did not wait for a restart: the worker was running when the call came.
+func (f *function) acquireWorker(ctx context.Context) (w *worker, warm bool, err error) {
+	for warm = true; ; warm = false {
 		f.mu.Lock()
 		switch {
 		case f.closed:
 			f.mu.Unlock()
-			return nil, errClosed
+			return nil, false, errClosed
 		case f.failure != nil:
 			err := f.failure
 			f.mu.Unlock()
-			return nil, err
+			return nil, false, err
 		case f.worker != nil:
 			w := f.worker
 			f.invoking = true
 			f.mu.Unlock()
-			return w, nil
+			return w, warm, nil
 		}
 		restarted := f.restarted
 		f.mu.Unlock()
 		select {
 		case <-restarted:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 	}
 }
@@ -379,7 +380,7 @@ func splitHeaded(payload []byte) (head, body []byte, err error) {
 
 // Invoke implements language.Function.
 func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*language.Result, error) {
-	w, err := f.acquireWorker(ctx)
+	w, warm, err := f.acquireWorker(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -435,6 +436,7 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 		w.group.Kill()
 		return nil, fmt.Errorf("worker sent an unreadable response: %w", err)
 	}
+	res.WorkerWarm = warm
 	return res, nil
 }
 

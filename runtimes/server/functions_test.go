@@ -359,6 +359,7 @@ func TestInvokeFunctionPython(t *testing.T) {
 		invokeCase{name: "print output is captured per invocation", handler: "handlers.echo", check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
 			assert.Equal(t, "to stdout\n", string(resp.GetStdout()))
 			assert.Equal(t, "to stderr\n", string(resp.GetStderr()))
+			assert.True(t, resp.GetWorkerWarm(), "the worker started at registration was running")
 		}},
 		invokeCase{name: "context carries a deadline when the invocation has one", handler: "handlers.echo", timeout: 10 * time.Second, check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
 			var out map[string]any
@@ -390,6 +391,7 @@ func TestInvokeFunctionBash(t *testing.T) {
 	cases = append(cases,
 		invokeCase{name: "stdout that is not JSON becomes a JSON string", handler: "text.sh", check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
 			assert.JSONEq(t, `"hello world"`, string(resp.GetOutput()))
+			assert.False(t, resp.GetWorkerWarm(), "bash starts a process per invocation")
 		}},
 		invokeCase{name: "non-zero exit is a function error carrying the stderr tail", handler: "fail.sh", wantError: "NonZeroExit", check: func(t *testing.T, resp *runtimev1.InvokeFunctionResponse) {
 			assert.Contains(t, resp.GetError().GetMessage(), "code 3")

@@ -140,6 +140,7 @@ func boundResult(invocationID, contentType string, duration time.Duration, res *
 		StdoutTruncated: res.StdoutTruncated || len(res.Stdout) > language.MaxInvocationLogBytes,
 		StderrTruncated: res.StderrTruncated || len(res.Stderr) > language.MaxInvocationLogBytes,
 		DurationNanos:   duration.Nanoseconds(),
+		WorkerWarm:      res.WorkerWarm,
 	}
 	if resp.ContentType == "" {
 		resp.ContentType = contentType

@@ -66,7 +66,7 @@ func Run(args []string, streams genericiooptions.IOStreams) int {
 type invokeOptions struct {
 	file, data, invocationID, uid, output string
 	timeout                               time.Duration
-	logs                                  bool
+	logs, verbose                         bool
 }
 
 func newInvokeCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
@@ -95,6 +95,7 @@ usage. Codes 4 and 5 guarantee the handler did not run; after 7 it may have.`,
 	cmd.Flags().StringVar(&o.uid, "uid", "", "Invoke only the Run with this UID: a Run created again under the name answers 404.")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "json prints the whole InvokeResult instead of the output alone.")
 	cmd.Flags().BoolVar(&o.logs, "logs", false, "Print what the handler wrote to stdout and stderr, to standard error.")
+	cmd.Flags().BoolVarP(&o.verbose, "verbose", "v", false, "Print the invocation ID, the answer's Server-Timing (where the time went: apiserver, runtimed, handler, warm or cold worker) and whether it was a replay of an earlier invocation with the same --invocation-id, to standard error.")
 	return cmd
 }
 
@@ -108,13 +109,19 @@ func invoke(ctx context.Context, flags *genericclioptions.ConfigFlags, streams g
 		fmt.Fprintf(streams.ErrOut, "error: --output must be json or empty, got %q\n", o.output)
 		return ExitUsage
 	}
-	runs, _, err := clientFor(flags)
+	var answer *answerHeader
+	if o.verbose {
+		answer = &answerHeader{}
+	}
+	runs, _, err := clientWith(flags, answer.wrap)
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "error:", err)
 		return ExitError
 	}
+	started := time.Now()
 	result, err := runs.Invoke(ctx, name, input,
 		typedv1alpha1.InvokeOptions{UID: types.UID(o.uid), Timeout: o.timeout, InvocationID: o.invocationID})
+	answer.print(streams.ErrOut, time.Since(started))
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "Error from server:", err)
 		code := exitCodeOf(err)

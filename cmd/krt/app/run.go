@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	watchtools "k8s.io/client-go/tools/watch"
 
@@ -204,9 +206,18 @@ func runExitCode(run *v1alpha1.Run) int {
 }
 
 func clientFor(flags *genericclioptions.ConfigFlags) (typedv1alpha1.RunInterface, string, error) {
+	return clientWith(flags, nil)
+}
+
+// clientWith is clientFor with wrap (when not nil) around the transport.
+func clientWith(flags *genericclioptions.ConfigFlags, wrap func(http.RoundTripper) http.RoundTripper) (typedv1alpha1.RunInterface, string, error) {
 	config, err := flags.ToRESTConfig()
 	if err != nil {
 		return nil, "", err
+	}
+	if wrap != nil {
+		config = rest.CopyConfig(config)
+		config.Wrap(wrap)
 	}
 	namespace, _, err := flags.ToRawKubeConfigLoader().Namespace()
 	if err != nil {

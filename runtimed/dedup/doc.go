@@ -1,0 +1,11 @@
+// Package dedup records the outcomes of invocations by the ID their caller
+// sent, so that a repeat within a window is answered with the first
+// outcome instead of running the handler again, and a repeat while the
+// first is still in flight waits for it.
+//
+// A Table belongs to one registration of one function: runtimed starts an
+// empty one for a new registration ID, a new attempt and after a restart.
+// It is bounded by the window, by a number of entries and by the bytes of
+// the recorded outcomes; the oldest outcome goes first, and one outcome
+// larger than the byte bound is kept alone.
+package dedup
