@@ -1,13 +1,18 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -322,5 +327,216 @@ func TestKrtMCP(t *testing.T) {
 			direct = append(direct, time.Since(start))
 		}
 		t.Logf("tools/call via krt mcp: p50 %v p99 %v; direct Invoke: p50 %v p99 %v (%d each)", p(viaMCP, 0.5), p(viaMCP, 0.99), p(direct, 0.5), p(direct, 0.99), n)
+	})
+}
+
+// bearerTransport adds a bearer token to every request.
+type bearerTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// krtMCPListen starts krt mcp --listen 127.0.0.1:0 with kubeconfig and
+// returns the URL it prints on standard error; krt is stopped with SIGTERM
+// (and must exit 0) when the test ends.
+func krtMCPListen(ctx context.Context, t *testing.T, f *framework.Framework, kubeconfig, ns string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(f.RepoRoot, "bin", "krt"), "--kubeconfig="+kubeconfig, "-n", ns, "mcp", "--listen", "127.0.0.1:0")
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	urls := make(chan string, 1)
+	go func() {
+		scanner := bufio.NewScanner(stderr)
+		for scanner.Scan() {
+			line := scanner.Text()
+			t.Log(line)
+			if m := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/mcp) `).FindStringSubmatch(line); m != nil {
+				select {
+				case urls <- m[1]:
+				default:
+				}
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			assert.NoError(t, err, "krt mcp --listen exits 0 on SIGTERM")
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Error("krt mcp --listen did not stop within 20 s of SIGTERM")
+		}
+	})
+	select {
+	case url := <-urls:
+		return url
+	case err := <-exited:
+		t.Fatalf("krt mcp --listen exited before listening: %v", err)
+	case <-ctx.Done():
+		t.Fatal("krt mcp --listen printed no address")
+	}
+	return ""
+}
+
+func mcpHTTPSession(ctx context.Context, t *testing.T, url, token string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "v0"}, opts)
+	session, err := client.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:   url,
+		HTTPClient: &http.Client{Transport: bearerTransport{token: token, next: http.DefaultTransport}},
+		MaxRetries: -1,
+	}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = session.Close() })
+	return session
+}
+
+// mcpPing posts one JSON-RPC ping with the Authorization header authz (none
+// when empty) in the session sessionID (a new one when empty).
+func mcpPing(ctx context.Context, t *testing.T, url, authz, sessionID string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if authz != "" {
+		req.Header.Set("Authorization", authz)
+	}
+	if sessionID != "" {
+		req.Header.Set("Mcp-Session-Id", sessionID)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp
+}
+
+// TestKrtMCPHTTP: krt mcp --listen on loopback, started with a kubeconfig
+// that has no credentials at all, serves each MCP session as the bearer
+// token that created it: a ServiceAccount allowed to invoke one of three
+// tools lists and calls that one (and is told when a second it may invoke
+// becomes Ready, through its own watch); a ServiceAccount that may only
+// read Runs lists none; a request without a token is 401; the first
+// ServiceAccount's session refuses the second's token.
+func TestKrtMCPHTTP(t *testing.T) {
+	f := framework.Get(t)
+	runs := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "mcphttp")
+	ctx := framework.Context(t, 6*time.Minute)
+	_, err := runs.KruntimesV1alpha1().Runtimes(ns).Create(ctx, functionRuntime("python", "python", 8), metav1.CreateOptions{})
+	require.NoError(t, err)
+	tool := func(run *v1alpha1.Run) *v1alpha1.Run {
+		run.Labels = map[string]string{"kruntimes.io/tool": "true"}
+		return run
+	}
+	forecast := tool(functionRun("forecast", "python", "tools.py", mcpHandlers, "tools.forecast"))
+	forecast.Spec.Mode.Function.Schema = &v1alpha1.FunctionSchema{
+		Input:  &runtime.RawExtension{Raw: []byte(mcpForecastInput)},
+		Output: &runtime.RawExtension{Raw: []byte(mcpForecastOutput)},
+	}
+	createRun(ctx, t, runs, ns, forecast)
+	createRun(ctx, t, runs, ns, tool(functionRun("boom", "python", "tools.py", mcpHandlers, "tools.boom")))
+	createRun(ctx, t, runs, ns, tool(functionRun("slow", "python", "tools.py", mcpHandlers, "tools.slow")))
+	for _, name := range []string{"forecast", "boom", "slow"} {
+		out, err := f.Kubectl(ctx, "-n", ns, "wait", "--for=condition=Ready", "run/"+name, "--timeout=120s")
+		require.NoError(t, err, "kubectl wait --for=condition=Ready run/%s: %s", name, out)
+	}
+	_, agentToken := serviceAccountConfig(ctx, t, f, ns, "agent", "kruntimes-view")
+	_, err = f.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "invoke-forecast"},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{v1alpha1.SchemeGroupVersion.Group}, Resources: []string{"runs/invoke"},
+			Verbs: []string{"create"}, ResourceNames: []string{"forecast", "late"},
+		}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-invoke-forecast"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "invoke-forecast"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "agent", Namespace: ns}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, readerToken := serviceAccountConfig(ctx, t, f, ns, "reader", "kruntimes-view")
+
+	// The kubeconfig krt is started with gives the cluster's address and
+	// CA, and no credentials: everything is done as the callers' tokens.
+	url := krtMCPListen(ctx, t, f, kubeconfigFor(t, f.AdminConfig, ""), ns)
+
+	t.Run("a request without a bearer token is 401", func(t *testing.T) {
+		resp := mcpPing(ctx, t, url, "", "")
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		assert.Contains(t, resp.Header.Get("WWW-Authenticate"), "Bearer")
+		resp = mcpPing(ctx, t, url, "Bearer not-a-token", "")
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a token the cluster does not accept")
+	})
+
+	changed := make(chan struct{}, 16)
+	agent := mcpHTTPSession(ctx, t, url, agentToken, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		},
+	})
+
+	t.Run("a ServiceAccount allowed to invoke one of three sees and calls one", func(t *testing.T) {
+		names, tools := toolNames(ctx, t, agent)
+		assert.Equal(t, []string{"forecast"}, names)
+		in, _ := json.Marshal(tools["forecast"].InputSchema)
+		assert.JSONEq(t, mcpForecastInput, string(in))
+		r, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "forecast", Arguments: map[string]any{"city": "Tromsø", "days": 2}})
+		require.NoError(t, err)
+		require.False(t, r.IsError, "%s", resultText(t, r))
+		out, ok := r.StructuredContent.(map[string]any)
+		require.True(t, ok, "%T", r.StructuredContent)
+		assert.Equal(t, "Tromsø", out["city"])
+		assert.Len(t, out["celsius"], 2)
+	})
+
+	t.Run("a ServiceAccount that may only read Runs sees none", func(t *testing.T) {
+		reader := mcpHTTPSession(ctx, t, url, readerToken, nil)
+		names, _ := toolNames(ctx, t, reader)
+		assert.Empty(t, names)
+		r, err := reader.CallTool(ctx, &mcp.CallToolParams{Name: "forecast", Arguments: map[string]any{"city": "Oslo"}})
+		if err == nil {
+			assert.True(t, r.IsError, "an unlisted tool is not called")
+		}
+	})
+
+	t.Run("the agent's session refuses another token", func(t *testing.T) {
+		require.NotEmpty(t, agent.ID())
+		resp := mcpPing(ctx, t, url, "Bearer "+readerToken, agent.ID())
+		assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+		resp = mcpPing(ctx, t, url, "", agent.ID())
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		names, _ := toolNames(ctx, t, agent)
+		assert.Equal(t, []string{"forecast"}, names, "the session is unharmed")
+	})
+
+	t.Run("list_changed reaches the session when a tool it may invoke becomes Ready", func(t *testing.T) {
+		for len(changed) > 0 {
+			<-changed
+		}
+		createRun(ctx, t, runs, ns, tool(functionRun("late", "python", "tools.py", mcpHandlers, "tools.forecast")))
+		select {
+		case <-changed:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("no notifications/tools/list_changed after the Run became Ready")
+		}
+		names, _ := toolNames(ctx, t, agent)
+		assert.Equal(t, []string{"forecast", "late"}, names)
 	})
 }

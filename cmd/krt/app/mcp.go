@@ -26,6 +26,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	v1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
@@ -53,15 +54,19 @@ const accessTTL = 30 * time.Second
 const maxToolNameLen = 128
 
 type mcpOptions struct {
-	selector string
-	timeout  time.Duration
+	selector    string
+	timeout     time.Duration
+	listen      string
+	tlsCertFile string
+	tlsKeyFile  string
+	idleTimeout time.Duration
 }
 
 func newMCPCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
 	o := &mcpOptions{}
 	cmd := &cobra.Command{
-		Use:   "mcp [-n NAMESPACE] [-l SELECTOR]",
-		Short: "Serve the namespace's Ready function Runs as Model Context Protocol tools over stdio",
+		Use:   "mcp [-n NAMESPACE] [-l SELECTOR] [--listen HOST:PORT]",
+		Short: "Serve the namespace's Ready function Runs as Model Context Protocol tools, over stdio or HTTP",
 		Long: `Serve the Ready function Runs of one namespace that match the label selector
 (default ` + DefaultToolSelector + `) and that you may invoke (create runs/invoke,
 asked with a SelfSubjectAccessReview per Run, cached 30s) as Model Context
@@ -81,7 +86,20 @@ invocation ID) and never re-sends it. The output is structuredContent (when
 a JSON object) and text. Every failure is a result with isError: the
 handler's error; the arguments breaking the input schema (did not run);
 busy or unavailable (did not run, retry after N s); timed out or outcome
-unknown (may have run). Logs go to standard error.`,
+unknown (may have run). Logs go to standard error.
+
+With --listen HOST:PORT, krt mcp serves MCP's streamable HTTP transport at
+http://HOST:PORT/mcp instead (https with --tls-cert-file and
+--tls-private-key-file; a listen address that is not loopback is refused
+without them). Every request must carry "Authorization: Bearer TOKEN", a
+Kubernetes token (e.g. kubectl create token SERVICEACCOUNT), and is
+answered 401 without one or when the cluster does not accept it. Each MCP
+session acts as the token that created it: its own watch of the Runs,
+SelfSubjectAccessReviews and invocations, made with the kubeconfig's
+server and CA and that token, never the kubeconfig's credentials. A
+request of a session with a different token is refused with 403 (a new
+token, e.g. a refreshed one, starts a new session). The address is printed
+on standard error once listening. SIGINT or SIGTERM stops it.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := serveMCP(cmd.Context(), flags, streams, o); err != nil {
@@ -92,6 +110,10 @@ unknown (may have run). Logs go to standard error.`,
 		},
 	}
 	cmd.Flags().StringVarP(&o.selector, "selector", "l", DefaultToolSelector, "Label selector of the Runs to serve as tools.")
+	cmd.Flags().StringVar(&o.listen, "listen", "", "Serve MCP's streamable HTTP transport on HOST:PORT (path /mcp) instead of stdio; port 0 picks a free one.")
+	cmd.Flags().StringVar(&o.tlsCertFile, "tls-cert-file", "", "With --listen: serve HTTPS with this certificate (PEM); required for a non-loopback address.")
+	cmd.Flags().StringVar(&o.tlsKeyFile, "tls-private-key-file", "", "With --listen: the private key (PEM) of --tls-cert-file.")
+	cmd.Flags().DurationVar(&o.idleTimeout, "session-idle-timeout", 30*time.Minute, "With --listen: close an MCP session that sent no request for this long (its watch ends with it); 0 never.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "How long one tools/call may take (the invocation's request timeout); the server's default (60s) when 0.")
 	return cmd
 }
@@ -104,6 +126,14 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 	if err != nil {
 		return fmt.Errorf("--selector: %w", err)
 	}
+	if o.listen == "" && (o.tlsCertFile != "" || o.tlsKeyFile != "") {
+		return errors.New("--tls-cert-file and --tls-private-key-file need --listen")
+	}
+	if o.listen != "" {
+		if err := checkListen(o.listen, o.tlsCertFile, o.tlsKeyFile); err != nil {
+			return err
+		}
+	}
 	config, err := flags.ToRESTConfig()
 	if err != nil {
 		return err
@@ -112,87 +142,174 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 	if err != nil {
 		return err
 	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if o.listen != "" {
+		return serveMCPHTTP(ctx, config, namespace, selector, streams, o)
+	}
+	session, err := newMCPSession(ctx, config, namespace, selector, o.timeout, nil)
+	if err != nil {
+		return err
+	}
+	defer session.stop()
+	session.start()
+	if err := session.waitSynced(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(streams.ErrOut, "krt mcp: serving the Ready function Runs of namespace %s matching %q over stdio (MCP %s)\n", namespace, selector.String(), MCPProtocolRevision)
+	err = session.server.Run(ctx, &mcp.IOTransport{Reader: readCloser{streams.In}, Writer: writeCloser{streams.Out}})
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, mcp.ErrConnectionClosed)) {
+		return nil
+	}
+	return err
+}
+
+// mcpSession is one MCP server and what feeds its tools, acting as one
+// identity: its own watch of the Runs, its own SelfSubjectAccessReviews and
+// invocations. krt mcp over stdio has one; over HTTP each MCP session has
+// its own, acting as the bearer token that created it.
+type mcpSession struct {
+	server    *mcp.Server
+	tools     *toolSet
+	factory   externalversions.SharedInformerFactory
+	informer  cache.SharedIndexInformer
+	runs      typedv1alpha1.RunInterface
+	selector  labels.Selector
+	namespace string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	startOnce sync.Once
+	synced    chan struct{} // closed when the watch has listed, or failed (err)
+	err       error
+}
+
+// newMCPSession builds a session acting as config's identity. Nothing is
+// asked of the cluster before start. opts may be nil.
+func newMCPSession(parent context.Context, config *rest.Config, namespace string, selector labels.Selector, timeout time.Duration, opts *mcp.ServerOptions) (*mcpSession, error) {
+	config = rest.CopyConfig(config)
 	// client-go's default limit (5 requests/s, bursts of 10) would hold
 	// an agent's 11th call in a second back by 200 ms; the apiserver's
 	// priority and fairness protects the cluster.
 	config.QPS, config.Burst = 50, 100
 	client, err := versioned.NewForConfig(config)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	kube, err := kubernetes.NewForConfig(config)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
 	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0,
 		externalversions.WithNamespace(namespace),
 		externalversions.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector.String() }))
 	informer := factory.Kruntimes().V1alpha1().Runs()
-	server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: version.Get().String()}, nil)
-	tools := &toolSet{
-		server:    server,
-		lister:    informer.Lister().Runs(namespace),
+	server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: version.Get().String()}, opts)
+	ctx, cancel := context.WithCancel(parent)
+	s := &mcpSession{
+		server: server,
+		tools: &toolSet{
+			server:    server,
+			lister:    informer.Lister().Runs(namespace),
+			runs:      client.KruntimesV1alpha1().Runs(namespace),
+			access:    &accessCache{review: ssarReviewer(kube), now: time.Now},
+			namespace: namespace,
+			timeout:   timeout,
+			served:    map[string]servedTool{},
+		},
+		factory:   factory,
+		informer:  informer.Informer(),
 		runs:      client.KruntimesV1alpha1().Runs(namespace),
-		access:    &accessCache{review: ssarReviewer(kube), now: time.Now},
+		selector:  selector,
 		namespace: namespace,
-		timeout:   o.timeout,
-		served:    map[string]servedTool{},
+		ctx:       ctx,
+		cancel:    cancel,
+		synced:    make(chan struct{}),
 	}
-	changed := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
-		}
-	}
-	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}); err != nil {
-		return err
-	}
-	factory.Start(ctx.Done())
-	// The informers stop when ctx is done; Shutdown waits for them.
-	defer func() {
-		cancel()
-		factory.Shutdown()
-	}()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("list the Runs of namespace %s (%v): %w", namespace, typ, ctx.Err())
-		}
-	}
-	tools.sync(ctx)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-				tools.sync(ctx)
-			}
-		}
-	}()
 	// tools/list re-checks what the caller may invoke (answers older than
-	// 30 s are asked again) before the SDK lists the tools.
+	// 30 s are asked again) before the SDK lists the tools; it waits for
+	// the watch's first list.
 	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/list" || method == "tools/call" {
+				s.start()
+				if err := s.waitSynced(ctx); err != nil {
+					return nil, err
+				}
+			}
 			if method == "tools/list" {
-				tools.sync(ctx)
+				s.tools.sync(ctx)
 			}
 			return next(ctx, method, req)
 		}
 	})
-	fmt.Fprintf(streams.ErrOut, "krt mcp: serving the Ready function Runs of namespace %s matching %q over stdio (MCP %s)\n", namespace, selector.String(), MCPProtocolRevision)
-	err = server.Run(ctx, &mcp.IOTransport{Reader: readCloser{streams.In}, Writer: writeCloser{streams.Out}})
-	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, mcp.ErrConnectionClosed)) {
-		return nil
+	return s, nil
+}
+
+// start lists and watches the Runs (once) and keeps the tools in step.
+func (s *mcpSession) start() {
+	s.startOnce.Do(func() {
+		changed := make(chan struct{}, 1)
+		poke := func() {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+		if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { poke() },
+			UpdateFunc: func(any, any) { poke() },
+			DeleteFunc: func(any) { poke() },
+		}); err != nil {
+			s.err = err
+			close(s.synced)
+			return
+		}
+		go func() {
+			defer close(s.synced)
+			// One list first: a caller that may not list the Runs gets
+			// the apiserver's answer instead of a watch retrying forever.
+			if _, err := s.runs.List(s.ctx, metav1.ListOptions{LabelSelector: s.selector.String(), Limit: 1}); err != nil {
+				s.err = fmt.Errorf("list the Runs of namespace %s: %w", s.namespace, err)
+				return
+			}
+			s.factory.Start(s.ctx.Done())
+			for typ, ok := range s.factory.WaitForCacheSync(s.ctx.Done()) {
+				if !ok {
+					s.err = fmt.Errorf("list the Runs of namespace %s (%v): %w", s.namespace, typ, s.ctx.Err())
+					return
+				}
+			}
+			s.tools.sync(s.ctx)
+			go func() {
+				for {
+					select {
+					case <-s.ctx.Done():
+						return
+					case <-changed:
+						s.tools.sync(s.ctx)
+					}
+				}
+			}()
+		}()
+	})
+}
+
+// waitSynced waits until the first list of the Runs is in.
+func (s *mcpSession) waitSynced(ctx context.Context) error {
+	select {
+	case <-s.synced:
+		return s.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return err
+}
+
+// stop ends the watch and waits for it.
+func (s *mcpSession) stop() {
+	s.cancel()
+	s.factory.Shutdown()
 }
 
 type readCloser struct {
