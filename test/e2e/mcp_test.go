@@ -347,7 +347,13 @@ func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // (and must exit 0) when the test ends.
 func krtMCPListen(ctx context.Context, t *testing.T, f *framework.Framework, kubeconfig, ns string) string {
 	t.Helper()
-	cmd := exec.Command(filepath.Join(f.RepoRoot, "bin", "krt"), "--kubeconfig="+kubeconfig, "-n", ns, "mcp", "--listen", "127.0.0.1:0")
+	return krtMCPListenArgs(ctx, t, f, kubeconfig, ns)
+}
+
+// krtMCPListenWith starts krt with args, which make it listen on loopback.
+func krtMCPListenWith(ctx context.Context, t *testing.T, f *framework.Framework, args []string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(f.RepoRoot, "bin", "krt"), args...)
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
@@ -538,5 +544,140 @@ func TestKrtMCPHTTP(t *testing.T) {
 		}
 		names, _ := toolNames(ctx, t, agent)
 		assert.Equal(t, []string{"forecast", "late"}, names)
+	})
+}
+
+func krtMCPListenArgs(ctx context.Context, t *testing.T, f *framework.Framework, kubeconfig, ns string, args ...string) string {
+	t.Helper()
+	return krtMCPListenWith(ctx, t, f, append([]string{"--kubeconfig=" + kubeconfig, "-n", ns, "mcp", "--listen", "127.0.0.1:0"}, args...))
+}
+
+// callJSON calls a tool that must succeed and returns its structured
+// output.
+func callJSON(ctx context.Context, t *testing.T, s *mcp.ClientSession, name string, args map[string]any) map[string]any {
+	t.Helper()
+	r, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err)
+	require.False(t, r.IsError, "%s: %s", name, resultText(t, r))
+	out, ok := r.StructuredContent.(map[string]any)
+	require.True(t, ok, "%s: %T", name, r.StructuredContent)
+	return out
+}
+
+func callError(ctx context.Context, t *testing.T, s *mcp.ClientSession, name string, args map[string]any) string {
+	t.Helper()
+	r, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err)
+	require.True(t, r.IsError, "%s: %s", name, resultText(t, r))
+	return resultText(t, r)
+}
+
+// TestKrtMCPSandbox: krt mcp --listen --sandbox-runtime gives a session the
+// sandbox tools, acting as a ServiceAccount that may create, invoke and
+// delete Runs: create_sandbox makes a function Run with the built-in
+// handler on a Runtime of capacity 1 (labelled, never listed as a tool,
+// even with an empty selector), run_code keeps its state across calls,
+// run_command, write_file, read_file and list_files work in the workspace,
+// a path leaving it is refused, another session cannot use the sandbox,
+// delete_sandbox deletes the Run, and ending the session deletes the
+// sandboxes it still had.
+func TestKrtMCPSandbox(t *testing.T) {
+	f := framework.Get(t)
+	runs := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "mcpsandbox")
+	ctx := framework.Context(t, 6*time.Minute)
+	_, err := runs.KruntimesV1alpha1().Runtimes(ns).Create(ctx, functionRuntime("sandbox", "python", 1), metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, token := serviceAccountConfig(ctx, t, f, ns, "coder", "kruntimes-edit", "kruntimes-invoker")
+	url := krtMCPListenArgs(ctx, t, f, kubeconfigFor(t, f.AdminConfig, ""), ns, "--sandbox-runtime", "sandbox", "--selector", "")
+	coder := mcpHTTPSession(ctx, t, url, token, nil)
+	gone := func(t *testing.T, name string) {
+		t.Helper()
+		require.NoError(t, framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+			_, err := runs.KruntimesV1alpha1().Runs(ns).Get(ctx, name, metav1.GetOptions{})
+			return seen.Deleted(err), nil
+		}))
+	}
+
+	var name string
+	t.Run("create_sandbox makes a sandbox Run as the caller", func(t *testing.T) {
+		names, _ := toolNames(ctx, t, coder)
+		assert.Equal(t, []string{"create_sandbox", "delete_sandbox", "list_files", "read_file", "run_code", "run_command", "write_file"}, names)
+		out := callJSON(ctx, t, coder, "create_sandbox", map[string]any{"idle_timeout_seconds": 300})
+		name, _ = out["sandbox"].(string)
+		require.NotEmpty(t, name)
+		run, err := runs.KruntimesV1alpha1().Runs(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "kruntimes.sandbox", run.Spec.Mode.Function.Handler)
+		assert.Equal(t, "sandbox", run.Spec.Runtime)
+		assert.EqualValues(t, 300, *run.Spec.Mode.Function.IdleTimeoutSeconds)
+		assert.Equal(t, "true", run.Labels["kruntimes.io/sandbox"])
+		names, _ = toolNames(ctx, t, coder)
+		assert.NotContains(t, names, name, "a sandbox is not a tool, even with an empty selector")
+	})
+	require.NotEmpty(t, name)
+
+	t.Run("run_code keeps its state across calls", func(t *testing.T) {
+		out := callJSON(ctx, t, coder, "run_code", map[string]any{"sandbox": name, "code": "import math\nx = 40"})
+		assert.Nil(t, out["error"])
+		out = callJSON(ctx, t, coder, "run_code", map[string]any{"sandbox": name, "code": "print('side')\nx + 2"})
+		assert.EqualValues(t, 42, out["result"])
+		assert.Equal(t, "side\n", out["stdout"])
+		out = callJSON(ctx, t, coder, "run_code", map[string]any{"sandbox": name, "code": "math.sqrt(-1)"})
+		assert.Equal(t, "ValueError", out["error"].(map[string]any)["name"], "the exception is the answer")
+	})
+
+	t.Run("run_command, write_file, read_file and list_files work in the workspace", func(t *testing.T) {
+		out := callJSON(ctx, t, coder, "run_command", map[string]any{"sandbox": name, "cmd": "echo hi; echo oops >&2; exit 3"})
+		assert.Equal(t, "hi\n", out["stdout"])
+		assert.Equal(t, "oops\n", out["stderr"])
+		assert.EqualValues(t, 3, out["exit_code"])
+		out = callJSON(ctx, t, coder, "run_command", map[string]any{"sandbox": name, "cmd": "sleep 30", "timeout": 1})
+		assert.Equal(t, true, out["timed_out"])
+
+		out = callJSON(ctx, t, coder, "write_file", map[string]any{"sandbox": name, "path": "data/in.txt", "content": "hello ☃"})
+		assert.EqualValues(t, len("hello ☃"), out["size"])
+		out = callJSON(ctx, t, coder, "read_file", map[string]any{"sandbox": name, "path": "data/in.txt"})
+		assert.Equal(t, "hello ☃", out["content"])
+		out = callJSON(ctx, t, coder, "run_code", map[string]any{"sandbox": name, "code": "open('data/in.txt').read().upper()"})
+		assert.Equal(t, "HELLO ☃", out["result"], "code sees the files")
+		callJSON(ctx, t, coder, "write_file", map[string]any{"sandbox": name, "path": "data/b.bin", "content_base64": "AP8="})
+		out = callJSON(ctx, t, coder, "read_file", map[string]any{"sandbox": name, "path": "data/b.bin"})
+		assert.Equal(t, "AP8=", out["content_base64"], "bytes that are not UTF-8")
+		out = callJSON(ctx, t, coder, "list_files", map[string]any{"sandbox": name, "path": "data"})
+		entries, _ := out["entries"].([]any)
+		var listed []string
+		for _, e := range entries {
+			listed = append(listed, e.(map[string]any)["name"].(string))
+		}
+		assert.Equal(t, []string{"b.bin", "in.txt"}, listed)
+
+		text := callError(ctx, t, coder, "read_file", map[string]any{"sandbox": name, "path": "/etc/passwd"})
+		assert.Contains(t, text, "SandboxPathError")
+	})
+
+	t.Run("another session cannot use the sandbox", func(t *testing.T) {
+		other := mcpHTTPSession(ctx, t, url, token, nil)
+		text := callError(ctx, t, other, "run_code", map[string]any{"sandbox": name, "code": "x"})
+		assert.Contains(t, text, "no sandbox")
+		assert.Contains(t, text, "nothing ran")
+	})
+
+	t.Run("delete_sandbox deletes its Run", func(t *testing.T) {
+		r, err := coder.CallTool(ctx, &mcp.CallToolParams{Name: "delete_sandbox", Arguments: map[string]any{"sandbox": name}})
+		require.NoError(t, err)
+		require.False(t, r.IsError, "%s", resultText(t, r))
+		gone(t, name)
+		text := callError(ctx, t, coder, "run_code", map[string]any{"sandbox": name, "code": "x"})
+		assert.Contains(t, text, "no sandbox")
+	})
+
+	t.Run("the end of the session deletes its sandboxes", func(t *testing.T) {
+		session := mcpHTTPSession(ctx, t, url, token, nil)
+		out := callJSON(ctx, t, session, "create_sandbox", map[string]any{})
+		left, _ := out["sandbox"].(string)
+		require.NotEmpty(t, left)
+		require.NoError(t, session.Close())
+		gone(t, left)
 	})
 }

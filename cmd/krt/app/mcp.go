@@ -57,6 +57,7 @@ type mcpOptions struct {
 	selector    string
 	timeout     time.Duration
 	listen      string
+	sandbox     string
 	tlsCertFile string
 	tlsKeyFile  string
 	idleTimeout time.Duration
@@ -99,7 +100,15 @@ SelfSubjectAccessReviews and invocations, made with the kubeconfig's
 server and CA and that token, never the kubeconfig's credentials. A
 request of a session with a different token is refused with 403 (a new
 token, e.g. a refreshed one, starts a new session). The address is printed
-on standard error once listening. SIGINT or SIGTERM stops it.`,
+on standard error once listening. SIGINT or SIGTERM stops it.
+
+With --sandbox-runtime RUNTIME, each session also has the tools
+create_sandbox, run_code, run_command, write_file, read_file, list_files
+and delete_sandbox: a sandbox is a function Run with the built-in handler
+kruntimes.sandbox on that Python Runtime, created as the caller (labelled
+kruntimes.io/sandbox=true, never listed as a tool), usable only by the
+session that created it, and deleted by delete_sandbox, when the session
+ends, or after its idle timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := serveMCP(cmd.Context(), flags, streams, o); err != nil {
@@ -110,6 +119,7 @@ on standard error once listening. SIGINT or SIGTERM stops it.`,
 		},
 	}
 	cmd.Flags().StringVarP(&o.selector, "selector", "l", DefaultToolSelector, "Label selector of the Runs to serve as tools.")
+	cmd.Flags().StringVar(&o.sandbox, "sandbox-runtime", "", "Add the sandbox tools (create_sandbox, run_code, run_command, write_file, read_file, list_files, delete_sandbox), creating each sandbox on this Python Runtime (capacity.runs 1).")
 	cmd.Flags().StringVar(&o.listen, "listen", "", "Serve MCP's streamable HTTP transport on HOST:PORT (path /mcp) instead of stdio; port 0 picks a free one.")
 	cmd.Flags().StringVar(&o.tlsCertFile, "tls-cert-file", "", "With --listen: serve HTTPS with this certificate (PEM); required for a non-loopback address.")
 	cmd.Flags().StringVar(&o.tlsKeyFile, "tls-private-key-file", "", "With --listen: the private key (PEM) of --tls-cert-file.")
@@ -147,7 +157,7 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 	if o.listen != "" {
 		return serveMCPHTTP(ctx, config, namespace, selector, streams, o)
 	}
-	session, err := newMCPSession(ctx, config, namespace, selector, o.timeout, nil)
+	session, err := newMCPSession(ctx, config, namespace, selector, o, nil)
 	if err != nil {
 		return err
 	}
@@ -180,6 +190,10 @@ type mcpSession struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
+	// sandboxes are the sandbox Runs this session created (nil without
+	// --sandbox-runtime).
+	sandboxes *sandboxes
+
 	startOnce sync.Once
 	synced    chan struct{} // closed when the watch has listed, or failed (err)
 	err       error
@@ -187,7 +201,7 @@ type mcpSession struct {
 
 // newMCPSession builds a session acting as config's identity. Nothing is
 // asked of the cluster before start. opts may be nil.
-func newMCPSession(parent context.Context, config *rest.Config, namespace string, selector labels.Selector, timeout time.Duration, opts *mcp.ServerOptions) (*mcpSession, error) {
+func newMCPSession(parent context.Context, config *rest.Config, namespace string, selector labels.Selector, o *mcpOptions, opts *mcp.ServerOptions) (*mcpSession, error) {
 	config = rest.CopyConfig(config)
 	// client-go's default limit (5 requests/s, bursts of 10) would hold
 	// an agent's 11th call in a second back by 200 ms; the apiserver's
@@ -215,7 +229,7 @@ func newMCPSession(parent context.Context, config *rest.Config, namespace string
 			runs:      client.KruntimesV1alpha1().Runs(namespace),
 			access:    &accessCache{review: ssarReviewer(kube), now: time.Now},
 			namespace: namespace,
-			timeout:   timeout,
+			timeout:   o.timeout,
 			served:    map[string]servedTool{},
 		},
 		factory:   factory,
@@ -226,6 +240,16 @@ func newMCPSession(parent context.Context, config *rest.Config, namespace string
 		ctx:       ctx,
 		cancel:    cancel,
 		synced:    make(chan struct{}),
+	}
+	if o.sandbox != "" {
+		s.sandboxes = &sandboxes{
+			runs:      client.KruntimesV1alpha1().Runs(namespace),
+			runtimes:  client.KruntimesV1alpha1().Runtimes(namespace),
+			runtime:   o.sandbox,
+			namespace: namespace,
+			owned:     map[string]types.UID{},
+		}
+		addSandboxTools(server, s.sandboxes)
 	}
 	// tools/list re-checks what the caller may invoke (answers older than
 	// 30 s are asked again) before the SDK lists the tools; it waits for
@@ -306,8 +330,11 @@ func (s *mcpSession) waitSynced(ctx context.Context) error {
 	}
 }
 
-// stop ends the watch and waits for it.
+// stop deletes the session's sandboxes, ends the watch and waits for it.
 func (s *mcpSession) stop() {
+	if s.sandboxes != nil {
+		s.sandboxes.removeAll()
+	}
 	s.cancel()
 	s.factory.Shutdown()
 }
@@ -361,10 +388,10 @@ type toolSet struct {
 	served map[string]servedTool // by tool name
 }
 
-// isTool says whether run is served: a function Run, Ready, not being
-// deleted.
+// isTool says whether run is served: a function Run that is not a sandbox
+// (the sandbox tools serve those), Ready, not being deleted.
 func isTool(run *v1alpha1.Run) bool {
-	return run.Spec.Mode.Function != nil && run.DeletionTimestamp == nil &&
+	return run.Spec.Mode.Function != nil && run.Spec.Mode.Function.Handler != SandboxHandler && run.DeletionTimestamp == nil &&
 		apimeta.IsStatusConditionTrue(run.Status.Conditions, lifecycle.ConditionReady)
 }
 

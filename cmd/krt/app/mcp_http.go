@@ -315,7 +315,7 @@ func serveMCPHTTP(ctx context.Context, config *rest.Config, namespace string, se
 	defer stop()
 	tokens := &tokenCache{authenticate: selfSubjectReviewer(config), now: time.Now}
 	h := newMCPHTTP(tokens, func(id *identity) (*mcp.Server, sessionBackend, error) {
-		s, err := newMCPSession(context.Background(), bearerConfig(config, id.token), namespace, selector, o.timeout, nil)
+		s, err := newMCPSession(context.Background(), bearerConfig(config, id.token), namespace, selector, o, nil)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +14,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	v1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
 )
 
 func TestCheckListen(t *testing.T) {
@@ -250,4 +255,28 @@ func TestMCPHTTPSessionIsBoundToItsToken(t *testing.T) {
 		}
 		assert.EqualValues(t, 1, b.stopped.Load())
 	})
+}
+
+func TestSandboxRunIsNotATool(t *testing.T) {
+	ready := []metav1.Condition{{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue}}
+	run := &v1alpha1.Run{
+		Spec:   v1alpha1.RunSpec{Mode: v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "tools.forecast"}}},
+		Status: v1alpha1.RunStatus{Conditions: ready},
+	}
+	assert.True(t, isTool(run))
+	run.Spec.Mode.Function.Handler = SandboxHandler
+	assert.False(t, isTool(run), "the sandbox tools serve sandboxes")
+}
+
+func TestReadFileResult(t *testing.T) {
+	structured := func(raw string) *mcp.CallToolResult {
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: raw}}, StructuredContent: json.RawMessage(raw)}
+	}
+	r := readFileResult(structured(`{"data_b64":"aGVsbG8g4piD"}`))
+	assert.JSONEq(t, `{"size":9,"content":"hello ☃"}`, string(r.StructuredContent.(json.RawMessage)))
+	assert.JSONEq(t, `{"size":9,"content":"hello ☃"}`, textOf(t, r))
+	r = readFileResult(structured(`{"data_b64":"AP8="}`))
+	assert.JSONEq(t, `{"size":2,"content_base64":"AP8="}`, string(r.StructuredContent.(json.RawMessage)))
+	failed := errorResult("SandboxPathError")
+	assert.Same(t, failed, readFileResult(failed))
 }

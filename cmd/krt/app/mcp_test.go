@@ -234,4 +234,6 @@ func TestMCPHelpNamesTheProtocolRevision(t *testing.T) {
 	require.Equal(t, ExitOK, Run([]string{"mcp", "--help"}, streams))
 	assert.Contains(t, out.String(), "Protocol revision 2026-07-28")
 	assert.Contains(t, out.String(), DefaultToolSelector)
+	assert.Contains(t, out.String(), "--listen")
+	assert.Contains(t, out.String(), "--sandbox-runtime")
 }
