@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -28,6 +31,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	v1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
 	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 )
@@ -394,6 +399,12 @@ func krtMCPListenWith(ctx context.Context, t *testing.T, f *framework.Framework,
 	return ""
 }
 
+func bearerConfigFor(admin *rest.Config, token string) *rest.Config {
+	config := rest.AnonymousClientConfig(admin)
+	config.BearerToken = token
+	return config
+}
+
 func mcpHTTPSession(ctx context.Context, t *testing.T, url, token string, opts *mcp.ClientOptions) *mcp.ClientSession {
 	t.Helper()
 	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "v0"}, opts)
@@ -680,4 +691,113 @@ func TestKrtMCPSandbox(t *testing.T) {
 		require.NoError(t, session.Close())
 		gone(t, left)
 	})
+}
+
+// TestKrtMCPToolsListScale: with 500 Ready function tools in the namespace,
+// of which a ServiceAccount may invoke 100, krt mcp --listen lists exactly
+// those 100 to it. Reported, not asserted: the first tools/list of a new
+// session (500 SelfSubjectAccessReviews, 8 at a time) and later ones (the
+// answers cached for 30 s).
+func TestKrtMCPToolsListScale(t *testing.T) {
+	const total, invocable = 500, 100
+	f := framework.Get(t)
+	runs := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "mcpscale")
+	ctx := framework.Context(t, 10*time.Minute)
+	_, err := runs.KruntimesV1alpha1().Runtimes(ns).Create(ctx, functionRuntime("bash", "bash", total+10), metav1.CreateOptions{})
+	require.NoError(t, err)
+	name := func(i int) string { return fmt.Sprintf("tool-%03d", i) }
+	start := time.Now()
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range total {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			run := functionRun(name(i), "bash", "handler.sh", "read -r input\nprintf '{\"got\":%s}' \"$input\"\n", "handler.sh")
+			run.Labels = map[string]string{"kruntimes.io/tool": "true"}
+			_, err := runs.KruntimesV1alpha1().Runs(ns).Create(ctx, run, metav1.CreateOptions{})
+			assert.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, framework.Poll(ctx, time.Second, 5*time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+		list, err := runs.KruntimesV1alpha1().Runs(ns).List(ctx, metav1.ListOptions{})
+		if seen.Err(err) {
+			return false, nil
+		}
+		ready := 0
+		for i := range list.Items {
+			if apimeta.IsStatusConditionTrue(list.Items[i].Status.Conditions, lifecycle.ConditionReady) {
+				ready++
+			}
+		}
+		seen.State("%d of %d Ready", ready, total)
+		return ready == total, nil
+	}))
+	t.Logf("%d function Runs Ready in %v", total, time.Since(start).Round(time.Millisecond))
+
+	allowed := make([]string, invocable)
+	for i := range allowed {
+		allowed[i] = name(i * (total / invocable)) // spread over the namespace
+	}
+	_, token := serviceAccountConfig(ctx, t, f, ns, "agent", "kruntimes-view")
+	_, err = f.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "invoke-some"},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{v1alpha1.SchemeGroupVersion.Group}, Resources: []string{"runs/invoke"},
+			Verbs: []string{"create"}, ResourceNames: allowed,
+		}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-invoke-some"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "invoke-some"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "agent", Namespace: ns}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	url := krtMCPListen(ctx, t, f, kubeconfigFor(t, f.AdminConfig, ""), ns)
+	// What a session's watch starts with: the list of the Runs, as the
+	// agent, from this (race-built) test process.
+	agentRuns, err := versioned.NewForConfig(bearerConfigFor(f.AdminConfig, token))
+	require.NoError(t, err)
+	var lists []time.Duration
+	for range 5 {
+		begin := time.Now()
+		list, err := agentRuns.KruntimesV1alpha1().Runs(ns).List(ctx, metav1.ListOptions{LabelSelector: "kruntimes.io/tool=true"})
+		require.NoError(t, err)
+		require.Len(t, list.Items, total)
+		lists = append(lists, time.Since(begin))
+	}
+
+	p := func(d []time.Duration, q float64) time.Duration {
+		d = append([]time.Duration(nil), d...)
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return d[int(float64(len(d)-1)*q)].Round(10 * time.Microsecond)
+	}
+	sort.Strings(allowed)
+	var connect, cold []time.Duration
+	for range 5 {
+		begin := time.Now()
+		s := mcpHTTPSession(ctx, t, url, token, nil)
+		connect = append(connect, time.Since(begin))
+		begin = time.Now()
+		names, _ := toolNames(ctx, t, s)
+		cold = append(cold, time.Since(begin))
+		require.Equal(t, allowed, names, "exactly the %d tools it may invoke", invocable)
+		require.NoError(t, s.Close())
+	}
+	s := mcpHTTPSession(ctx, t, url, token, nil)
+	toolNames(ctx, t, s)
+	var warm []time.Duration
+	for range 50 {
+		begin := time.Now()
+		names, _ := toolNames(ctx, t, s)
+		warm = append(warm, time.Since(begin))
+		require.Len(t, names, invocable)
+	}
+	t.Logf("tools/list, %d tools of %d Runs: new session connect p50 %v max %v; first list p50 %v max %v (5 sessions); later lists p50 %v p99 %v (50); a list of the %d Runs as the agent p50 %v",
+		invocable, total, p(connect, 0.5), p(connect, 1), p(cold, 0.5), p(cold, 1), p(warm, 0.5), p(warm, 0.99), total, p(lists, 0.5))
 }

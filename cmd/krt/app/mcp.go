@@ -21,8 +21,10 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
@@ -33,7 +35,6 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
-	"kruntimes.io/kruntimes/client/informers/externalversions"
 	listersv1alpha1 "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/version"
 )
@@ -179,10 +180,13 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 // invocations. krt mcp over stdio has one; over HTTP each MCP session has
 // its own, acting as the bearer token that created it.
 type mcpSession struct {
-	server    *mcp.Server
-	tools     *toolSet
-	factory   externalversions.SharedInformerFactory
-	informer  cache.SharedIndexInformer
+	server   *mcp.Server
+	tools    *toolSet
+	informer cache.SharedIndexInformer
+	// done is closed when the informer has stopped; running says it was
+	// started (read after synced is closed).
+	done      chan struct{}
+	running   bool
 	runs      typedv1alpha1.RunInterface
 	selector  labels.Selector
 	namespace string
@@ -211,29 +215,42 @@ func newMCPSession(parent context.Context, config *rest.Config, namespace string
 	if err != nil {
 		return nil, err
 	}
-	kube, err := kubernetes.NewForConfig(config)
+	// The SelfSubjectAccessReviews of a tools/list come in bursts (one per
+	// Run not asked in the last 30 s: 500 Runs are 500 reviews), which
+	// client-go's limit would spread over seconds; they are bounded by the
+	// 8 in flight instead.
+	reviews := rest.CopyConfig(config)
+	reviews.QPS = -1
+	kube, err := kubernetes.NewForConfig(reviews)
 	if err != nil {
 		return nil, err
 	}
-	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0,
-		externalversions.WithNamespace(namespace),
-		externalversions.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector.String() }))
-	informer := factory.Kruntimes().V1alpha1().Runs()
+	runs := client.KruntimesV1alpha1().Runs(namespace)
+	informer := cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
+			lo.LabelSelector = selector.String()
+			return runs.List(ctx, lo)
+		},
+		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
+			lo.LabelSelector = selector.String()
+			return runs.Watch(ctx, lo)
+		},
+	}}, &v1alpha1.Run{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
 	server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: version.Get().String()}, opts)
 	ctx, cancel := context.WithCancel(parent)
 	s := &mcpSession{
 		server: server,
 		tools: &toolSet{
 			server:    server,
-			lister:    informer.Lister().Runs(namespace),
+			lister:    listersv1alpha1.NewRunLister(informer.GetIndexer()).Runs(namespace),
 			runs:      client.KruntimesV1alpha1().Runs(namespace),
-			access:    &accessCache{review: ssarReviewer(kube), now: time.Now},
+			access:    &accessCache{review: ssarReviewer(kube), rules: ssrrReviewer(kube), now: time.Now},
 			namespace: namespace,
 			timeout:   o.timeout,
 			served:    map[string]servedTool{},
 		},
-		factory:   factory,
-		informer:  informer.Informer(),
+		informer:  informer,
+		done:      make(chan struct{}),
 		runs:      client.KruntimesV1alpha1().Runs(namespace),
 		selector:  selector,
 		namespace: namespace,
@@ -298,12 +315,14 @@ func (s *mcpSession) start() {
 				s.err = fmt.Errorf("list the Runs of namespace %s: %w", s.namespace, err)
 				return
 			}
-			s.factory.Start(s.ctx.Done())
-			for typ, ok := range s.factory.WaitForCacheSync(s.ctx.Done()) {
-				if !ok {
-					s.err = fmt.Errorf("list the Runs of namespace %s (%v): %w", s.namespace, typ, s.ctx.Err())
-					return
-				}
+			s.running = true
+			go func() {
+				defer close(s.done)
+				s.informer.RunWithContext(s.ctx)
+			}()
+			if !cache.WaitForCacheSync(s.ctx.Done(), s.informer.HasSynced) {
+				s.err = fmt.Errorf("list the Runs of namespace %s: %w", s.namespace, s.ctx.Err())
+				return
 			}
 			s.tools.sync(s.ctx)
 			go func() {
@@ -319,6 +338,14 @@ func (s *mcpSession) start() {
 		}()
 	})
 }
+
+// plainListWatch lists and then watches the Runs, instead of client-go's
+// streaming list (a watch that sends the initial state as events): against
+// kruntimes-apiserver the first tools/list of a session with 500 Runs took
+// 2.4 s with the stream and 1.3 s with a list (docs/benchmarks.md).
+type plainListWatch struct{ *cache.ListWatch }
+
+func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
 // waitSynced waits until the first list of the Runs is in.
 func (s *mcpSession) waitSynced(ctx context.Context) error {
@@ -336,7 +363,15 @@ func (s *mcpSession) stop() {
 		s.sandboxes.removeAll()
 	}
 	s.cancel()
-	s.factory.Shutdown()
+	// A session never started has nothing to wait for.
+	s.startOnce.Do(func() {
+		s.err = errors.New("the session ended")
+		close(s.synced)
+	})
+	<-s.synced
+	if s.running {
+		<-s.done
+	}
 }
 
 type readCloser struct {
@@ -570,16 +605,65 @@ type accessAnswer struct {
 	at      time.Time
 }
 
+// rulesReviewer answers which resource rules the caller has in namespace
+// (a SelfSubjectRulesReview), and whether they are complete: every
+// authorizer of the cluster could list what it allows.
+type rulesReviewer func(ctx context.Context, namespace string) (rules []authorizationv1.ResourceRule, complete bool, err error)
+
+func ssrrReviewer(kube kubernetes.Interface) rulesReviewer {
+	return func(ctx context.Context, namespace string) ([]authorizationv1.ResourceRule, bool, error) {
+		review, err := kube.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
+			Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: namespace},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, false, err
+		}
+		st := review.Status
+		return st.ResourceRules, !st.Incomplete && st.EvaluationError == "", nil
+	}
+}
+
+// mayInvoke says whether rules allow create runs/invoke on the Run name,
+// matching as RBAC does: "*" for any verb, group or resource, "*/invoke"
+// for the subresource of any resource, no resourceNames for every name.
+func mayInvoke(rules []authorizationv1.ResourceRule, name string) bool {
+	has := func(set []string, values ...string) bool {
+		for _, v := range set {
+			for _, want := range values {
+				if v == want {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, r := range rules {
+		if has(r.Verbs, "*", "create") && has(r.APIGroups, "*", v1alpha1.SchemeGroupVersion.Group) &&
+			has(r.Resources, "*", "runs/invoke", "*/invoke") && (len(r.ResourceNames) == 0 || has(r.ResourceNames, name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// reviewsPerRound is how many SelfSubjectAccessReviews are in flight at
+// once; more Runs to ask about than that are answered from one
+// SelfSubjectRulesReview when the cluster's rules are complete.
+const reviewsPerRound = 8
+
 // accessCache keeps each Run's answer for accessTTL.
 type accessCache struct {
 	review accessReviewer
-	now    func() time.Time
+	// rules, when set, answers for many Runs at once.
+	rules rulesReviewer
+	now   func() time.Time
 
 	mu      sync.Mutex
 	answers map[types.UID]accessAnswer
 }
 
-// allowedAll answers for each of runs, asking at most 8 reviews at once.
+// allowedAll answers for each of runs, asking at most 8 reviews at once
+// (or one rules review for more).
 // A review that fails counts as not allowed and is not cached.
 func (c *accessCache) allowedAll(ctx context.Context, namespace string, runs []*v1alpha1.Run) []bool {
 	out := make([]bool, len(runs))
@@ -605,8 +689,28 @@ func (c *accessCache) allowedAll(ctx context.Context, namespace string, runs []*
 	}
 	c.mu.Unlock()
 
+	// Many Runs to ask about (a new session, or every 30 s): one
+	// SelfSubjectRulesReview instead of a review per Run, when the
+	// cluster's authorizers can list all they allow (RBAC can; a webhook
+	// cannot, and then each Run is asked about).
+	if len(ask) > reviewsPerRound && c.rules != nil {
+		rules, complete, err := c.rules(ctx, namespace)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "krt mcp: SelfSubjectRulesReview of namespace %s: %v\n", namespace, err)
+		}
+		if err == nil && complete {
+			c.mu.Lock()
+			for _, i := range ask {
+				out[i] = mayInvoke(rules, runs[i].Name)
+				c.answers[runs[i].UID] = accessAnswer{allowed: out[i], at: now}
+			}
+			c.mu.Unlock()
+			return out
+		}
+	}
+
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
+	sem := make(chan struct{}, reviewsPerRound)
 	for _, i := range ask {
 		wg.Add(1)
 		sem <- struct{}{}
