@@ -93,7 +93,7 @@ func newTestMCPHTTP(t *testing.T) *testMCPHTTP {
 		s.all = append(s.all, b)
 		s.mu.Unlock()
 		return server, b, nil
-	}, time.Minute, &testWriter{t})
+	}, time.Minute, newTestWriter(t))
 	mux := http.NewServeMux()
 	mux.Handle(MCPPath, h)
 	ts := httptest.NewServer(mux)
@@ -105,10 +105,30 @@ func newTestMCPHTTP(t *testing.T) *testMCPHTTP {
 	return s
 }
 
-type testWriter struct{ t *testing.T }
+// testWriter logs to t until the test ends, and drops what is written
+// later (a session's goroutine may log its end after the test returned).
+type testWriter struct {
+	mu    sync.Mutex
+	t     *testing.T
+	ended bool
+}
+
+func newTestWriter(t *testing.T) *testWriter {
+	w := &testWriter{t: t}
+	t.Cleanup(func() {
+		w.mu.Lock()
+		w.ended = true
+		w.mu.Unlock()
+	})
+	return w
+}
 
 func (w *testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimRight(string(p), "\n"))
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.ended {
+		w.t.Log(strings.TrimRight(string(p), "\n"))
+	}
 	return len(p), nil
 }
 
