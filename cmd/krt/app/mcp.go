@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -153,7 +155,8 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	// SIGINT or SIGTERM end the sessions, which deletes their sandboxes.
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if o.listen != "" {
 		return serveMCPHTTP(ctx, config, namespace, selector, streams, o)

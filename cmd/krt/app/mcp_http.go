@@ -7,13 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"net/http"
-	"os"
-	"os/signal"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -311,8 +309,6 @@ func (h *mcpHTTP) close() {
 }
 
 func serveMCPHTTP(ctx context.Context, config *rest.Config, namespace string, selector labels.Selector, streams genericiooptions.IOStreams, o *mcpOptions) error {
-	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	tokens := &tokenCache{authenticate: selfSubjectReviewer(config), now: time.Now}
 	h := newMCPHTTP(tokens, func(id *identity) (*mcp.Server, sessionBackend, error) {
 		s, err := newMCPSession(context.Background(), bearerConfig(config, id.token), namespace, selector, o, nil)
@@ -329,7 +325,7 @@ func serveMCPHTTP(ctx context.Context, config *rest.Config, namespace string, se
 	}
 	mux := http.NewServeMux()
 	mux.Handle(MCPPath, h)
-	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(streams.ErrOut, "krt mcp: ", 0)}
 	scheme := "http"
 	if o.tlsCertFile != "" {
 		scheme = "https"

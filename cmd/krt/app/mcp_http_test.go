@@ -1,10 +1,18 @@
 package app
 
 import (
+	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
+	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -15,6 +23,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/rest"
+	certutil "k8s.io/client-go/util/cert"
 
 	v1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -299,4 +311,77 @@ func TestReadFileResult(t *testing.T) {
 	assert.JSONEq(t, `{"size":2,"content_base64":"AP8="}`, string(r.StructuredContent.(json.RawMessage)))
 	failed := errorResult("SandboxPathError")
 	assert.Same(t, failed, readFileResult(failed))
+}
+
+// lockedBuffer is a bytes.Buffer safe for a writer and a reader.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestMCPListenTLS: with TLS files krt mcp --listen serves HTTPS (a request
+// without a token is 401 there, before the cluster is asked anything) and
+// stops when its context ends.
+func TestMCPListenTLS(t *testing.T) {
+	certPEM, keyPEM, err := certutil.GenerateSelfSignedCertKey("localhost", []net.IP{net.ParseIP("127.0.0.1")}, nil)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	require.NoError(t, os.WriteFile(certFile, certPEM, 0o600))
+	require.NoError(t, os.WriteFile(keyFile, keyPEM, 0o600))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errOut := &lockedBuffer{}
+	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: errOut}
+	o := &mcpOptions{listen: "127.0.0.1:0", tlsCertFile: certFile, tlsKeyFile: keyFile, idleTimeout: time.Minute}
+	served := make(chan error, 1)
+	go func() {
+		served <- serveMCPHTTP(ctx, &rest.Config{Host: "https://127.0.0.1:1"}, "ns", labels.Everything(), streams, o)
+	}()
+	address := regexp.MustCompile(`at (https://127\.0\.0\.1:\d+/mcp) `)
+	var url string
+	deadline := time.Now().Add(10 * time.Second)
+	for url == "" && time.Now().Before(deadline) {
+		if m := address.FindStringSubmatch(errOut.String()); m != nil {
+			url = m[1]
+		} else {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	require.NotEmpty(t, url, "the https URL on standard error: %s", errOut.String())
+
+	pool := x509.NewCertPool()
+	require.True(t, pool.AppendCertsFromPEM(certPEM))
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	resp, err := client.Post(url, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Equal(t, `Bearer realm="krt mcp"`, resp.Header.Get("WWW-Authenticate"))
+	resp, err = http.Post("http"+strings.TrimPrefix(url, "https"), "application/json", strings.NewReader(`{}`))
+	if err == nil {
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "plain HTTP to the TLS port")
+	}
+
+	cancel()
+	select {
+	case err := <-served:
+		assert.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("krt mcp --listen did not stop with its context")
+	}
 }
