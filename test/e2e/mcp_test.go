@@ -1,13 +1,20 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -16,6 +23,7 @@ import (
 	"github.com/stretchr/testify/require"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -23,6 +31,8 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	v1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
 	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 )
@@ -323,4 +333,471 @@ func TestKrtMCP(t *testing.T) {
 		}
 		t.Logf("tools/call via krt mcp: p50 %v p99 %v; direct Invoke: p50 %v p99 %v (%d each)", p(viaMCP, 0.5), p(viaMCP, 0.99), p(direct, 0.5), p(direct, 0.99), n)
 	})
+}
+
+// bearerTransport adds a bearer token to every request.
+type bearerTransport struct {
+	token string
+	next  http.RoundTripper
+}
+
+func (b bearerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	return b.next.RoundTrip(r)
+}
+
+// krtMCPListen starts krt mcp --listen 127.0.0.1:0 with kubeconfig and
+// returns the URL it prints on standard error; krt is stopped with SIGTERM
+// (and must exit 0) when the test ends.
+func krtMCPListen(ctx context.Context, t *testing.T, f *framework.Framework, kubeconfig, ns string) string {
+	t.Helper()
+	return krtMCPListenArgs(ctx, t, f, kubeconfig, ns)
+}
+
+// krtMCPListenWith starts krt with args, which make it listen on loopback.
+func krtMCPListenWith(ctx context.Context, t *testing.T, f *framework.Framework, args []string) string {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(f.RepoRoot, "bin", "krt"), args...)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	exited := make(chan error, 1)
+	urls := make(chan string, 1)
+	go func() {
+		scanner := bufio.NewScanner(stderr)
+		for scanner.Scan() {
+			line := scanner.Text()
+			t.Log(line)
+			if m := regexp.MustCompile(`at (http://127\.0\.0\.1:\d+/mcp) `).FindStringSubmatch(line); m != nil {
+				select {
+				case urls <- m[1]:
+				default:
+				}
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case err := <-exited:
+			assert.NoError(t, err, "krt mcp --listen exits 0 on SIGTERM")
+		case <-time.After(20 * time.Second):
+			_ = cmd.Process.Kill()
+			t.Error("krt mcp --listen did not stop within 20 s of SIGTERM")
+		}
+	})
+	select {
+	case url := <-urls:
+		return url
+	case err := <-exited:
+		t.Fatalf("krt mcp --listen exited before listening: %v", err)
+	case <-ctx.Done():
+		t.Fatal("krt mcp --listen printed no address")
+	}
+	return ""
+}
+
+func bearerConfigFor(admin *rest.Config, token string) *rest.Config {
+	config := rest.AnonymousClientConfig(admin)
+	config.BearerToken = token
+	return config
+}
+
+func mcpHTTPSession(ctx context.Context, t *testing.T, url, token string, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	client := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "v0"}, opts)
+	session, err := client.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:   url,
+		HTTPClient: &http.Client{Transport: bearerTransport{token: token, next: http.DefaultTransport}},
+		MaxRetries: -1,
+	}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = session.Close() })
+	return session
+}
+
+// mcpPing posts one JSON-RPC ping with the Authorization header authz (none
+// when empty) in the session sessionID (a new one when empty).
+func mcpPing(ctx context.Context, t *testing.T, url, authz, sessionID string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	if authz != "" {
+		req.Header.Set("Authorization", authz)
+	}
+	if sessionID != "" {
+		req.Header.Set("Mcp-Session-Id", sessionID)
+		req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp
+}
+
+// TestKrtMCPHTTP: krt mcp --listen on loopback, started with a kubeconfig
+// that has no credentials at all, serves each MCP session as the bearer
+// token that created it: a ServiceAccount allowed to invoke one of three
+// tools lists and calls that one (and is told when a second it may invoke
+// becomes Ready, through its own watch); a ServiceAccount that may only
+// read Runs lists none; a request without a token is 401; the first
+// ServiceAccount's session refuses the second's token.
+func TestKrtMCPHTTP(t *testing.T) {
+	f := framework.Get(t)
+	runs := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "mcphttp")
+	ctx := framework.Context(t, 6*time.Minute)
+	_, err := runs.KruntimesV1alpha1().Runtimes(ns).Create(ctx, functionRuntime("python", "python", 8), metav1.CreateOptions{})
+	require.NoError(t, err)
+	tool := func(run *v1alpha1.Run) *v1alpha1.Run {
+		run.Labels = map[string]string{"kruntimes.io/tool": "true"}
+		return run
+	}
+	forecast := tool(functionRun("forecast", "python", "tools.py", mcpHandlers, "tools.forecast"))
+	forecast.Spec.Mode.Function.Schema = &v1alpha1.FunctionSchema{
+		Input:  &runtime.RawExtension{Raw: []byte(mcpForecastInput)},
+		Output: &runtime.RawExtension{Raw: []byte(mcpForecastOutput)},
+	}
+	createRun(ctx, t, runs, ns, forecast)
+	createRun(ctx, t, runs, ns, tool(functionRun("boom", "python", "tools.py", mcpHandlers, "tools.boom")))
+	createRun(ctx, t, runs, ns, tool(functionRun("slow", "python", "tools.py", mcpHandlers, "tools.slow")))
+	for _, name := range []string{"forecast", "boom", "slow"} {
+		out, err := f.Kubectl(ctx, "-n", ns, "wait", "--for=condition=Ready", "run/"+name, "--timeout=120s")
+		require.NoError(t, err, "kubectl wait --for=condition=Ready run/%s: %s", name, out)
+	}
+	_, agentToken := serviceAccountConfig(ctx, t, f, ns, "agent", "kruntimes-view")
+	_, err = f.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "invoke-forecast"},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{v1alpha1.SchemeGroupVersion.Group}, Resources: []string{"runs/invoke"},
+			Verbs: []string{"create"}, ResourceNames: []string{"forecast", "late"},
+		}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-invoke-forecast"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "invoke-forecast"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "agent", Namespace: ns}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, readerToken := serviceAccountConfig(ctx, t, f, ns, "reader", "kruntimes-view")
+
+	// The kubeconfig krt is started with gives the cluster's address and
+	// CA, and no credentials: everything is done as the callers' tokens.
+	url := krtMCPListen(ctx, t, f, kubeconfigFor(t, f.AdminConfig, ""), ns)
+
+	t.Run("a request without a bearer token is 401", func(t *testing.T) {
+		resp := mcpPing(ctx, t, url, "", "")
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		assert.Contains(t, resp.Header.Get("WWW-Authenticate"), "Bearer")
+		resp = mcpPing(ctx, t, url, "Bearer not-a-token", "")
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a token the cluster does not accept")
+	})
+
+	changed := make(chan struct{}, 16)
+	agent := mcpHTTPSession(ctx, t, url, agentToken, &mcp.ClientOptions{
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		},
+	})
+
+	t.Run("a ServiceAccount allowed to invoke one of three sees and calls one", func(t *testing.T) {
+		names, tools := toolNames(ctx, t, agent)
+		assert.Equal(t, []string{"forecast"}, names)
+		in, _ := json.Marshal(tools["forecast"].InputSchema)
+		assert.JSONEq(t, mcpForecastInput, string(in))
+		r, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "forecast", Arguments: map[string]any{"city": "Tromsø", "days": 2}})
+		require.NoError(t, err)
+		require.False(t, r.IsError, "%s", resultText(t, r))
+		out, ok := r.StructuredContent.(map[string]any)
+		require.True(t, ok, "%T", r.StructuredContent)
+		assert.Equal(t, "Tromsø", out["city"])
+		assert.Len(t, out["celsius"], 2)
+	})
+
+	t.Run("a ServiceAccount that may only read Runs sees none", func(t *testing.T) {
+		reader := mcpHTTPSession(ctx, t, url, readerToken, nil)
+		names, _ := toolNames(ctx, t, reader)
+		assert.Empty(t, names)
+		r, err := reader.CallTool(ctx, &mcp.CallToolParams{Name: "forecast", Arguments: map[string]any{"city": "Oslo"}})
+		if err == nil {
+			assert.True(t, r.IsError, "an unlisted tool is not called")
+		}
+	})
+
+	t.Run("the agent's session refuses another token", func(t *testing.T) {
+		require.NotEmpty(t, agent.ID())
+		resp := mcpPing(ctx, t, url, "Bearer "+readerToken, agent.ID())
+		assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+		resp = mcpPing(ctx, t, url, "", agent.ID())
+		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+		names, _ := toolNames(ctx, t, agent)
+		assert.Equal(t, []string{"forecast"}, names, "the session is unharmed")
+	})
+
+	t.Run("list_changed reaches the session when a tool it may invoke becomes Ready", func(t *testing.T) {
+		for len(changed) > 0 {
+			<-changed
+		}
+		createRun(ctx, t, runs, ns, tool(functionRun("late", "python", "tools.py", mcpHandlers, "tools.forecast")))
+		select {
+		case <-changed:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("no notifications/tools/list_changed after the Run became Ready")
+		}
+		names, _ := toolNames(ctx, t, agent)
+		assert.Equal(t, []string{"forecast", "late"}, names)
+	})
+}
+
+func krtMCPListenArgs(ctx context.Context, t *testing.T, f *framework.Framework, kubeconfig, ns string, args ...string) string {
+	t.Helper()
+	return krtMCPListenWith(ctx, t, f, append([]string{"--kubeconfig=" + kubeconfig, "-n", ns, "mcp", "--listen", "127.0.0.1:0"}, args...))
+}
+
+// callJSON calls a tool that must succeed and returns its structured
+// output.
+func callJSON(ctx context.Context, t *testing.T, s *mcp.ClientSession, name string, args map[string]any) map[string]any {
+	t.Helper()
+	r, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err)
+	require.False(t, r.IsError, "%s: %s", name, resultText(t, r))
+	out, ok := r.StructuredContent.(map[string]any)
+	require.True(t, ok, "%s: %T", name, r.StructuredContent)
+	return out
+}
+
+func callError(ctx context.Context, t *testing.T, s *mcp.ClientSession, name string, args map[string]any) string {
+	t.Helper()
+	r, err := s.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err)
+	require.True(t, r.IsError, "%s: %s", name, resultText(t, r))
+	return resultText(t, r)
+}
+
+// TestKrtMCPSandbox: krt mcp --listen --sandbox-runtime gives a session the
+// sandbox tools, acting as a ServiceAccount that may create, invoke and
+// delete Runs: create_sandbox makes a function Run with the built-in
+// handler on a Runtime of capacity 1 (labelled, never listed as a tool,
+// even with an empty selector), run_code keeps its state across calls,
+// run_command, write_file, read_file and list_files work in the workspace,
+// a path leaving it is refused, another session cannot use the sandbox,
+// delete_sandbox deletes the Run, and ending the session deletes the
+// sandboxes it still had.
+func TestKrtMCPSandbox(t *testing.T) {
+	f := framework.Get(t)
+	runs := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "mcpsandbox")
+	ctx := framework.Context(t, 6*time.Minute)
+	_, err := runs.KruntimesV1alpha1().Runtimes(ns).Create(ctx, functionRuntime("sandbox", "python", 1), metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, token := serviceAccountConfig(ctx, t, f, ns, "coder", "kruntimes-edit", "kruntimes-invoker")
+	url := krtMCPListenArgs(ctx, t, f, kubeconfigFor(t, f.AdminConfig, ""), ns, "--sandbox-runtime", "sandbox", "--selector", "")
+	coder := mcpHTTPSession(ctx, t, url, token, nil)
+	gone := func(t *testing.T, name string) {
+		t.Helper()
+		require.NoError(t, framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+			_, err := runs.KruntimesV1alpha1().Runs(ns).Get(ctx, name, metav1.GetOptions{})
+			return seen.Deleted(err), nil
+		}))
+	}
+
+	var name string
+	t.Run("create_sandbox makes a sandbox Run as the caller", func(t *testing.T) {
+		names, _ := toolNames(ctx, t, coder)
+		assert.Equal(t, []string{"create_sandbox", "delete_sandbox", "list_files", "read_file", "run_code", "run_command", "write_file"}, names)
+		out := callJSON(ctx, t, coder, "create_sandbox", map[string]any{"idle_timeout_seconds": 300})
+		name, _ = out["sandbox"].(string)
+		require.NotEmpty(t, name)
+		run, err := runs.KruntimesV1alpha1().Runs(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, "kruntimes.sandbox", run.Spec.Mode.Function.Handler)
+		assert.Equal(t, "sandbox", run.Spec.Runtime)
+		assert.EqualValues(t, 300, *run.Spec.Mode.Function.IdleTimeoutSeconds)
+		assert.Equal(t, "true", run.Labels["kruntimes.io/sandbox"])
+		names, _ = toolNames(ctx, t, coder)
+		assert.NotContains(t, names, name, "a sandbox is not a tool, even with an empty selector")
+	})
+	require.NotEmpty(t, name)
+
+	t.Run("run_code keeps its state across calls", func(t *testing.T) {
+		out := callJSON(ctx, t, coder, "run_code", map[string]any{"sandbox": name, "code": "import math\nx = 40"})
+		assert.Nil(t, out["error"])
+		out = callJSON(ctx, t, coder, "run_code", map[string]any{"sandbox": name, "code": "print('side')\nx + 2"})
+		assert.EqualValues(t, 42, out["result"])
+		assert.Equal(t, "side\n", out["stdout"])
+		out = callJSON(ctx, t, coder, "run_code", map[string]any{"sandbox": name, "code": "math.sqrt(-1)"})
+		assert.Equal(t, "ValueError", out["error"].(map[string]any)["name"], "the exception is the answer")
+	})
+
+	t.Run("run_command, write_file, read_file and list_files work in the workspace", func(t *testing.T) {
+		out := callJSON(ctx, t, coder, "run_command", map[string]any{"sandbox": name, "cmd": "echo hi; echo oops >&2; exit 3"})
+		assert.Equal(t, "hi\n", out["stdout"])
+		assert.Equal(t, "oops\n", out["stderr"])
+		assert.EqualValues(t, 3, out["exit_code"])
+		out = callJSON(ctx, t, coder, "run_command", map[string]any{"sandbox": name, "cmd": "sleep 30", "timeout": 1})
+		assert.Equal(t, true, out["timed_out"])
+
+		out = callJSON(ctx, t, coder, "write_file", map[string]any{"sandbox": name, "path": "data/in.txt", "content": "hello ☃"})
+		assert.EqualValues(t, len("hello ☃"), out["size"])
+		out = callJSON(ctx, t, coder, "read_file", map[string]any{"sandbox": name, "path": "data/in.txt"})
+		assert.Equal(t, "hello ☃", out["content"])
+		out = callJSON(ctx, t, coder, "run_code", map[string]any{"sandbox": name, "code": "open('data/in.txt').read().upper()"})
+		assert.Equal(t, "HELLO ☃", out["result"], "code sees the files")
+		callJSON(ctx, t, coder, "write_file", map[string]any{"sandbox": name, "path": "data/b.bin", "content_base64": "AP8="})
+		out = callJSON(ctx, t, coder, "read_file", map[string]any{"sandbox": name, "path": "data/b.bin"})
+		assert.Equal(t, "AP8=", out["content_base64"], "bytes that are not UTF-8")
+		out = callJSON(ctx, t, coder, "list_files", map[string]any{"sandbox": name, "path": "data"})
+		entries, _ := out["entries"].([]any)
+		var listed []string
+		for _, e := range entries {
+			listed = append(listed, e.(map[string]any)["name"].(string))
+		}
+		assert.Equal(t, []string{"b.bin", "in.txt"}, listed)
+
+		text := callError(ctx, t, coder, "read_file", map[string]any{"sandbox": name, "path": "/etc/passwd"})
+		assert.Contains(t, text, "SandboxPathError")
+	})
+
+	t.Run("another session cannot use the sandbox", func(t *testing.T) {
+		other := mcpHTTPSession(ctx, t, url, token, nil)
+		text := callError(ctx, t, other, "run_code", map[string]any{"sandbox": name, "code": "x"})
+		assert.Contains(t, text, "no sandbox")
+		assert.Contains(t, text, "nothing ran")
+	})
+
+	t.Run("delete_sandbox deletes its Run", func(t *testing.T) {
+		r, err := coder.CallTool(ctx, &mcp.CallToolParams{Name: "delete_sandbox", Arguments: map[string]any{"sandbox": name}})
+		require.NoError(t, err)
+		require.False(t, r.IsError, "%s", resultText(t, r))
+		gone(t, name)
+		text := callError(ctx, t, coder, "run_code", map[string]any{"sandbox": name, "code": "x"})
+		assert.Contains(t, text, "no sandbox")
+	})
+
+	t.Run("the end of the session deletes its sandboxes", func(t *testing.T) {
+		session := mcpHTTPSession(ctx, t, url, token, nil)
+		out := callJSON(ctx, t, session, "create_sandbox", map[string]any{})
+		left, _ := out["sandbox"].(string)
+		require.NotEmpty(t, left)
+		require.NoError(t, session.Close())
+		gone(t, left)
+	})
+}
+
+// TestKrtMCPToolsListScale: with 500 Ready function tools in the namespace,
+// of which a ServiceAccount may invoke 100, krt mcp --listen lists exactly
+// those 100 to it. Reported, not asserted: the first tools/list of a new
+// session (500 SelfSubjectAccessReviews, 8 at a time) and later ones (the
+// answers cached for 30 s).
+func TestKrtMCPToolsListScale(t *testing.T) {
+	const total, invocable = 500, 100
+	f := framework.Get(t)
+	runs := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "mcpscale")
+	ctx := framework.Context(t, 10*time.Minute)
+	_, err := runs.KruntimesV1alpha1().Runtimes(ns).Create(ctx, functionRuntime("bash", "bash", total+10), metav1.CreateOptions{})
+	require.NoError(t, err)
+	name := func(i int) string { return fmt.Sprintf("tool-%03d", i) }
+	start := time.Now()
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i := range total {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			run := functionRun(name(i), "bash", "handler.sh", "read -r input\nprintf '{\"got\":%s}' \"$input\"\n", "handler.sh")
+			run.Labels = map[string]string{"kruntimes.io/tool": "true"}
+			_, err := runs.KruntimesV1alpha1().Runs(ns).Create(ctx, run, metav1.CreateOptions{})
+			assert.NoError(t, err)
+		}()
+	}
+	wg.Wait()
+	require.NoError(t, framework.Poll(ctx, time.Second, 5*time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+		list, err := runs.KruntimesV1alpha1().Runs(ns).List(ctx, metav1.ListOptions{})
+		if seen.Err(err) {
+			return false, nil
+		}
+		ready := 0
+		for i := range list.Items {
+			if apimeta.IsStatusConditionTrue(list.Items[i].Status.Conditions, lifecycle.ConditionReady) {
+				ready++
+			}
+		}
+		seen.State("%d of %d Ready", ready, total)
+		return ready == total, nil
+	}))
+	t.Logf("%d function Runs Ready in %v", total, time.Since(start).Round(time.Millisecond))
+
+	allowed := make([]string, invocable)
+	for i := range allowed {
+		allowed[i] = name(i * (total / invocable)) // spread over the namespace
+	}
+	_, token := serviceAccountConfig(ctx, t, f, ns, "agent", "kruntimes-view")
+	_, err = f.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "invoke-some"},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{v1alpha1.SchemeGroupVersion.Group}, Resources: []string{"runs/invoke"},
+			Verbs: []string{"create"}, ResourceNames: allowed,
+		}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "agent-invoke-some"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "invoke-some"},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "agent", Namespace: ns}},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	url := krtMCPListen(ctx, t, f, kubeconfigFor(t, f.AdminConfig, ""), ns)
+	// What a session's watch starts with: the list of the Runs, as the
+	// agent, from this (race-built) test process.
+	agentRuns, err := versioned.NewForConfig(bearerConfigFor(f.AdminConfig, token))
+	require.NoError(t, err)
+	var lists []time.Duration
+	for range 5 {
+		begin := time.Now()
+		list, err := agentRuns.KruntimesV1alpha1().Runs(ns).List(ctx, metav1.ListOptions{LabelSelector: "kruntimes.io/tool=true"})
+		require.NoError(t, err)
+		require.Len(t, list.Items, total)
+		lists = append(lists, time.Since(begin))
+	}
+
+	p := func(d []time.Duration, q float64) time.Duration {
+		d = append([]time.Duration(nil), d...)
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+		return d[int(float64(len(d)-1)*q)].Round(10 * time.Microsecond)
+	}
+	sort.Strings(allowed)
+	var connect, cold []time.Duration
+	for range 5 {
+		begin := time.Now()
+		s := mcpHTTPSession(ctx, t, url, token, nil)
+		connect = append(connect, time.Since(begin))
+		begin = time.Now()
+		names, _ := toolNames(ctx, t, s)
+		cold = append(cold, time.Since(begin))
+		require.Equal(t, allowed, names, "exactly the %d tools it may invoke", invocable)
+		require.NoError(t, s.Close())
+	}
+	s := mcpHTTPSession(ctx, t, url, token, nil)
+	toolNames(ctx, t, s)
+	var warm []time.Duration
+	for range 50 {
+		begin := time.Now()
+		names, _ := toolNames(ctx, t, s)
+		warm = append(warm, time.Since(begin))
+		require.Len(t, names, invocable)
+	}
+	t.Logf("tools/list, %d tools of %d Runs: new session connect p50 %v max %v; first list p50 %v max %v (5 sessions); later lists p50 %v p99 %v (50); a list of the %d Runs as the agent p50 %v",
+		invocable, total, p(connect, 0.5), p(connect, 1), p(cold, 0.5), p(cold, 1), p(warm, 0.5), p(warm, 0.99), total, p(lists, 0.5))
 }

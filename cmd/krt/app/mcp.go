@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/signal"
 	"sort"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
@@ -21,18 +23,20 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	v1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
-	"kruntimes.io/kruntimes/client/informers/externalversions"
 	listersv1alpha1 "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/version"
 )
@@ -53,15 +57,20 @@ const accessTTL = 30 * time.Second
 const maxToolNameLen = 128
 
 type mcpOptions struct {
-	selector string
-	timeout  time.Duration
+	selector    string
+	timeout     time.Duration
+	listen      string
+	sandbox     string
+	tlsCertFile string
+	tlsKeyFile  string
+	idleTimeout time.Duration
 }
 
 func newMCPCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
 	o := &mcpOptions{}
 	cmd := &cobra.Command{
-		Use:   "mcp [-n NAMESPACE] [-l SELECTOR]",
-		Short: "Serve the namespace's Ready function Runs as Model Context Protocol tools over stdio",
+		Use:   "mcp [-n NAMESPACE] [-l SELECTOR] [--listen HOST:PORT]",
+		Short: "Serve the namespace's Ready function Runs as Model Context Protocol tools, over stdio or HTTP",
 		Long: `Serve the Ready function Runs of one namespace that match the label selector
 (default ` + DefaultToolSelector + `) and that you may invoke (create runs/invoke,
 asked with a SelfSubjectAccessReview per Run, cached 30s) as Model Context
@@ -81,7 +90,28 @@ invocation ID) and never re-sends it. The output is structuredContent (when
 a JSON object) and text. Every failure is a result with isError: the
 handler's error; the arguments breaking the input schema (did not run);
 busy or unavailable (did not run, retry after N s); timed out or outcome
-unknown (may have run). Logs go to standard error.`,
+unknown (may have run). Logs go to standard error.
+
+With --listen HOST:PORT, krt mcp serves MCP's streamable HTTP transport at
+http://HOST:PORT/mcp instead (https with --tls-cert-file and
+--tls-private-key-file; a listen address that is not loopback is refused
+without them). Every request must carry "Authorization: Bearer TOKEN", a
+Kubernetes token (e.g. kubectl create token SERVICEACCOUNT), and is
+answered 401 without one or when the cluster does not accept it. Each MCP
+session acts as the token that created it: its own watch of the Runs,
+SelfSubjectAccessReviews and invocations, made with the kubeconfig's
+server and CA and that token, never the kubeconfig's credentials. A
+request of a session with a different token is refused with 403 (a new
+token, e.g. a refreshed one, starts a new session). The address is printed
+on standard error once listening. SIGINT or SIGTERM stops it.
+
+With --sandbox-runtime RUNTIME, each session also has the tools
+create_sandbox, run_code, run_command, write_file, read_file, list_files
+and delete_sandbox: a sandbox is a function Run with the built-in handler
+kruntimes.sandbox on that Python Runtime, created as the caller (labelled
+kruntimes.io/sandbox=true, never listed as a tool), usable only by the
+session that created it, and deleted by delete_sandbox, when the session
+ends, or after its idle timeout.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := serveMCP(cmd.Context(), flags, streams, o); err != nil {
@@ -92,6 +122,11 @@ unknown (may have run). Logs go to standard error.`,
 		},
 	}
 	cmd.Flags().StringVarP(&o.selector, "selector", "l", DefaultToolSelector, "Label selector of the Runs to serve as tools.")
+	cmd.Flags().StringVar(&o.sandbox, "sandbox-runtime", "", "Add the sandbox tools (create_sandbox, run_code, run_command, write_file, read_file, list_files, delete_sandbox), creating each sandbox on this Python Runtime (capacity.runs 1).")
+	cmd.Flags().StringVar(&o.listen, "listen", "", "Serve MCP's streamable HTTP transport on HOST:PORT (path /mcp) instead of stdio; port 0 picks a free one.")
+	cmd.Flags().StringVar(&o.tlsCertFile, "tls-cert-file", "", "With --listen: serve HTTPS with this certificate (PEM); required for a non-loopback address.")
+	cmd.Flags().StringVar(&o.tlsKeyFile, "tls-private-key-file", "", "With --listen: the private key (PEM) of --tls-cert-file.")
+	cmd.Flags().DurationVar(&o.idleTimeout, "session-idle-timeout", 30*time.Minute, "With --listen: close an MCP session that sent no request for this long (its watch ends with it); 0 never.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "How long one tools/call may take (the invocation's request timeout); the server's default (60s) when 0.")
 	return cmd
 }
@@ -104,6 +139,14 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 	if err != nil {
 		return fmt.Errorf("--selector: %w", err)
 	}
+	if o.listen == "" && (o.tlsCertFile != "" || o.tlsKeyFile != "") {
+		return errors.New("--tls-cert-file and --tls-private-key-file need --listen")
+	}
+	if o.listen != "" {
+		if err := checkListen(o.listen, o.tlsCertFile, o.tlsKeyFile); err != nil {
+			return err
+		}
+	}
 	config, err := flags.ToRESTConfig()
 	if err != nil {
 		return err
@@ -112,87 +155,226 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 	if err != nil {
 		return err
 	}
+	// SIGINT or SIGTERM end the sessions, which deletes their sandboxes.
+	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	if o.listen != "" {
+		return serveMCPHTTP(ctx, config, namespace, selector, streams, o)
+	}
+	session, err := newMCPSession(ctx, config, namespace, selector, o, nil)
+	if err != nil {
+		return err
+	}
+	defer session.stop()
+	session.start()
+	if err := session.waitSynced(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(streams.ErrOut, "krt mcp: serving the Ready function Runs of namespace %s matching %q over stdio (MCP %s)\n", namespace, selector.String(), MCPProtocolRevision)
+	err = session.server.Run(ctx, &mcp.IOTransport{Reader: readCloser{streams.In}, Writer: writeCloser{streams.Out}})
+	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, mcp.ErrConnectionClosed)) {
+		return nil
+	}
+	return err
+}
+
+// mcpSession is one MCP server and what feeds its tools, acting as one
+// identity: its own watch of the Runs, its own SelfSubjectAccessReviews and
+// invocations. krt mcp over stdio has one; over HTTP each MCP session has
+// its own, acting as the bearer token that created it.
+type mcpSession struct {
+	server   *mcp.Server
+	tools    *toolSet
+	informer cache.SharedIndexInformer
+	// done is closed when the informer has stopped; running says it was
+	// started (read after synced is closed).
+	done      chan struct{}
+	running   bool
+	runs      typedv1alpha1.RunInterface
+	selector  labels.Selector
+	namespace string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// sandboxes are the sandbox Runs this session created (nil without
+	// --sandbox-runtime).
+	sandboxes *sandboxes
+
+	startOnce sync.Once
+	synced    chan struct{} // closed when the watch has listed, or failed (err)
+	err       error
+}
+
+// newMCPSession builds a session acting as config's identity. Nothing is
+// asked of the cluster before start. opts may be nil.
+func newMCPSession(parent context.Context, config *rest.Config, namespace string, selector labels.Selector, o *mcpOptions, opts *mcp.ServerOptions) (*mcpSession, error) {
+	config = rest.CopyConfig(config)
 	// client-go's default limit (5 requests/s, bursts of 10) would hold
 	// an agent's 11th call in a second back by 200 ms; the apiserver's
 	// priority and fairness protects the cluster.
 	config.QPS, config.Burst = 50, 100
 	client, err := versioned.NewForConfig(config)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	kube, err := kubernetes.NewForConfig(config)
+	// The SelfSubjectAccessReviews of a tools/list come in bursts (one per
+	// Run not asked in the last 30 s: 500 Runs are 500 reviews), which
+	// client-go's limit would spread over seconds; they are bounded by the
+	// 8 in flight instead.
+	reviews := rest.CopyConfig(config)
+	reviews.QPS = -1
+	kube, err := kubernetes.NewForConfig(reviews)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-
-	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0,
-		externalversions.WithNamespace(namespace),
-		externalversions.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = selector.String() }))
-	informer := factory.Kruntimes().V1alpha1().Runs()
-	server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: version.Get().String()}, nil)
-	tools := &toolSet{
-		server:    server,
-		lister:    informer.Lister().Runs(namespace),
+	runs := client.KruntimesV1alpha1().Runs(namespace)
+	informer := cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
+			lo.LabelSelector = selector.String()
+			return runs.List(ctx, lo)
+		},
+		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
+			lo.LabelSelector = selector.String()
+			return runs.Watch(ctx, lo)
+		},
+	}}, &v1alpha1.Run{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: version.Get().String()}, opts)
+	ctx, cancel := context.WithCancel(parent)
+	s := &mcpSession{
+		server: server,
+		tools: &toolSet{
+			server:    server,
+			lister:    listersv1alpha1.NewRunLister(informer.GetIndexer()).Runs(namespace),
+			runs:      client.KruntimesV1alpha1().Runs(namespace),
+			access:    &accessCache{review: ssarReviewer(kube), rules: ssrrReviewer(kube), now: time.Now},
+			namespace: namespace,
+			timeout:   o.timeout,
+			served:    map[string]servedTool{},
+		},
+		informer:  informer,
+		done:      make(chan struct{}),
 		runs:      client.KruntimesV1alpha1().Runs(namespace),
-		access:    &accessCache{review: ssarReviewer(kube), now: time.Now},
+		selector:  selector,
 		namespace: namespace,
-		timeout:   o.timeout,
-		served:    map[string]servedTool{},
+		ctx:       ctx,
+		cancel:    cancel,
+		synced:    make(chan struct{}),
 	}
-	changed := make(chan struct{}, 1)
-	poke := func() {
-		select {
-		case changed <- struct{}{}:
-		default:
+	if o.sandbox != "" {
+		s.sandboxes = &sandboxes{
+			runs:      client.KruntimesV1alpha1().Runs(namespace),
+			runtimes:  client.KruntimesV1alpha1().Runtimes(namespace),
+			runtime:   o.sandbox,
+			namespace: namespace,
+			owned:     map[string]types.UID{},
 		}
+		addSandboxTools(server, s.sandboxes)
 	}
-	if _, err := informer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { poke() },
-		UpdateFunc: func(any, any) { poke() },
-		DeleteFunc: func(any) { poke() },
-	}); err != nil {
-		return err
-	}
-	factory.Start(ctx.Done())
-	// The informers stop when ctx is done; Shutdown waits for them.
-	defer func() {
-		cancel()
-		factory.Shutdown()
-	}()
-	for typ, ok := range factory.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			return fmt.Errorf("list the Runs of namespace %s (%v): %w", namespace, typ, ctx.Err())
-		}
-	}
-	tools.sync(ctx)
-	go func() {
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-changed:
-				tools.sync(ctx)
-			}
-		}
-	}()
 	// tools/list re-checks what the caller may invoke (answers older than
-	// 30 s are asked again) before the SDK lists the tools.
+	// 30 s are asked again) before the SDK lists the tools; it waits for
+	// the watch's first list.
 	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
+			if method == "tools/list" || method == "tools/call" {
+				s.start()
+				if err := s.waitSynced(ctx); err != nil {
+					return nil, err
+				}
+			}
 			if method == "tools/list" {
-				tools.sync(ctx)
+				s.tools.sync(ctx)
 			}
 			return next(ctx, method, req)
 		}
 	})
-	fmt.Fprintf(streams.ErrOut, "krt mcp: serving the Ready function Runs of namespace %s matching %q over stdio (MCP %s)\n", namespace, selector.String(), MCPProtocolRevision)
-	err = server.Run(ctx, &mcp.IOTransport{Reader: readCloser{streams.In}, Writer: writeCloser{streams.Out}})
-	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, mcp.ErrConnectionClosed)) {
-		return nil
+	return s, nil
+}
+
+// start lists and watches the Runs (once) and keeps the tools in step.
+func (s *mcpSession) start() {
+	s.startOnce.Do(func() {
+		changed := make(chan struct{}, 1)
+		poke := func() {
+			select {
+			case changed <- struct{}{}:
+			default:
+			}
+		}
+		if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { poke() },
+			UpdateFunc: func(any, any) { poke() },
+			DeleteFunc: func(any) { poke() },
+		}); err != nil {
+			s.err = err
+			close(s.synced)
+			return
+		}
+		go func() {
+			defer close(s.synced)
+			// One list first: a caller that may not list the Runs gets
+			// the apiserver's answer instead of a watch retrying forever.
+			if _, err := s.runs.List(s.ctx, metav1.ListOptions{LabelSelector: s.selector.String(), Limit: 1}); err != nil {
+				s.err = fmt.Errorf("list the Runs of namespace %s: %w", s.namespace, err)
+				return
+			}
+			s.running = true
+			go func() {
+				defer close(s.done)
+				s.informer.RunWithContext(s.ctx)
+			}()
+			if !cache.WaitForCacheSync(s.ctx.Done(), s.informer.HasSynced) {
+				s.err = fmt.Errorf("list the Runs of namespace %s: %w", s.namespace, s.ctx.Err())
+				return
+			}
+			s.tools.sync(s.ctx)
+			go func() {
+				for {
+					select {
+					case <-s.ctx.Done():
+						return
+					case <-changed:
+						s.tools.sync(s.ctx)
+					}
+				}
+			}()
+		}()
+	})
+}
+
+// plainListWatch lists and then watches the Runs, instead of client-go's
+// streaming list (a watch that sends the initial state as events): against
+// kruntimes-apiserver the first tools/list of a session with 500 Runs took
+// 2.4 s with the stream and 1.3 s with a list (docs/benchmarks.md).
+type plainListWatch struct{ *cache.ListWatch }
+
+func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
+
+// waitSynced waits until the first list of the Runs is in.
+func (s *mcpSession) waitSynced(ctx context.Context) error {
+	select {
+	case <-s.synced:
+		return s.err
+	case <-ctx.Done():
+		return ctx.Err()
 	}
-	return err
+}
+
+// stop deletes the session's sandboxes, ends the watch and waits for it.
+func (s *mcpSession) stop() {
+	if s.sandboxes != nil {
+		s.sandboxes.removeAll()
+	}
+	s.cancel()
+	// A session never started has nothing to wait for.
+	s.startOnce.Do(func() {
+		s.err = errors.New("the session ended")
+		close(s.synced)
+	})
+	<-s.synced
+	if s.running {
+		<-s.done
+	}
 }
 
 type readCloser struct {
@@ -244,10 +426,10 @@ type toolSet struct {
 	served map[string]servedTool // by tool name
 }
 
-// isTool says whether run is served: a function Run, Ready, not being
-// deleted.
+// isTool says whether run is served: a function Run that is not a sandbox
+// (the sandbox tools serve those), Ready, not being deleted.
 func isTool(run *v1alpha1.Run) bool {
-	return run.Spec.Mode.Function != nil && run.DeletionTimestamp == nil &&
+	return run.Spec.Mode.Function != nil && run.Spec.Mode.Function.Handler != SandboxHandler && run.DeletionTimestamp == nil &&
 		apimeta.IsStatusConditionTrue(run.Status.Conditions, lifecycle.ConditionReady)
 }
 
@@ -426,16 +608,65 @@ type accessAnswer struct {
 	at      time.Time
 }
 
+// rulesReviewer answers which resource rules the caller has in namespace
+// (a SelfSubjectRulesReview), and whether they are complete: every
+// authorizer of the cluster could list what it allows.
+type rulesReviewer func(ctx context.Context, namespace string) (rules []authorizationv1.ResourceRule, complete bool, err error)
+
+func ssrrReviewer(kube kubernetes.Interface) rulesReviewer {
+	return func(ctx context.Context, namespace string) ([]authorizationv1.ResourceRule, bool, error) {
+		review, err := kube.AuthorizationV1().SelfSubjectRulesReviews().Create(ctx, &authorizationv1.SelfSubjectRulesReview{
+			Spec: authorizationv1.SelfSubjectRulesReviewSpec{Namespace: namespace},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, false, err
+		}
+		st := review.Status
+		return st.ResourceRules, !st.Incomplete && st.EvaluationError == "", nil
+	}
+}
+
+// mayInvoke says whether rules allow create runs/invoke on the Run name,
+// matching as RBAC does: "*" for any verb, group or resource, "*/invoke"
+// for the subresource of any resource, no resourceNames for every name.
+func mayInvoke(rules []authorizationv1.ResourceRule, name string) bool {
+	has := func(set []string, values ...string) bool {
+		for _, v := range set {
+			for _, want := range values {
+				if v == want {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, r := range rules {
+		if has(r.Verbs, "*", "create") && has(r.APIGroups, "*", v1alpha1.SchemeGroupVersion.Group) &&
+			has(r.Resources, "*", "runs/invoke", "*/invoke") && (len(r.ResourceNames) == 0 || has(r.ResourceNames, name)) {
+			return true
+		}
+	}
+	return false
+}
+
+// reviewsPerRound is how many SelfSubjectAccessReviews are in flight at
+// once; more Runs to ask about than that are answered from one
+// SelfSubjectRulesReview when the cluster's rules are complete.
+const reviewsPerRound = 8
+
 // accessCache keeps each Run's answer for accessTTL.
 type accessCache struct {
 	review accessReviewer
-	now    func() time.Time
+	// rules, when set, answers for many Runs at once.
+	rules rulesReviewer
+	now   func() time.Time
 
 	mu      sync.Mutex
 	answers map[types.UID]accessAnswer
 }
 
-// allowedAll answers for each of runs, asking at most 8 reviews at once.
+// allowedAll answers for each of runs, asking at most 8 reviews at once
+// (or one rules review for more).
 // A review that fails counts as not allowed and is not cached.
 func (c *accessCache) allowedAll(ctx context.Context, namespace string, runs []*v1alpha1.Run) []bool {
 	out := make([]bool, len(runs))
@@ -461,8 +692,28 @@ func (c *accessCache) allowedAll(ctx context.Context, namespace string, runs []*
 	}
 	c.mu.Unlock()
 
+	// Many Runs to ask about (a new session, or every 30 s): one
+	// SelfSubjectRulesReview instead of a review per Run, when the
+	// cluster's authorizers can list all they allow (RBAC can; a webhook
+	// cannot, and then each Run is asked about).
+	if len(ask) > reviewsPerRound && c.rules != nil {
+		rules, complete, err := c.rules(ctx, namespace)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "krt mcp: SelfSubjectRulesReview of namespace %s: %v\n", namespace, err)
+		}
+		if err == nil && complete {
+			c.mu.Lock()
+			for _, i := range ask {
+				out[i] = mayInvoke(rules, runs[i].Name)
+				c.answers[runs[i].UID] = accessAnswer{allowed: out[i], at: now}
+			}
+			c.mu.Unlock()
+			return out
+		}
+	}
+
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 8)
+	sem := make(chan struct{}, reviewsPerRound)
 	for _, i := range ask {
 		wg.Add(1)
 		sem <- struct{}{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -13,6 +14,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -234,4 +236,75 @@ func TestMCPHelpNamesTheProtocolRevision(t *testing.T) {
 	require.Equal(t, ExitOK, Run([]string{"mcp", "--help"}, streams))
 	assert.Contains(t, out.String(), "Protocol revision 2026-07-28")
 	assert.Contains(t, out.String(), DefaultToolSelector)
+	assert.Contains(t, out.String(), "--listen")
+	assert.Contains(t, out.String(), "--sandbox-runtime")
+}
+
+func TestMayInvoke(t *testing.T) {
+	rule := func(verbs, groups, resources, names []string) authorizationv1.ResourceRule {
+		return authorizationv1.ResourceRule{Verbs: verbs, APIGroups: groups, Resources: resources, ResourceNames: names}
+	}
+	one := []string{"create"}
+	group := []string{"kruntimes.io"}
+	for _, c := range []struct {
+		name  string
+		rules []authorizationv1.ResourceRule
+		want  bool
+	}{
+		{"the invoker role", []authorizationv1.ResourceRule{rule(one, group, []string{"runs/invoke"}, nil)}, true},
+		{"named", []authorizationv1.ResourceRule{rule(one, group, []string{"runs/invoke"}, []string{"other", "forecast"})}, true},
+		{"another name", []authorizationv1.ResourceRule{rule(one, group, []string{"runs/invoke"}, []string{"other"})}, false},
+		{"everything (system:masters)", []authorizationv1.ResourceRule{rule([]string{"*"}, []string{"*"}, []string{"*"}, nil)}, true},
+		{"*/invoke", []authorizationv1.ResourceRule{rule(one, group, []string{"*/invoke"}, nil)}, true},
+		{"runs/* is not RBAC", []authorizationv1.ResourceRule{rule(one, group, []string{"runs/*"}, nil)}, false},
+		{"reading only (kruntimes-view)", []authorizationv1.ResourceRule{rule([]string{"get", "list", "watch"}, group, []string{"runs", "runs/status"}, nil)}, false},
+		{"runs, not the subresource", []authorizationv1.ResourceRule{rule([]string{"*"}, group, []string{"runs"}, nil)}, false},
+		{"another group", []authorizationv1.ResourceRule{rule(one, []string{"example.com"}, []string{"runs/invoke"}, nil)}, false},
+		{"none", nil, false},
+	} {
+		assert.Equal(t, c.want, mayInvoke(c.rules, "forecast"), c.name)
+	}
+}
+
+// TestAccessCacheRulesReview: more Runs than one round of reviews are
+// answered from one SelfSubjectRulesReview when it is complete, and asked
+// one by one when it is not.
+func TestAccessCacheRulesReview(t *testing.T) {
+	var reviews, rulesReviews atomic.Int32
+	complete := true
+	c := &accessCache{
+		now: time.Now,
+		review: func(_ context.Context, ns, name string) (bool, error) {
+			reviews.Add(1)
+			return name == "run-3", nil
+		},
+		rules: func(_ context.Context, ns string) ([]authorizationv1.ResourceRule, bool, error) {
+			rulesReviews.Add(1)
+			return []authorizationv1.ResourceRule{{Verbs: []string{"create"}, APIGroups: []string{"kruntimes.io"}, Resources: []string{"runs/invoke"}, ResourceNames: []string{"run-3"}}}, complete, nil
+		},
+	}
+	var runs []*v1alpha1.Run
+	for i := range 20 {
+		name := fmt.Sprintf("run-%d", i)
+		runs = append(runs, &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}})
+	}
+	want := make([]bool, 20)
+	want[3] = true
+	assert.Equal(t, want, c.allowedAll(context.Background(), "ns", runs))
+	assert.EqualValues(t, 1, rulesReviews.Load())
+	assert.EqualValues(t, 0, reviews.Load())
+	assert.Equal(t, want, c.allowedAll(context.Background(), "ns", runs))
+	assert.EqualValues(t, 1, rulesReviews.Load(), "cached")
+
+	c2 := &accessCache{now: time.Now, review: c.review, rules: c.rules}
+	complete = false
+	assert.Equal(t, want, c2.allowedAll(context.Background(), "ns", runs))
+	assert.EqualValues(t, 2, rulesReviews.Load())
+	assert.EqualValues(t, 20, reviews.Load(), "incomplete rules: a review per Run")
+
+	c3 := &accessCache{now: time.Now, review: c.review, rules: c.rules}
+	complete = true
+	assert.Equal(t, want[:8], c3.allowedAll(context.Background(), "ns", runs[:8]))
+	assert.EqualValues(t, 2, rulesReviews.Load(), "one round of reviews is asked directly")
+	assert.EqualValues(t, 28, reviews.Load())
 }

@@ -1,0 +1,353 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// MCPPath is the path krt mcp --listen serves MCP's streamable HTTP on.
+const MCPPath = "/mcp"
+
+// tokenTTL bounds how long krt mcp --listen trusts a token the cluster
+// authenticated, before asking again.
+const tokenTTL = 30 * time.Second
+
+// checkListen refuses a listen address that is not loopback unless TLS is
+// configured: a bearer token must not cross a network in clear text.
+func checkListen(listen, certFile, keyFile string) error {
+	if (certFile == "") != (keyFile == "") {
+		return errors.New("--tls-cert-file and --tls-private-key-file go together")
+	}
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w (want HOST:PORT, e.g. 127.0.0.1:8080)", listen, err)
+	}
+	if certFile != "" || isLoopbackHost(host) {
+		return nil
+	}
+	return fmt.Errorf("--listen %q is not a loopback address, and every request carries a Kubernetes bearer token: "+
+		"serve it over TLS (--tls-cert-file and --tls-private-key-file) or listen on 127.0.0.1, [::1] or localhost", listen)
+}
+
+func isLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// identity is the caller of one HTTP request: its bearer token, the
+// token's SHA-256 (what a session is bound to), and who the cluster says
+// it is.
+type identity struct {
+	token string
+	hash  string
+	user  string
+}
+
+type identityKey struct{}
+
+// tokenAuthenticator asks the cluster who a token is.
+type tokenAuthenticator func(ctx context.Context, token string) (user string, err error)
+
+// errUnauthenticated: the cluster does not accept the token.
+var errUnauthenticated = errors.New("the cluster does not accept the bearer token")
+
+// selfSubjectReviewer authenticates a token with a SelfSubjectReview made as
+// the token against the cluster of base (its server and CA, none of its
+// credentials).
+func selfSubjectReviewer(base *rest.Config) tokenAuthenticator {
+	return func(ctx context.Context, token string) (string, error) {
+		kube, err := kubernetes.NewForConfig(bearerConfig(base, token))
+		if err != nil {
+			return "", err
+		}
+		review, err := kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if apierrors.IsUnauthorized(err) {
+			return "", errUnauthenticated
+		}
+		if err != nil {
+			return "", err
+		}
+		return review.Status.UserInfo.Username, nil
+	}
+}
+
+// bearerConfig reaches the cluster of base as token: base's server and
+// TLS trust, none of base's credentials.
+func bearerConfig(base *rest.Config, token string) *rest.Config {
+	config := rest.AnonymousClientConfig(base)
+	config.BearerToken = token
+	return config
+}
+
+// tokenCache keeps the cluster's answer for each token (by its hash) for
+// tokenTTL.
+type tokenCache struct {
+	authenticate tokenAuthenticator
+	now          func() time.Time
+
+	mu    sync.Mutex
+	users map[string]cachedUser
+}
+
+type cachedUser struct {
+	user string
+	at   time.Time
+}
+
+func (c *tokenCache) identify(ctx context.Context, token string) (*identity, error) {
+	sum := sha256.Sum256([]byte(token))
+	hash := hex.EncodeToString(sum[:])
+	now := c.now()
+	c.mu.Lock()
+	cached, ok := c.users[hash]
+	c.mu.Unlock()
+	if ok && now.Sub(cached.at) < tokenTTL {
+		return &identity{token: token, hash: hash, user: cached.user}, nil
+	}
+	user, err := c.authenticate(ctx, token)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	if c.users == nil {
+		c.users = map[string]cachedUser{}
+	}
+	for h, u := range c.users {
+		if now.Sub(u.at) >= tokenTTL {
+			delete(c.users, h)
+		}
+	}
+	c.users[hash] = cachedUser{user: user, at: now}
+	c.mu.Unlock()
+	return &identity{token: token, hash: hash, user: user}, nil
+}
+
+// bearerToken is the token of the request's Authorization header.
+func bearerToken(r *http.Request) (string, bool) {
+	fields := strings.Fields(r.Header.Get("Authorization"))
+	if len(fields) != 2 || !strings.EqualFold(fields[0], "Bearer") {
+		return "", false
+	}
+	return fields[1], true
+}
+
+func unauthorized(w http.ResponseWriter, message string) {
+	w.Header().Set("WWW-Authenticate", `Bearer realm="krt mcp"`)
+	http.Error(w, message, http.StatusUnauthorized)
+}
+
+// mcpHTTP serves MCP's streamable HTTP transport: every request is
+// authenticated by its bearer token, each session acts as the token that
+// created it, and only that token may use the session.
+type mcpHTTP struct {
+	tokens *tokenCache
+	// newSession builds the MCP server of a new session acting as id.
+	newSession func(id *identity) (*mcp.Server, sessionBackend, error)
+	log        io.Writer
+
+	handler *mcp.StreamableHTTPHandler
+	// versions answers the SDK's question of which protocol revisions the
+	// server speaks for requests of existing sessions.
+	versions *mcp.Server
+
+	mu       sync.Mutex
+	sessions map[sessionBackend]struct{}
+	closed   bool
+}
+
+// sessionBackend is what feeds one session's tools: start begins it (once
+// the session is initialized), stop ends it (when the session ends).
+type sessionBackend interface {
+	start()
+	stop()
+}
+
+type pendingKey struct{}
+
+// pending is the server of the session a request without a session ID may
+// create; the SDK asks for it more than once per request.
+type pending struct {
+	id      *identity
+	once    sync.Once
+	server  *mcp.Server
+	session sessionBackend
+	err     error
+}
+
+func newMCPHTTP(tokens *tokenCache, newSession func(id *identity) (*mcp.Server, sessionBackend, error), idle time.Duration, log io.Writer) *mcpHTTP {
+	h := &mcpHTTP{
+		tokens:     tokens,
+		newSession: newSession,
+		log:        log,
+		versions:   mcp.NewServer(&mcp.Implementation{Name: "krt", Version: "versions"}, nil),
+		sessions:   map[sessionBackend]struct{}{},
+	}
+	h.handler = mcp.NewStreamableHTTPHandler(h.server, &mcp.StreamableHTTPOptions{SessionTimeout: idle})
+	return h
+}
+
+// server is the SDK's getServer: it is called for every request.
+func (h *mcpHTTP) server(r *http.Request) *mcp.Server {
+	p, ok := r.Context().Value(pendingKey{}).(*pending)
+	if !ok {
+		return h.versions
+	}
+	p.once.Do(func() {
+		p.server, p.session, p.err = h.newSession(p.id)
+		if p.err != nil {
+			fmt.Fprintf(h.log, "krt mcp: a session for %s: %v\n", p.id.user, p.err)
+		}
+	})
+	if p.err != nil {
+		return nil
+	}
+	return p.server
+}
+
+func (h *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	token, ok := bearerToken(r)
+	if !ok {
+		unauthorized(w, "krt mcp: every request needs an Authorization: Bearer <Kubernetes token> header")
+		return
+	}
+	id, err := h.tokens.identify(r.Context(), token)
+	if errors.Is(err, errUnauthenticated) {
+		unauthorized(w, "krt mcp: "+err.Error())
+		return
+	}
+	if err != nil {
+		http.Error(w, "krt mcp: could not ask the cluster who the bearer token is: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	ctx := context.WithValue(r.Context(), identityKey{}, id)
+	var p *pending
+	if r.Header.Get("Mcp-Session-Id") == "" {
+		p = &pending{id: id}
+		ctx = context.WithValue(ctx, pendingKey{}, p)
+	}
+	// The SDK binds a session to the TokenInfo.UserID of the request that
+	// created it and answers 403 to a request of the session with another.
+	bound := auth.RequireBearerToken(func(context.Context, string, *http.Request) (*auth.TokenInfo, error) {
+		return &auth.TokenInfo{UserID: id.hash}, nil
+	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h.handler)
+	bound.ServeHTTP(w, r.WithContext(ctx))
+	if p != nil && p.session != nil {
+		h.adopt(p)
+	}
+}
+
+// adopt keeps the watch of a new session while the session lives, and
+// stops it when the session ends; a request that made no session stops it
+// at once.
+func (h *mcpHTTP) adopt(p *pending) {
+	var live *mcp.ServerSession
+	for ss := range p.server.Sessions() {
+		live = ss
+	}
+	h.mu.Lock()
+	if live == nil || h.closed {
+		h.mu.Unlock()
+		p.session.stop()
+		return
+	}
+	h.sessions[p.session] = struct{}{}
+	h.mu.Unlock()
+	p.session.start()
+	fmt.Fprintf(h.log, "krt mcp: session %s… of %s started\n", sessionPrefix(live.ID()), p.id.user)
+	go func() {
+		_ = live.Wait()
+		h.mu.Lock()
+		delete(h.sessions, p.session)
+		h.mu.Unlock()
+		p.session.stop()
+		fmt.Fprintf(h.log, "krt mcp: session %s… of %s ended\n", sessionPrefix(live.ID()), p.id.user)
+	}()
+}
+
+// sessionPrefix is enough of a session ID to tell sessions apart in a log,
+// not enough to use one.
+func sessionPrefix(id string) string {
+	if len(id) > 6 {
+		return id[:6]
+	}
+	return id
+}
+
+// close stops the watches of every session.
+func (h *mcpHTTP) close() {
+	h.mu.Lock()
+	h.closed = true
+	sessions := h.sessions
+	h.sessions = map[sessionBackend]struct{}{}
+	h.mu.Unlock()
+	for s := range sessions {
+		s.stop()
+	}
+}
+
+func serveMCPHTTP(ctx context.Context, config *rest.Config, namespace string, selector labels.Selector, streams genericiooptions.IOStreams, o *mcpOptions) error {
+	tokens := &tokenCache{authenticate: selfSubjectReviewer(config), now: time.Now}
+	h := newMCPHTTP(tokens, func(id *identity) (*mcp.Server, sessionBackend, error) {
+		s, err := newMCPSession(context.Background(), bearerConfig(config, id.token), namespace, selector, o, nil)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s.server, s, nil
+	}, o.idleTimeout, streams.ErrOut)
+	defer h.close()
+
+	ln, err := net.Listen("tcp", o.listen)
+	if err != nil {
+		return err
+	}
+	mux := http.NewServeMux()
+	mux.Handle(MCPPath, h)
+	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(streams.ErrOut, "krt mcp: ", 0)}
+	scheme := "http"
+	if o.tlsCertFile != "" {
+		scheme = "https"
+	}
+	fmt.Fprintf(streams.ErrOut, "krt mcp: serving the Ready function Runs of namespace %s matching %q at %s://%s%s (MCP %s, streamable HTTP)\n",
+		namespace, selector.String(), scheme, ln.Addr(), MCPPath, MCPProtocolRevision)
+	served := make(chan error, 1)
+	go func() {
+		if o.tlsCertFile != "" {
+			served <- server.ServeTLS(ln, o.tlsCertFile, o.tlsKeyFile)
+		} else {
+			served <- server.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	h.close()
+	_ = server.Shutdown(shutdown)
+	return nil
+}
