@@ -58,7 +58,8 @@ func TestDeploymentShape(t *testing.T) {
 	}, runtimeC.VolumeMounts, "a mount the user set is kept, a missing one added")
 	assert.Equal(t, runtimepod.ContainerRuntimed, runtimed.Name)
 	assert.Equal(t, "kruntimes.io/runtimed:dev", runtimed.Image)
-	assert.Equal(t, []string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=4"}, runtimed.Args)
+	assert.Equal(t, []string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=4",
+		"--shutdown-drain-timeout=5s", "--shutdown-timeout=15s"}, runtimed.Args, "the default grace of 30 s leaves the default shutdown bounds")
 	env := map[string]string{}
 	for _, e := range runtimed.Env {
 		env[e.Name] = e.ValueFrom.FieldRef.FieldPath

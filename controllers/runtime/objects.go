@@ -205,6 +205,9 @@ func runtimedContainer(rt *v1alpha1.Runtime) corev1.Container {
 			PeriodSeconds: period,
 		}
 	}
+	// On SIGTERM runtimed gives its functions back for relocation within
+	// the Pod's termination grace.
+	drain, shutdown := runtimepod.ShutdownBounds(rt.Spec.Template.Spec.TerminationGracePeriodSeconds)
 	return corev1.Container{
 		Name:  runtimepod.ContainerRuntimed,
 		Image: rt.Spec.RuntimedImage,
@@ -212,6 +215,8 @@ func runtimedContainer(rt *v1alpha1.Runtime) corev1.Container {
 			"--runtime-socket=" + runtimepod.RuntimeSocket,
 			"--workspace-dir=" + runtimepod.WorkspacePath,
 			"--capacity=" + strconv.Itoa(int(rt.Spec.Capacity.Runs)),
+			"--shutdown-drain-timeout=" + drain.String(),
+			"--shutdown-timeout=" + shutdown.String(),
 		},
 		Env: []corev1.EnvVar{
 			fieldEnv(runtimepod.EnvPodName, "metadata.name"),
