@@ -37,6 +37,11 @@ const (
 	// ReasonRegistrationLost: a Ready function's registration went away on
 	// its Pod (the worker died, the Runtime Server restarted).
 	ReasonRegistrationLost = "RegistrationLost"
+	// ReasonRelocating: the runtimed of a function's Pod gave the function
+	// back because the Pod is shutting down (a graceful deletion: rollout,
+	// drain, eviction, scale-down). The function goes back to Pending at
+	// the same attempt: a planned disruption spends no attempt.
+	ReasonRelocating = "Relocating"
 	// ReasonLifetimeExceeded: a function reached spec.timeout from its
 	// startTime.
 	ReasonLifetimeExceeded = "LifetimeExceeded"

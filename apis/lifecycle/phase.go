@@ -116,6 +116,15 @@ func IsRetry(from, to Phase) bool {
 	return (to == Pending && (from == Running || from == Ready)) || (from == Ready && to == Running)
 }
 
+// IsRelocation reports whether a function Run moving from one phase to the
+// other with Ready reason readyReason is a relocation: its Pod shuts down
+// gracefully and its runtimed gave back a claimed function (Running or
+// Ready) to Pending, having stopped it. A relocation keeps the attempt: it
+// is no failure of the function.
+func IsRelocation(mode Mode, from, to Phase, readyReason string) bool {
+	return mode == ModeFunction && to == Pending && (from == Running || from == Ready) && readyReason == ReasonRelocating
+}
+
 // CheckTransition returns nil when a Run of the given mode may move from one
 // phase to the other in a single status update, and an error that names the
 // allowed targets otherwise. Staying in the same phase is always allowed,

@@ -86,7 +86,27 @@ const (
 	HeartbeatLeaseDuration = 10 * time.Second
 	// HeartbeatRenewInterval is how often runtimed renews its Lease.
 	HeartbeatRenewInterval = 3 * time.Second
+	// ShutdownDrain is how long, on SIGTERM, runtimed lets a function's
+	// invocation in flight finish before it gives the function back for
+	// relocation; ShutdownTimeout bounds the whole relocation. Both shrink
+	// with a short termination grace (ShutdownBounds).
+	ShutdownDrain   = 5 * time.Second
+	ShutdownTimeout = 15 * time.Second
 )
+
+// ShutdownBounds returns runtimed's drain and relocation timeout for a Pod
+// whose termination grace is grace (nil: Kubernetes' default of 30 s):
+// the defaults, or less when half the grace is shorter, so that the
+// relocation, the invoke server's own stop and the exit fit in the grace.
+func ShutdownBounds(grace *int64) (drain, timeout time.Duration) {
+	g := time.Duration(30) * time.Second
+	if grace != nil {
+		g = time.Duration(*grace) * time.Second
+	}
+	timeout = min(ShutdownTimeout, g/2)
+	drain = min(ShutdownDrain, (timeout / 3).Truncate(100*time.Millisecond))
+	return drain, timeout
+}
 
 // SocketPath returns the file of a Runtime Server address such as
 // RuntimeSocket. Only unix:// sockets at absolute paths are accepted: user

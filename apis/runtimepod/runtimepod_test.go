@@ -82,3 +82,19 @@ func TestSocketPath(t *testing.T) {
 		})
 	}
 }
+
+func TestShutdownBoundsFitTheGrace(t *testing.T) {
+	for _, tc := range []struct {
+		grace          *int64
+		drain, timeout time.Duration
+	}{
+		{nil, 5 * time.Second, 15 * time.Second},
+		{ptr.To[int64](60), 5 * time.Second, 15 * time.Second},
+		{ptr.To[int64](5), 800 * time.Millisecond, 2500 * time.Millisecond},
+		{ptr.To[int64](0), 0, 0},
+	} {
+		drain, timeout := ShutdownBounds(tc.grace)
+		assert.Equal(t, tc.drain, drain, "drain for grace %v", tc.grace)
+		assert.Equal(t, tc.timeout, timeout, "timeout for grace %v", tc.grace)
+	}
+}

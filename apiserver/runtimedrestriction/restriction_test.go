@@ -122,6 +122,12 @@ func TestAuthorizer(t *testing.T) {
 	})
 }
 
+// relocated is a Run given back for a planned disruption of its Pod.
+func relocated(r *kruntimes.Run) {
+	r.Status.Phase, r.Status.AssignedPod, r.Status.AssignedPodUID = lifecycle.Pending, "", ""
+	r.Status.Conditions = []metav1.Condition{{Type: lifecycle.ConditionReady, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonRelocating}}
+}
+
 func TestAdmission(t *testing.T) {
 	mine := func(mutate ...func(*kruntimes.Run)) *kruntimes.Run {
 		run := assignedRun("r", "bash", "bash-1", "uid-1", lifecycle.Running)
@@ -144,6 +150,14 @@ func TestAdmission(t *testing.T) {
 		{"release: back to Pending without assignment is allowed", mine(), mine(func(r *kruntimes.Run) {
 			r.Status.Phase, r.Status.AssignedPod, r.Status.AssignedPodUID = lifecycle.Pending, "", ""
 		}), "status", runtimedUser, true},
+		{"relocation: its own Ready function back to Pending (reason Relocating) is allowed", mine(func(r *kruntimes.Run) { r.Status.Phase = lifecycle.Ready }),
+			mine(relocated), "status", runtimedUser, true},
+		{"relocating another Pod's Run is forbidden", mine(func(r *kruntimes.Run) {
+			r.Status.Phase, r.Status.AssignedPod, r.Status.AssignedPodUID = lifecycle.Ready, "bash-2", "uid-2"
+		}), mine(relocated), "status", runtimedUser, false},
+		{"relocating a Run of an earlier Pod of the same name is forbidden", mine(func(r *kruntimes.Run) {
+			r.Status.Phase, r.Status.AssignedPodUID = lifecycle.Ready, "uid-0"
+		}), mine(relocated), "status", runtimedUser, false},
 		{"reassigning to another Pod is forbidden", mine(), mine(func(r *kruntimes.Run) {
 			r.Status.AssignedPod, r.Status.AssignedPodUID = "bash-2", "uid-2"
 		}), "status", runtimedUser, false},

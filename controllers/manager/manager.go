@@ -262,7 +262,8 @@ func (m *Manager) runControllers(ctx context.Context) error {
 	kr := kruntimesInformers.Kruntimes().V1alpha1()
 	runtimes, err := runtimecontroller.New(klog.NewContext(ctx, logger.WithName("runtime")),
 		kr.Runtimes(), labelled.Apps().V1().Deployments(), labelled.Core().V1().ServiceAccounts(),
-		labelled.Rbac().V1().Roles(), labelled.Rbac().V1().RoleBindings(), m.kube, m.kruntimes, recorder, m.runtimeOptions()...)
+		labelled.Rbac().V1().Roles(), labelled.Rbac().V1().RoleBindings(), labelled.Policy().V1().PodDisruptionBudgets(),
+		m.kube, m.kruntimes, recorder, m.runtimeOptions()...)
 	if err != nil {
 		return err
 	}

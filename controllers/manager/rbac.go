@@ -24,6 +24,8 @@ func PolicyRules() []rbacv1.PolicyRule {
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs/status"}, Verbs: []string{"update", "patch"}},
 		{APIGroups: []string{v1alpha1.GroupName}, Resources: []string{"runs/log"}, Verbs: []string{"create"}},
 		{APIGroups: []string{"apps"}, Resources: []string{"deployments"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
+		// A PodDisruptionBudget per Runtime keeps a drain to one Pod at a time.
+		{APIGroups: []string{"policy"}, Resources: []string{"poddisruptionbudgets"}, Verbs: []string{"get", "list", "watch", "create", "update", "patch", "delete"}},
 		// The scheduler places Runs only on Pods of a Runtime's own
 		// ReplicaSets, which it reads from a cache.
 		{APIGroups: []string{"apps"}, Resources: []string{"replicasets"}, Verbs: []string{"get", "list", "watch"}},

@@ -23,7 +23,8 @@ const (
 	// reasonPodGone: the assigned Pod UID no longer exists (NotFound, or
 	// the name now belongs to another Pod).
 	reasonPodGone = "PodGone"
-	// reasonPodDeleting: the assigned Pod is being deleted.
+	// reasonPodDeleting: the assigned Pod is being deleted, and the Run
+	// was never claimed there: nothing of it runs on the Pod.
 	reasonPodDeleting = "PodDeleting"
 	// reasonHeartbeatLost: the Pod is there, but its runtimed has not
 	// renewed its heartbeat for longer than the grace period.
@@ -60,7 +61,7 @@ func (c *Controller) assess(ctx context.Context, run *v1alpha1.Run, now time.Tim
 		case live.UID != st.AssignedPodUID:
 			return gone(podRef, "the name now belongs to Pod uid "+string(live.UID)), nil
 		case live.DeletionTimestamp != nil:
-			return deleting(podRef, live), nil
+			return c.assessDeleting(run, podRef, live, now), nil
 		case live.Labels[lifecycle.LabelRuntime] == "":
 			// Not a Runtime Pod (a test's, or one taken out of its pool by
 			// removing the label): its Runs are not recovery's to move.
@@ -76,7 +77,7 @@ func (c *Controller) assess(ctx context.Context, run *v1alpha1.Run, now time.Tim
 		// deleted before this one was created.
 		return gone(podRef, "the name now belongs to Pod uid "+string(pod.UID)), nil
 	case pod.DeletionTimestamp != nil:
-		return deleting(podRef, pod), nil
+		return c.assessDeleting(run, podRef, pod, now), nil
 	}
 	renewed, lostAt := c.heartbeatLostAt(pod, now)
 	if !markedOwnerLost(run) && now.Before(lostAt) {
@@ -90,6 +91,38 @@ func (c *Controller) assess(ctx context.Context, run *v1alpha1.Run, now time.Tim
 	// A Run already marked unroutable stays lost even if the heartbeat
 	// came back: the decision was made, and the Pod must go.
 	return &loss{reason: reasonHeartbeatLost, detail: detail}, nil
+}
+
+// assessDeleting says whether run, which holds pod, a Pod being deleted, is
+// lost. A graceful deletion is a planned disruption: the Pod's runtimed
+// gives its functions back itself (Pending, same attempt, reason
+// Relocating) once it stopped them, and a task ends or is lost with the
+// Pod. Deleting alone proves nothing stopped, so recovery waits — for the
+// release, for the Pod to be gone (an unplanned loss then: an attempt), or
+// for its heartbeat to be lost, as for a live Pod. Only a Run the Pod never
+// claimed (Scheduled) goes at once: nothing of it runs there.
+func (c *Controller) assessDeleting(run *v1alpha1.Run, podRef string, pod *corev1.Pod, now time.Time) *loss {
+	if run.Status.Phase == lifecycle.Scheduled && run.DeletionTimestamp == nil {
+		return deleting(podRef, pod)
+	}
+	renewed, lostAt := c.heartbeatLostAt(pod, now)
+	if !markedOwnerLost(run) && now.Before(lostAt) {
+		// runtimed lives and relocates; its write (or the Pod's removal)
+		// wakes the Run, the timer only a runtimed that went silent.
+		c.queue.AddAfter(run.Namespace+"/"+run.Name, lostAt.Sub(now))
+		return nil
+	}
+	detail := fmt.Sprintf("%s is being deleted and its runtimed heartbeat was not renewed for longer than %s past its Lease", podRef, c.grace)
+	if !renewed.IsZero() {
+		detail = fmt.Sprintf("%s is being deleted and its runtimed heartbeat was last renewed at %s, more than %s past its Lease",
+			podRef, renewed.UTC().Format(time.RFC3339), c.grace)
+	}
+	return &loss{
+		reason: reasonHeartbeatLost,
+		fence: fmt.Sprintf("fence: %s is deleting since %s and its runtimed heartbeat is lost",
+			podRef, pod.DeletionTimestamp.UTC().Format(time.RFC3339)),
+		detail: detail,
+	}
 }
 
 func gone(podRef, why string) *loss {

@@ -101,10 +101,41 @@ func TestAssess(t *testing.T) {
 			run:    readyFunction(), wantReason: reasonPodGone, wantFence: true,
 		},
 		{
-			name:        "a deleting Pod is a fence, whatever its heartbeat",
+			name:        "a deleting Pod with a fresh heartbeat is no fence: its runtimed relocates the function; the Run wakes when the heartbeat would be lost",
 			informerPod: runtimePod("pod-a", func(p *corev1.Pod) { p.DeletionTimestamp = &deletionTime }),
 			lease:       heartbeatOf("pod-a", start),
-			run:         readyFunction(), wantReason: reasonPodDeleting, wantFence: true,
+			run:         readyFunction(),
+			wantWake:    runtimepod.HeartbeatLeaseDuration + grace,
+		},
+		{
+			name:     "a deleting Pod found by a GET with a fresh heartbeat is no fence either",
+			apiPod:   runtimePod("pod-a", func(p *corev1.Pod) { p.DeletionTimestamp = &deletionTime }),
+			lease:    heartbeatOf("pod-a", start),
+			run:      readyFunction(),
+			wantWake: runtimepod.HeartbeatLeaseDuration + grace,
+		},
+		{
+			name:        "a deleting Pod whose heartbeat is lost is a fence",
+			informerPod: runtimePod("pod-a", func(p *corev1.Pod) { p.DeletionTimestamp = &deletionTime }),
+			lease:       heartbeatOf("pod-a", start.Add(-runtimepod.HeartbeatLeaseDuration-grace)),
+			run:         readyFunction(), wantReason: reasonHeartbeatLost, wantFence: true,
+		},
+		{
+			name:        "a running task on a deleting Pod with a fresh heartbeat waits too",
+			informerPod: runtimePod("pod-a", func(p *corev1.Pod) { p.DeletionTimestamp = &deletionTime }),
+			lease:       heartbeatOf("pod-a", start),
+			run: readyFunction(func(r *v1alpha1.Run) {
+				r.Spec.Mode = v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Entrypoint: "x"}}
+				r.Status.Phase, r.Status.Conditions = lifecycle.Running, nil
+			}),
+			wantWake: runtimepod.HeartbeatLeaseDuration + grace,
+		},
+		{
+			name:        "a Run the deleting Pod never claimed (Scheduled) goes at once: the deletion is its fence",
+			informerPod: runtimePod("pod-a", func(p *corev1.Pod) { p.DeletionTimestamp = &deletionTime }),
+			lease:       heartbeatOf("pod-a", start),
+			run:         readyFunction(func(r *v1alpha1.Run) { r.Status.Phase, r.Status.Conditions = lifecycle.Scheduled, nil }),
+			wantReason:  reasonPodDeleting, wantFence: true,
 		},
 		{
 			name:   "a Pod without the Runtime label is not recovery's: its Runs stay",

@@ -16,10 +16,12 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
+	policyinformers "k8s.io/client-go/informers/policy/v1"
 	rbacinformers "k8s.io/client-go/informers/rbac/v1"
 	"k8s.io/client-go/kubernetes"
 	appslisters "k8s.io/client-go/listers/apps/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
+	policylisters "k8s.io/client-go/listers/policy/v1"
 	rbaclisters "k8s.io/client-go/listers/rbac/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -50,6 +52,7 @@ type Controller struct {
 
 	runtimes        listers.RuntimeLister
 	deployments     appslisters.DeploymentLister
+	budgets         policylisters.PodDisruptionBudgetLister
 	serviceAccounts corelisters.ServiceAccountLister
 	roles           rbaclisters.RoleLister
 	roleBindings    rbaclisters.RoleBindingLister
@@ -73,6 +76,7 @@ func New(ctx context.Context,
 	serviceAccountInformer coreinformers.ServiceAccountInformer,
 	roleInformer rbacinformers.RoleInformer,
 	roleBindingInformer rbacinformers.RoleBindingInformer,
+	budgetInformer policyinformers.PodDisruptionBudgetInformer,
 	kubeClient kubernetes.Interface,
 	client versioned.Interface,
 	recorder record.EventRecorder,
@@ -88,12 +92,14 @@ func New(ctx context.Context,
 		serviceAccounts: serviceAccountInformer.Lister(),
 		roles:           roleInformer.Lister(),
 		roleBindings:    roleBindingInformer.Lister(),
+		budgets:         budgetInformer.Lister(),
 		synced: []cache.InformerSynced{
 			runtimeInformer.Informer().HasSynced,
 			deploymentInformer.Informer().HasSynced,
 			serviceAccountInformer.Informer().HasSynced,
 			roleInformer.Informer().HasSynced,
 			roleBindingInformer.Informer().HasSynced,
+			budgetInformer.Informer().HasSynced,
 		},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -119,10 +125,11 @@ func New(ctx context.Context,
 		DeleteFunc: c.enqueueOwner,
 	}
 	for what, informer := range map[string]cache.SharedIndexInformer{
-		"Deployments":     deploymentInformer.Informer(),
-		"ServiceAccounts": serviceAccountInformer.Informer(),
-		"Roles":           roleInformer.Informer(),
-		"RoleBindings":    roleBindingInformer.Informer(),
+		"Deployments":          deploymentInformer.Informer(),
+		"ServiceAccounts":      serviceAccountInformer.Informer(),
+		"Roles":                roleInformer.Informer(),
+		"RoleBindings":         roleBindingInformer.Informer(),
+		"PodDisruptionBudgets": budgetInformer.Informer(),
 	} {
 		if _, err := informer.AddEventHandler(owned); err != nil {
 			return nil, fmt.Errorf("watching %s of Runtimes: %w", what, err)
@@ -280,7 +287,36 @@ func (c *Controller) syncPool(ctx context.Context, rt *v1alpha1.Runtime) (*appsv
 	if err := c.syncTLSSecret(ctx, rt); err != nil {
 		return nil, err
 	}
+	if err := c.syncPodDisruptionBudget(ctx, rt); err != nil {
+		return nil, err
+	}
 	return c.syncDeployment(ctx, rt)
+}
+
+// syncPodDisruptionBudget creates the Runtime's PodDisruptionBudget, or sets
+// its spec back when it changed.
+func (c *Controller) syncPodDisruptionBudget(ctx context.Context, rt *v1alpha1.Runtime) error {
+	want := newPodDisruptionBudget(rt)
+	client := c.kubeClient.PolicyV1().PodDisruptionBudgets(rt.Namespace)
+	existing, err := c.budgets.PodDisruptionBudgets(rt.Namespace).Get(want.Name)
+	if apierrors.IsNotFound(err) {
+		_, err = create(ctx, c, rt, "PodDisruptionBudget", want, client)
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if err := checkOwned(rt, "PodDisruptionBudget", existing); err != nil {
+		return err
+	}
+	if apiequality.Semantic.DeepEqual(existing.Spec.MaxUnavailable, want.Spec.MaxUnavailable) &&
+		existing.Spec.MinAvailable == nil && apiequality.Semantic.DeepEqual(existing.Spec.Selector, want.Spec.Selector) {
+		return nil
+	}
+	update := existing.DeepCopy()
+	update.Spec.MaxUnavailable, update.Spec.MinAvailable, update.Spec.Selector = want.Spec.MaxUnavailable, nil, want.Spec.Selector
+	_, err = client.Update(ctx, update, metav1.UpdateOptions{})
+	return c.updated(ctx, rt, "PodDisruptionBudget", want.Name, err)
 }
 
 func (c *Controller) syncServiceAccount(ctx context.Context, rt *v1alpha1.Runtime) error {
@@ -386,6 +422,7 @@ func (c *Controller) syncDeployment(ctx context.Context, rt *v1alpha1.Runtime) (
 	}
 	update.Spec.Replicas = want.Spec.Replicas
 	update.Spec.Template = want.Spec.Template
+	update.Spec.Strategy = want.Spec.Strategy
 	updated, err := deployments.Update(ctx, update, metav1.UpdateOptions{})
 	if err := c.updated(ctx, rt, "Deployment", want.Name, err); err != nil {
 		return nil, err
@@ -394,12 +431,16 @@ func (c *Controller) syncDeployment(ctx context.Context, rt *v1alpha1.Runtime) (
 }
 
 // deploymentNeedsUpdate compares what this controller owns of the
-// Deployment: the template (by hash), replicas and the pool label.
+// Deployment: the template (by hash), replicas, the rollout strategy and
+// the pool label.
 func deploymentNeedsUpdate(existing, want *appsv1.Deployment) bool {
 	if existing.Annotations[lifecycle.AnnotationTemplateHash] != want.Annotations[lifecycle.AnnotationTemplateHash] {
 		return true
 	}
 	if existing.Spec.Replicas == nil || *existing.Spec.Replicas != *want.Spec.Replicas {
+		return true
+	}
+	if !apiequality.Semantic.DeepEqual(existing.Spec.Strategy, want.Spec.Strategy) {
 		return true
 	}
 	for k, v := range want.Labels {

@@ -5,8 +5,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
@@ -44,6 +46,10 @@ func TestDeploymentShape(t *testing.T) {
 	assert.Equal(t, "bash", d.Spec.Template.Labels[lifecycle.LabelRuntime])
 	assert.Equal(t, "mine", d.Spec.Template.Labels["app"], "the user's labels stay")
 	assert.Equal(t, int32(2), *d.Spec.Replicas)
+	require.NotNil(t, d.Spec.Strategy.RollingUpdate, "a rolling update")
+	assert.Equal(t, appsv1.RollingUpdateDeploymentStrategyType, d.Spec.Strategy.Type)
+	assert.Equal(t, intstr.FromInt32(0), *d.Spec.Strategy.RollingUpdate.MaxUnavailable, "a rollout keeps the capacity: no Pod goes before its replacement is Ready")
+	assert.Equal(t, intstr.FromInt32(1), *d.Spec.Strategy.RollingUpdate.MaxSurge)
 	assert.Equal(t, "runtime-bash", d.Spec.Template.Spec.ServiceAccountName)
 	require.Len(t, d.OwnerReferences, 1)
 	assert.Equal(t, rt.UID, d.OwnerReferences[0].UID)
@@ -58,7 +64,8 @@ func TestDeploymentShape(t *testing.T) {
 	}, runtimeC.VolumeMounts, "a mount the user set is kept, a missing one added")
 	assert.Equal(t, runtimepod.ContainerRuntimed, runtimed.Name)
 	assert.Equal(t, "kruntimes.io/runtimed:dev", runtimed.Image)
-	assert.Equal(t, []string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=4"}, runtimed.Args)
+	assert.Equal(t, []string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=4",
+		"--shutdown-drain-timeout=5s", "--shutdown-timeout=15s"}, runtimed.Args, "the default grace of 30 s leaves the default shutdown bounds")
 	env := map[string]string{}
 	for _, e := range runtimed.Env {
 		env[e.Name] = e.ValueFrom.FieldRef.FieldPath
@@ -132,6 +139,16 @@ func TestPodTemplateMountsTheTokenIntoRuntimedAlone(t *testing.T) {
 	}
 }
 
+// TestStrategyDriftIsUpdated: a Deployment whose rollout strategy was
+// changed behind the controller's back is set back.
+func TestStrategyDriftIsUpdated(t *testing.T) {
+	want := newDeployment(bashRuntime(), podOptions{})
+	existing := want.DeepCopy()
+	assert.False(t, deploymentNeedsUpdate(existing, want))
+	existing.Spec.Strategy.RollingUpdate.MaxUnavailable = ptr.To(intstr.FromString("25%"))
+	assert.True(t, deploymentNeedsUpdate(existing, want))
+}
+
 func TestTemplateHashFollowsTheRuntime(t *testing.T) {
 	rt := bashRuntime()
 	before := newDeployment(rt, podOptions{}).Annotations[lifecycle.AnnotationTemplateHash]
@@ -174,4 +191,18 @@ func TestRuntimedRunsAsTheRuntimeContainersUser(t *testing.T) {
 	assert.Equal(t, ptr.To[int64](3000), sc.RunAsGroup)
 	assert.Equal(t, ptr.To(true), sc.RunAsNonRoot)
 	assert.Equal(t, ptr.To(false), sc.AllowPrivilegeEscalation, "only the user is taken from the runtime container, not its privileges")
+}
+
+// TestPodDisruptionBudgetTakesOnePodAtATime: a drain or eviction may take
+// one Pod of the Runtime at a time, selected by the pool label.
+func TestPodDisruptionBudgetTakesOnePodAtATime(t *testing.T) {
+	rt := bashRuntime()
+	pdb := newPodDisruptionBudget(rt)
+	assert.Equal(t, "runtime-bash", pdb.Name)
+	assert.Equal(t, map[string]string{lifecycle.LabelRuntime: "bash"}, pdb.Labels)
+	require.Len(t, pdb.OwnerReferences, 1)
+	assert.Equal(t, rt.UID, pdb.OwnerReferences[0].UID)
+	assert.Equal(t, intstr.FromInt32(1), *pdb.Spec.MaxUnavailable)
+	assert.Nil(t, pdb.Spec.MinAvailable)
+	assert.Equal(t, map[string]string{lifecycle.LabelRuntime: "bash"}, pdb.Spec.Selector.MatchLabels)
 }

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -90,10 +91,37 @@ func newDeployment(rt *v1alpha1.Runtime, opts podOptions) *appsv1.Deployment {
 			Replicas: replicas(rt),
 			Selector: &metav1.LabelSelector{MatchLabels: poolLabels(rt)},
 			Template: template,
+			Strategy: rolloutStrategy(),
 		},
 	}
 	d.Annotations = map[string]string{lifecycle.AnnotationTemplateHash: templateHash(&template)}
 	return d
+}
+
+// newPodDisruptionBudget lets a drain or an eviction take at most one Pod of
+// the Runtime at a time: the functions of the Pod that goes move to the
+// others (planned disruption, docs/api.md) before the next one may go.
+func newPodDisruptionBudget(rt *v1alpha1.Runtime) *policyv1.PodDisruptionBudget {
+	return &policyv1.PodDisruptionBudget{
+		ObjectMeta: ownedMeta(rt, runtimepod.DeploymentName(rt.Name)),
+		Spec: policyv1.PodDisruptionBudgetSpec{
+			MaxUnavailable: ptr.To(intstr.FromInt32(1)),
+			Selector:       &metav1.LabelSelector{MatchLabels: poolLabels(rt)},
+		},
+	}
+}
+
+// rolloutStrategy keeps a Runtime's capacity through a rollout: a new Pod
+// is added and Ready before an old one is deleted, so the functions the
+// old Pod gives back (planned disruption, docs/api.md) have somewhere to go.
+func rolloutStrategy() appsv1.DeploymentStrategy {
+	return appsv1.DeploymentStrategy{
+		Type: appsv1.RollingUpdateDeploymentStrategyType,
+		RollingUpdate: &appsv1.RollingUpdateDeployment{
+			MaxUnavailable: ptr.To(intstr.FromInt32(0)),
+			MaxSurge:       ptr.To(intstr.FromInt32(1)),
+		},
+	}
 }
 
 func replicas(rt *v1alpha1.Runtime) *int32 {
@@ -205,6 +233,9 @@ func runtimedContainer(rt *v1alpha1.Runtime) corev1.Container {
 			PeriodSeconds: period,
 		}
 	}
+	// On SIGTERM runtimed gives its functions back for relocation within
+	// the Pod's termination grace.
+	drain, shutdown := runtimepod.ShutdownBounds(rt.Spec.Template.Spec.TerminationGracePeriodSeconds)
 	return corev1.Container{
 		Name:  runtimepod.ContainerRuntimed,
 		Image: rt.Spec.RuntimedImage,
@@ -212,6 +243,8 @@ func runtimedContainer(rt *v1alpha1.Runtime) corev1.Container {
 			"--runtime-socket=" + runtimepod.RuntimeSocket,
 			"--workspace-dir=" + runtimepod.WorkspacePath,
 			"--capacity=" + strconv.Itoa(int(rt.Spec.Capacity.Runs)),
+			"--shutdown-drain-timeout=" + drain.String(),
+			"--shutdown-timeout=" + shutdown.String(),
 		},
 		Env: []corev1.EnvVar{
 			fieldEnv(runtimepod.EnvPodName, "metadata.name"),

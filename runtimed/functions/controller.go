@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,6 +64,10 @@ type Config struct {
 	Clock         clock.WithTicker
 	// Recorder records Events on Runs; none when nil.
 	Recorder record.EventRecorder
+	// Heartbeat, when set, fences invokes: while it reports the Pod's
+	// heartbeat Lease lapsed, Admit refuses every invocation (not started),
+	// since recovery may be about to move this Pod's functions elsewhere.
+	Heartbeat interface{ Fresh() error }
 }
 
 // Endpoint is the base of the invoke URL a Ready function advertises.
@@ -95,9 +100,17 @@ type Controller struct {
 	watchInterval time.Duration
 	clock         clock.WithTicker
 	recorder      record.EventRecorder
+	heartbeat     interface{ Fresh() error }
 	queue         workqueue.TypedRateLimitingInterface[string]
 	workers       *health.Loop
 	watching      *health.Loop
+
+	// stopWork, closed by Relocate, makes Run stop its workers and the
+	// registration watch; workDone closes once they returned.
+	stopWork     chan struct{}
+	stopWorkOnce sync.Once
+	workDone     chan struct{}
+	running      atomic.Bool
 
 	mu sync.RWMutex
 	// regs holds, by Run key, every function Run this Pod claimed or
@@ -155,12 +168,15 @@ func New(cfg Config) (*Controller, error) {
 		watchInterval: cfg.WatchInterval,
 		clock:         cfg.Clock,
 		recorder:      cfg.Recorder,
+		heartbeat:     cfg.Heartbeat,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "runtimed_functions", Clock: cfg.Clock}),
-		regs:  map[string]*registration{},
-		byUID: map[types.UID]*registration{},
-		ended: map[string]endedAttempt{},
+		regs:     map[string]*registration{},
+		byUID:    map[types.UID]*registration{},
+		ended:    map[string]endedAttempt{},
+		stopWork: make(chan struct{}),
+		workDone: make(chan struct{}),
 	}
 	_, err := cfg.Informer.Informer().AddEventHandler(cache.FilteringResourceEventHandler{
 		FilterFunc: runstatus.IsFunction,
@@ -207,9 +223,22 @@ func (c *Controller) enqueueWaitingRuns() {
 // Run processes Runs with workers goroutines until ctx ends. Before the
 // first sync it lists the Runtime Server's registrations, so that a
 // restarted runtimed adopts the live ones and unregisters what no Run holds.
+// Relocate stops it early: the workers return, and the Runs it holds are
+// given back.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrash()
+	c.running.Store(true)
+	defer close(c.workDone)
 	defer c.queue.ShutDown()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-c.stopWork:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	logger := klog.FromContext(ctx)
 	logger.Info("Starting function controller", "pod", klog.KRef(c.pod.Namespace, c.pod.Name))
 	if !cache.WaitForNamedCacheSyncWithContext(ctx, c.synced) {

@@ -70,6 +70,14 @@ func (c *Controller) Admit(uid types.UID, attempt int32, podUID types.UID) (stri
 	if podUID != c.pod.UID {
 		return "", fmt.Errorf("%w: the invocation is for Pod UID %s, this is %s", ErrNotAdmitted, podUID, c.pod.UID)
 	}
+	if c.heartbeat != nil {
+		// Self-fencing: past its Lease, this Pod may be declared lost and
+		// its functions registered elsewhere; serving on would let one
+		// function execute on two Pods.
+		if err := c.heartbeat.Fresh(); err != nil {
+			return "", fmt.Errorf("%w: this Pod's heartbeat has lapsed (%v); it serves no invocation until it renews", ErrNotAdmitted, err)
+		}
+	}
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	reg := c.byUID[uid]

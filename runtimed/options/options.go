@@ -54,8 +54,21 @@ type Options struct {
 	InvokeDedupMaxBytes   int64
 	// MaxProcs is GOMAXPROCS unless $GOMAXPROCS is set; 0 leaves it to Go.
 	MaxProcs int
-	Logs     *logsapi.LoggingConfiguration
+	// ShutdownDrain is how long, on SIGTERM, a function's invocation in
+	// flight may finish before it is cancelled and the function given back
+	// for relocation; ShutdownTimeout bounds the whole relocation.
+	ShutdownDrain   time.Duration
+	ShutdownTimeout time.Duration
+	Logs            *logsapi.LoggingConfiguration
 }
+
+// Defaults of the shutdown bounds: together with the invoke server's own
+// grace they stay well inside a Pod's default 30 s termination grace. The
+// runtime controller passes both, scaled to the template's grace.
+const (
+	DefaultShutdownDrain   = runtimepod.ShutdownDrain
+	DefaultShutdownTimeout = runtimepod.ShutdownTimeout
+)
 
 // NewOptions returns the defaults, the Pod fields read from the downward API.
 func NewOptions() *Options {
@@ -91,8 +104,10 @@ func NewOptions() *Options {
 		// A proxy that hands each call from goroutine to goroutine spends
 		// less CPU on one thread than waking a second one for every step
 		// (BenchmarkInvoke in runtimed/functions, docs/benchmarks.md).
-		MaxProcs: 1,
-		Logs:     logs,
+		MaxProcs:        1,
+		ShutdownDrain:   DefaultShutdownDrain,
+		ShutdownTimeout: DefaultShutdownTimeout,
+		Logs:            logs,
 	}
 }
 
@@ -125,6 +140,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.InvokeDedupMaxEntries, "invoke-dedup-max-entries", o.InvokeDedupMaxEntries, "Most outcomes kept per function Run for --invoke-dedup-window; the oldest go first.")
 	fs.Int64Var(&o.InvokeDedupMaxBytes, "invoke-dedup-max-bytes", o.InvokeDedupMaxBytes, "Most bytes of outcomes kept per function Run for --invoke-dedup-window; the oldest go first, and one larger outcome is kept alone.")
 	fs.IntVar(&o.MaxProcs, "gomaxprocs", o.MaxProcs, "Most threads executing Go code at once (GOMAXPROCS), unless $GOMAXPROCS is set; 0 leaves it to Go, which takes the CPUs the container may use.")
+	fs.DurationVar(&o.ShutdownDrain, "shutdown-drain-timeout", o.ShutdownDrain, "On SIGTERM, how long an invocation in flight may finish before it is cancelled and its function is given back to be placed on another Pod (same attempt).")
+	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "On SIGTERM, the longest runtimed spends giving back this Pod's functions; keep it below the Pod's terminationGracePeriodSeconds. A function not given back by then is recovered once the Pod is gone, which spends an attempt.")
 	logsapi.AddFlags(o.Logs, fs)
 }
 
@@ -169,6 +186,10 @@ func (o *Options) Validate() error {
 	}
 	if o.MaxProcs < 0 {
 		errs = append(errs, fmt.Errorf("--gomaxprocs must not be negative, got %d", o.MaxProcs))
+	}
+	if o.ShutdownDrain < 0 || o.ShutdownTimeout < o.ShutdownDrain {
+		errs = append(errs, fmt.Errorf("--shutdown-timeout (%s) must be at least --shutdown-drain-timeout (%s), which must not be negative: "+
+			"giving back a function takes its drain, an unregister and a status write", o.ShutdownTimeout, o.ShutdownDrain))
 	}
 	if _, _, err := net.SplitHostPort(o.HealthAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--health-address must be host:port: %w", err))

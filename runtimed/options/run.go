@@ -93,9 +93,16 @@ records what happened in the Runs' status. It serves /healthz, /readyz and
 	return cmd
 }
 
-// Run starts every part of runtimed and returns when ctx ends or one fails.
-func (o *Options) Run(ctx context.Context) error {
-	logger := klog.FromContext(ctx)
+// Run starts every part of runtimed and returns when one fails, or after
+// ctx ends (SIGTERM: the Pod is deleted gracefully) and runtimed gave back
+// the functions of this Pod for relocation.
+func (o *Options) Run(signalCtx context.Context) error {
+	logger := klog.FromContext(signalCtx)
+	// Everything runs on until the functions are given back: the heartbeat
+	// (so recovery waits for the release instead of fencing), the invoke
+	// server (refusing, so callers get 503 with Retry-After), the informer.
+	ctx, stopAll := context.WithCancel(context.WithoutCancel(signalCtx))
+	defer stopAll()
 	if o.MaxProcs > 0 && os.Getenv("GOMAXPROCS") == "" {
 		goruntime.GOMAXPROCS(o.MaxProcs)
 	}
@@ -150,6 +157,7 @@ func (o *Options) Run(ctx context.Context) error {
 	}
 	runInformer := factory.Kruntimes().V1alpha1().Runs()
 	root := workspace.Root(o.WorkspaceDir)
+	beat := heartbeat.New(kube.CoordinationV1(), pod, clock.RealClock{})
 	taskController, err := tasks.New(tasks.Config{
 		Runs:          runClient.KruntimesV1alpha1(),
 		Informer:      runInformer,
@@ -173,11 +181,11 @@ func (o *Options) Run(ctx context.Context) error {
 		Endpoint:      endpoint,
 		Clock:         clock.RealClock{},
 		Recorder:      recorder,
+		Heartbeat:     beat,
 	})
 	if err != nil {
 		return err
 	}
-	beat := heartbeat.New(kube.CoordinationV1(), pod, clock.RealClock{})
 
 	readiness := []health.Check{
 		{Name: "runs-informer", Check: func(context.Context) error {
@@ -211,6 +219,22 @@ func (o *Options) Run(ctx context.Context) error {
 	logger.Info("Starting runtimed", "pod", klog.KRef(o.PodNamespace, o.PodName), "podUID", o.PodUID,
 		"capacity", o.Capacity, "runtimeSocket", o.RuntimeSocket, "workspace", o.WorkspaceDir)
 	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		select {
+		case <-ctx.Done():
+			return nil // a part failed
+		case <-signalCtx.Done():
+		}
+		// Claim nothing more, then give back every function, bounded by
+		// less than the Pod's termination grace.
+		logger.Info("Shutting down: relocating this Pod's functions", "drain", o.ShutdownDrain, "timeout", o.ShutdownTimeout)
+		table.Close()
+		relocateCtx, cancel := context.WithTimeout(ctx, o.ShutdownTimeout)
+		functionController.Relocate(relocateCtx, o.ShutdownDrain)
+		cancel()
+		stopAll()
+		return nil
+	})
 	g.Go(func() error { return health.Serve(ctx, o.HealthAddress, health.Handler(liveness, readiness)) })
 	g.Go(func() error { beat.Run(ctx); return nil })
 	if o.InvokeCertFile != "" {

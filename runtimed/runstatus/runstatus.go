@@ -105,6 +105,35 @@ func Reregister(run *v1alpha1.Run, d retry.Decision, now time.Time) *v1alpha1.Ru
 	return out
 }
 
+// Relocate returns the status of a claimed function Run (Running or Ready)
+// that this Pod gave back because it is shutting down gracefully: Pending
+// at the same attempt, the assignment and the times of the attempt's
+// placement cleared, conditions Scheduled and Ready False with reason
+// Relocating, so the scheduler places it again at once (no backoff) and no
+// attempt is spent. The caller has stopped the function on this Pod first.
+func Relocate(run *v1alpha1.Run, why string, now time.Time) *v1alpha1.Run {
+	out := run.DeepCopy()
+	st := &out.Status
+	st.Phase = lifecycle.Pending
+	st.AssignedPod, st.AssignedPodUID = "", ""
+	st.ScheduledTime, st.StartTime, st.ReadyTime, st.CompletionTime = nil, nil, nil, nil
+	st.Endpoint = nil
+	msg := fmt.Sprintf("%s; attempt %d was stopped there and is placed on another Pod", why, run.Status.Attempt)
+	st.Message = validation.BoundMessage(msg)
+	for _, typ := range []string{lifecycle.ConditionScheduled, lifecycle.ConditionReady} {
+		meta.RemoveStatusCondition(&st.Conditions, typ)
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{
+			Type:               typ,
+			Status:             metav1.ConditionFalse,
+			Reason:             lifecycle.ReasonRelocating,
+			Message:            validation.BoundMessage(msg),
+			ObservedGeneration: run.Generation,
+			LastTransitionTime: metav1.NewTime(now),
+		})
+	}
+	return out
+}
+
 func setReady(run *v1alpha1.Run, status metav1.ConditionStatus, reason, message string, now time.Time) {
 	meta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{
 		Type:               lifecycle.ConditionReady,

@@ -16,6 +16,8 @@ type Table struct {
 
 	mu   sync.Mutex
 	held map[types.UID]lifecycle.Mode
+	// closed is set when the Pod shuts down: no Run is claimed any more.
+	closed bool
 	// onRelease are called, outside the lock, after a slot was freed: the
 	// Run waiting for it may now be claimed.
 	onRelease []func()
@@ -44,20 +46,35 @@ func (t *Table) OnRelease(f func()) {
 }
 
 // Acquire takes a slot for the Run uid and reports whether it holds one:
-// false when every slot is taken by other Runs. A Run that already holds a
-// slot keeps it.
+// false when every slot is taken by other Runs, or the table is closed. A
+// Run that already holds a slot keeps it.
 func (t *Table) Acquire(uid types.UID, mode lifecycle.Mode) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if _, ok := t.held[uid]; ok {
 		return true
 	}
-	if len(t.held) >= t.capacity {
+	if t.closed || len(t.held) >= t.capacity {
 		return false
 	}
 	t.held[uid] = mode
 	t.publishLocked()
 	return true
+}
+
+// Close makes every later Acquire of a new Run fail: the Pod shuts down,
+// and a Run claimed now would only have to be given back.
+func (t *Table) Close() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.closed = true
+}
+
+// Closed reports whether Close was called.
+func (t *Table) Closed() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.closed
 }
 
 // Hold takes a slot for uid even past capacity: for work that already runs

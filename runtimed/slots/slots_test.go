@@ -68,3 +68,17 @@ func TestTableNeverExceedsCapacityUnderContention(t *testing.T) {
 	assert.LessOrEqual(t, most.Load(), int32(3))
 	assert.Zero(t, table.Used())
 }
+
+// TestClosedTableClaimsNothing: once the Pod shuts down, no new Run gets a
+// slot, free or not; what holds one keeps it until released.
+func TestClosedTableClaimsNothing(t *testing.T) {
+	table, err := New(2)
+	require.NoError(t, err)
+	require.True(t, table.Acquire("a", lifecycle.ModeFunction))
+	table.Close()
+	assert.True(t, table.Closed())
+	assert.False(t, table.Acquire("b", lifecycle.ModeTask), "a free slot is not given out after Close")
+	assert.True(t, table.Acquire("a", lifecycle.ModeFunction), "a Run that holds a slot keeps it")
+	table.Release("a")
+	assert.Zero(t, table.Used())
+}

@@ -35,6 +35,9 @@ type Options struct {
 	SpareWorkers    int
 	StateDir        string
 	ShutdownTimeout time.Duration
+	// ReleaseTimeout is how long, on SIGTERM, the server keeps serving
+	// while functions are still registered.
+	ReleaseTimeout time.Duration
 	// RunLogMaxBytes bounds the log of each task handed to runtimed.
 	RunLogMaxBytes int
 	// MaxProcs is GOMAXPROCS unless $GOMAXPROCS is set; 0 leaves it to Go.
@@ -48,6 +51,7 @@ func NewOptions() *Options {
 		Listen:          runtimepod.RuntimeSocket,
 		SpareWorkers:    2,
 		ShutdownTimeout: 10 * time.Second,
+		ReleaseTimeout:  20 * time.Second,
 		RunLogMaxBytes:  runlog.DefaultMaxBytes,
 		// The server's own work per call is small next to its workers'
 		// (separate processes), and handing a call between goroutines on
@@ -67,6 +71,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.MaxProcs, "gomaxprocs", o.MaxProcs, "Most threads executing this server's Go code at once (GOMAXPROCS), unless $GOMAXPROCS is set; 0 leaves it to Go, which takes the CPUs the container may use. User programs and workers are not limited by it.")
 	fs.IntVar(&o.RunLogMaxBytes, "run-log-max-bytes", o.RunLogMaxBytes, "Most bytes of each task's output (stdout and stderr in write order) kept for runs/log: the first and the last half; when a task writes more, the bytes in between are dropped and counted. 0 means the default.")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "How long to let in-flight calls finish on SIGTERM before killing all user processes.")
+	fs.DurationVar(&o.ReleaseTimeout, "release-timeout", o.ReleaseTimeout, "On SIGTERM, how long to keep serving while functions are still registered, before --shutdown-timeout starts: runtimed, which gets SIGTERM at the same time, lets their invocations in flight finish and unregisters each as it gives it back to be placed on another Pod. 0 shuts down at once.")
 }
 
 // Validate says what is wrong with the flags and how to fix it.

@@ -96,6 +96,17 @@ func (o *Options) Run(ctx context.Context) error {
 		return fmt.Errorf("serve: %w", err)
 	case <-ctx.Done():
 	}
+	if n := srv.Registrations(); n > 0 && o.ReleaseTimeout > 0 {
+		// runtimed got SIGTERM too: it needs this server to finish what is
+		// in flight and to unregister each function it gives back.
+		logger.Info("Shutting down once runtimed released the registered functions", "registered", n, "releaseTimeout", o.ReleaseTimeout)
+		releaseCtx, cancel := context.WithTimeout(context.Background(), o.ReleaseTimeout)
+		err := srv.WaitReleased(releaseCtx)
+		cancel()
+		if err != nil {
+			logger.Info("Functions still registered after the release timeout; shutting down anyway", "registered", srv.Registrations())
+		}
+	}
 	logger.Info("Shutting down")
 	stopped := make(chan struct{})
 	go func() { gs.GracefulStop(); close(stopped) }()

@@ -379,6 +379,27 @@ func (s *Server) retireLocked(uid string, attempt int64) {
 	}
 }
 
+// Registrations is how many functions are registered.
+func (s *Server) Registrations() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.regs)
+}
+
+// WaitReleased returns once no function is registered, or ctx's error.
+func (s *Server) WaitReleased(ctx context.Context) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for s.Registrations() > 0 {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+	}
+	return nil
+}
+
 // ListFunctions implements runtimev1.FunctionRuntimeServer.
 func (s *Server) ListFunctions(context.Context, *runtimev1.ListFunctionsRequest) (*runtimev1.ListFunctionsResponse, error) {
 	s.mu.Lock()

@@ -61,6 +61,8 @@ func TestRuntimeControllerCreatesPool(t *testing.T) {
 		runtimed := containers[runtimepod.ContainerRuntimed]
 		assert.Equal(t, "kruntimes.io/runtimed:dev", runtimed.Image)
 		assert.Equal(t, []string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=4",
+			// The test Runtime's grace of 5 s shrinks runtimed's shutdown bounds.
+			"--shutdown-drain-timeout=800ms", "--shutdown-timeout=2.5s",
 			// The cluster runs kruntimes-apiserver with its invoke endpoint and CA.
 			"--endpoint-base=" + f.Cluster.APIServerURL,
 			"--invoke-tls-cert-file=/etc/kruntimes/runtimed-tls/tls.crt", "--invoke-tls-key-file=/etc/kruntimes/runtimed-tls/tls.key",

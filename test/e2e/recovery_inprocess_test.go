@@ -254,10 +254,12 @@ func scheduledCondition(r *v1alpha1.Run) *metav1.Condition {
 	return apimeta.FindStatusCondition(r.Status.Conditions, lifecycle.ConditionScheduled)
 }
 
-// TestRecoveryFencedByPodLoss: a Run whose Pod is deleting or gone is made
-// unroutable first (functions), released from its finalizer, and only then
-// sent back to Pending, failed or, when deleting, let go — each as one
-// write in that order, the fence named in its conditions.
+// TestRecoveryFencedByPodLoss: a Run whose Pod is gone (or, never claimed,
+// deleting) is made unroutable first (functions), released from its
+// finalizer, and only then sent back to Pending, failed or, when deleting,
+// let go — each as one write in that order, the fence named in its
+// conditions. A claimed Run on a Pod deleted gracefully waits for its
+// runtimed while that heartbeats.
 func TestRecoveryFencedByPodLoss(t *testing.T) {
 	e := newRecoveryEnv(t)
 	// Runs whose Pods were lost while no controller ran, set up before it
@@ -319,20 +321,29 @@ func TestRecoveryFencedByPodLoss(t *testing.T) {
 		e.waitForStory(c, "task-cancelled", []string{`Cancelled attempt 1 Ready - pod "cancelled"`})
 	})
 
-	t.Run("a Ready function on a deleting Pod: unroutable, then Pending at attempt 2 at once", func(t *testing.T) {
+	t.Run("a Ready function on a Pod deleted gracefully is left to its runtimed while it heartbeats; once the Pod is gone unreleased, it is an attempt", func(t *testing.T) {
 		e := e.in(t)
-		requeuedBefore := recoveries(t, reasonPodDeleting, "requeued")
+		requeuedBefore := recoveries(t, reasonPodGone, "requeued")
 		pod := e.candidatePod("deleting", "python")
 		e.readyOn("fn-deleting", pod, maxAttempts(2))
 		e.deletePod(pod, 30)
+		// Deleting is no fence: the Pod's runtimed stops the function and
+		// gives it back itself (Relocating, same attempt).
+		e.settleRecovery(c)
+		assert.Empty(t, story(t, c.writes.All(), "fn-deleting"), "recovery writes nothing while the deleting Pod's runtimed heartbeats")
+		assert.Equal(t, lifecycle.Ready, e.waitForRun("fn-deleting", "Ready", inPhase(lifecycle.Ready)).Status.Phase)
+		// The Pod goes without its runtimed having released the function:
+		// an unplanned loss.
+		e.deletePod(pod, 0)
 		e.waitForStory(c, "fn-deleting", []string{
 			`Ready attempt 1 Ready False/OwnerLost pod "deleting"`,
 			"finalizers []",
 			`Pending attempt 2 Ready False/OwnerLost pod ""`,
 		})
 		run := e.waitForRun("fn-deleting", "Pending", inPhase(lifecycle.Pending))
-		assert.Contains(t, scheduledCondition(run).Message, "fence: Pod deleting (uid "+string(pod.UID)+") is deleting since")
-		assert.Equal(t, requeuedBefore+1, recoveries(t, reasonPodDeleting, "requeued"))
+		assert.Contains(t, scheduledCondition(run).Message, "fence: Pod deleting (uid "+string(pod.UID)+") no longer exists")
+		// settleRecovery's probe (a Run on a Pod that never existed) counts too.
+		assert.Equal(t, requeuedBefore+2, recoveries(t, reasonPodGone, "requeued"))
 	})
 
 	t.Run("a Scheduled Run never claimed goes back to Pending at the same attempt", func(t *testing.T) {

@@ -15,6 +15,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	kubeinformers "k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -80,7 +81,7 @@ func newRuntimeControllerEnv(t *testing.T) *runtimeControllerEnv {
 			kubeinformers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = lifecycle.LabelRuntime }))
 		c, err := runtimecontroller.New(ctx, kruntimesInformers.Kruntimes().V1alpha1().Runtimes(),
 			labelled.Apps().V1().Deployments(), labelled.Core().V1().ServiceAccounts(),
-			labelled.Rbac().V1().Roles(), labelled.Rbac().V1().RoleBindings(),
+			labelled.Rbac().V1().Roles(), labelled.Rbac().V1().RoleBindings(), labelled.Policy().V1().PodDisruptionBudgets(),
 			kubeWriter, writer, newEventRecorder(t, e.kube, "kruntimes-runtime-e2e"))
 		require.NoError(t, err)
 		runCtx, cancel := context.WithCancel(ctx)
@@ -173,8 +174,18 @@ func TestRuntimeControllerCreatesPoolThenWritesNothingMore(t *testing.T) {
 		"create serviceaccounts " + name + " (201)",
 		"create roles " + name + " (201)",
 		"create rolebindings " + name + " (201)",
+		"create poddisruptionbudgets " + name + " (201)",
 		"create deployments " + name + " (201)",
 	}, describe(applied(t, e.kubeWrites.Since(0, poolOf("bash")))), "the pool is created, ServiceAccount first and Deployment last")
+	pdb, err := e.kube.PolicyV1().PodDisruptionBudgets(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, intstr.FromInt32(1), *pdb.Spec.MaxUnavailable, "a drain takes one Pod of the Runtime at a time")
+	assertOwnedBy(t, rt, pdb.ObjectMeta)
+	deploy, err := e.kube.AppsV1().Deployments(e.ns).Get(e.ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	require.NotNil(t, deploy.Spec.Strategy.RollingUpdate)
+	assert.Equal(t, intstr.FromInt32(0), *deploy.Spec.Strategy.RollingUpdate.MaxUnavailable, "a rollout keeps the capacity")
+	assert.Equal(t, intstr.FromInt32(1), *deploy.Spec.Strategy.RollingUpdate.MaxSurge)
 	statusWrites := applied(t, e.writes.Since(0, named("runtimes/status", "bash")))
 	require.Len(t, statusWrites, 1, "%v", describe(e.writes.All()))
 	status := decode[v1alpha1.Runtime](t, statusWrites[0])

@@ -496,3 +496,46 @@ func TestUpperBoundsRatchetOnUpdate(t *testing.T) {
 	run.Spec.TTLSecondsAfterFinished = ptrTo(int32(500 * 24 * 3600))
 	assert.Equal(t, []string{"FieldValueInvalid at spec.ttlSecondsAfterFinished"}, summarize(ValidateRunUpdate(run, old)), "a changed TTL must be within the bound")
 }
+
+// TestRelocationKeepsTheAttempt: a function given back for a planned
+// disruption of its Pod (Ready reason Relocating) returns to Pending at the
+// same attempt; any other way back to Pending from Running or Ready is a
+// retry and adds one.
+func TestRelocationKeepsTheAttempt(t *testing.T) {
+	type c = boundCase[*kruntimes.Run]
+	toPending := func(reason string, attempt int32) func(*kruntimes.Run) {
+		return func(r *kruntimes.Run) {
+			r.Status.Phase = lifecycle.Pending
+			r.Status.AssignedPod, r.Status.AssignedPodUID = "", ""
+			r.Status.Endpoint = nil
+			r.Status.Attempt = attempt
+			r.Status.Conditions = []metav1.Condition{{
+				Type: lifecycle.ConditionReady, Status: metav1.ConditionFalse, Reason: reason,
+				LastTransitionTime: metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+			}}
+		}
+	}
+	cases := []c{
+		accepted("a Ready function relocated to Pending keeps attempt 1", toPending(lifecycle.ReasonRelocating, 1)),
+		rejected("a relocation that adds one to the attempt is rejected at status.attempt",
+			toPending(lifecycle.ReasonRelocating, 2), field.ErrorTypeInvalid, "status.attempt"),
+		rejected("Ready → Pending without reason Relocating keeping the attempt is rejected at status.attempt",
+			toPending(lifecycle.ReasonOwnerLost, 1), field.ErrorTypeInvalid, "status.attempt"),
+		accepted("Ready → Pending as a retry adds one", toPending(lifecycle.ReasonOwnerLost, 2)),
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			run, old := readyFunction()
+			old.Status.Attempt, run.Status.Attempt = 1, 1
+			tc.mutate(run)
+			tc.assertErrors(t, ValidateRunStatusUpdate(run, old))
+		})
+	}
+	t.Run("a task is never relocated", func(t *testing.T) {
+		run, old := runningTask()
+		old.Status.Attempt = 1
+		run = old.DeepCopy()
+		toPending(lifecycle.ReasonRelocating, 1)(run)
+		rejected("", func(*kruntimes.Run) {}, field.ErrorTypeInvalid, "status.attempt").assertErrors(t, ValidateRunStatusUpdate(run, old))
+	})
+}

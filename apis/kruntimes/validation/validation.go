@@ -341,19 +341,34 @@ func ValidateRunStatusUpdate(run, old *kruntimes.Run) field.ErrorList {
 		return append(allErrs, validateFrozenStatus(status, oldStatus, statusPath)...)
 	}
 	attemptPath := statusPath.Child("attempt")
+	// A relocation (Ready=False reason Relocating) gives a function back
+	// for a planned disruption of its Pod: the same attempt goes on.
+	retry := lifecycle.IsRetry(oldStatus.Phase, status.Phase) &&
+		!lifecycle.IsRelocation(mode, oldStatus.Phase, status.Phase, readyReason(status))
 	switch {
 	case status.Attempt < oldStatus.Attempt:
 		allErrs = append(allErrs, field.Invalid(attemptPath, status.Attempt, fmt.Sprintf("must not decrease (was %d)", oldStatus.Attempt)))
-	case lifecycle.IsRetry(oldStatus.Phase, status.Phase) && status.Attempt != oldStatus.Attempt+1:
+	case retry && status.Attempt != oldStatus.Attempt+1:
 		allErrs = append(allErrs, field.Invalid(attemptPath, status.Attempt,
-			fmt.Sprintf("%s → %s is a retry and must set attempt to %d", oldStatus.Phase, status.Phase, oldStatus.Attempt+1)))
-	case !lifecycle.IsRetry(oldStatus.Phase, status.Phase) && status.Attempt != oldStatus.Attempt:
+			fmt.Sprintf("%s → %s is a retry and must set attempt to %d (or, to relocate a function, keep it and set condition Ready reason %s)",
+				oldStatus.Phase, status.Phase, oldStatus.Attempt+1, lifecycle.ReasonRelocating)))
+	case !retry && status.Attempt != oldStatus.Attempt:
 		allErrs = append(allErrs, field.Invalid(attemptPath, status.Attempt,
 			fmt.Sprintf("changes only by one, on a retry from Running or Ready back to Pending (was %d)", oldStatus.Attempt)))
 	}
 	allErrs = append(allErrs, validateAssignment(status, oldStatus, statusPath)...)
 	allErrs = append(allErrs, validateStatusBounds(status, mode, statusPath)...)
 	return allErrs
+}
+
+// readyReason is the reason of the Ready condition in status, or "".
+func readyReason(status *kruntimes.RunStatus) string {
+	for _, c := range status.Conditions {
+		if c.Type == lifecycle.ConditionReady {
+			return c.Reason
+		}
+	}
+	return ""
 }
 
 // validateFrozenStatus forbids any change to the status of a Run that

@@ -10,7 +10,10 @@
 //   - registered: status.readyTime on the new Pod, when it can be invoked;
 //   - observed: the client sees it Ready again.
 //
-// --loss deleted deletes the Pod (kubectl delete pod). --loss heartbeat
+// --loss deleted force-deletes the Pod (kubectl delete pod --grace-period=0
+// --force: gone at once, an unplanned loss; a graceful deletion is a planned
+// disruption, whose runtimed relocates its functions at the same attempt,
+// measured by the e2e TestRuntimeRolloutRelocatesFunctions). --loss heartbeat
 // freezes the Pod's runtimed with SIGSTOP, so it runs on the machine that
 // runs the local cluster's node agent (make run): recovery deletes the Pod
 // once its heartbeat is stale past the grace period, and the times are
@@ -48,6 +51,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -224,7 +228,7 @@ func oneTrial(ctx context.Context, o options, kube kubernetes.Interface, client 
 	switch o.loss {
 	case "deleted":
 		lost = time.Now()
-		if err := kube.CoreV1().Pods(o.namespace).Delete(ctx, pod, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &podUID}}); err != nil {
+		if err := kube.CoreV1().Pods(o.namespace).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0), Preconditions: &metav1.Preconditions{UID: &podUID}}); err != nil {
 			return trial{}, err
 		}
 	case "heartbeat":
