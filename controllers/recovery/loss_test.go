@@ -209,6 +209,11 @@ func TestAssess(t *testing.T) {
 				assert.Nil(t, l, "not lost")
 				if tc.wantWake > 0 {
 					assert.Equal(t, 0, c.queue.Len(), "not queued before its time")
+					// The delaying queue sets its timer in a goroutine, from the
+					// time it reads then: step the clock only once the timer is
+					// set (beside the queue's own heartbeat ticker), or the
+					// timer starts late and never fires.
+					require.Eventually(t, func() bool { return clk.Waiters() >= 2 }, 10*time.Second, time.Millisecond, "the queue's timer is set")
 					clk.Step(tc.wantWake - time.Millisecond)
 					assert.Equal(t, 0, c.queue.Len(), "not queued a millisecond early")
 					clk.Step(time.Millisecond)
