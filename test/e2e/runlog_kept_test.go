@@ -99,4 +99,34 @@ func TestRunLogKept(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, out+err.Error(), "Forbidden")
 	})
+
+	t.Run("a retried task keeps attempt=1 and attempt=2 separately", func(t *testing.T) {
+		// Runtime Pods of the local cluster are processes of this machine:
+		// a file of the test's own tells the second attempt from the first.
+		marker := filepath.Join(t.TempDir(), "first-attempt-ran")
+		retried := strings.NewReplacer("name: hello", "name: retried",
+			"  timeout: 1m", "  timeout: 1m\n  retryPolicy:\n    maxAttempts: 2\n    backoff:\n      initial: 100ms",
+			`echo "hello, $NAME"`, `if [ -e `+marker+` ]; then echo "second try"; else touch `+marker+`; echo "first try"; exit 3; fi`).
+			Replace(mustRead(t, filepath.Join(examples, "run-task.yaml")))
+		out, err := f.KubectlWithInput(ctx, retried, "-n", ns, "create", "-f", "-")
+		require.NoError(t, err, out)
+		out, err = f.Kubectl(ctx, "-n", ns, "wait", "--for=jsonpath={.status.phase}=Succeeded", "run/retried", "--timeout=2m")
+		require.NoError(t, err, out)
+		run, err := client.KruntimesV1alpha1().Runs(ns).Get(ctx, "retried", metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, int32(2), run.Status.Attempt)
+		retriedPath := "/apis/kruntimes.io/v1alpha1/namespaces/" + ns + "/runs/retried/log"
+		for query, want := range map[string]string{
+			"?attempt=1": "first try\n",
+			"?attempt=2": "second try\n",
+			"":           "second try\n",
+		} {
+			got, err := f.Kubectl(ctx, "get", "--raw", retriedPath+query)
+			require.NoError(t, err, got)
+			assert.Equal(t, want, got, query)
+		}
+		out, err = f.Kubectl(ctx, "get", "--raw", retriedPath+"?attempt=3")
+		require.Error(t, err, "attempt 3 never ran: 400")
+		assert.Contains(t, out+err.Error(), "attempts 1 to 2 exist")
+	})
 }
