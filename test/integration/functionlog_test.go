@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -19,8 +20,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
+	kruntimesv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/proto/transport"
@@ -49,7 +52,18 @@ func (g oneRegistration) Admit(uid types.UID, attempt int32, podUID types.UID) (
 // real FollowLog server, to a real bash Runtime Server: what each
 // invocation wrote arrives with its invocation ID on every line, and the
 // follow ends when the Run does.
-func TestRunLogFollowsAFunction(t *testing.T) {
+// functionLogServer is startInvokeServerWith's server whose Run fn is
+// registered on a real bash Runtime Server behind runtimed's real FollowLog.
+type functionLogServer struct {
+	*invokeServer
+	runs      kruntimesv1alpha1.RunInterface
+	run       *v1alpha1.Run
+	functions runtimev1.FunctionRuntimeClient
+	reg       *runtimev1.RegistrationStatus
+}
+
+func startFunctionLogServer(t *testing.T) *functionLogServer {
+	t.Helper()
 	s := startInvokeServerWith(t, nil)
 	ctx := t.Context()
 	client, err := versioned.NewForConfig(s.config)
@@ -88,6 +102,12 @@ func TestRunLogFollowsAFunction(t *testing.T) {
 	gate := oneRegistration{uid: run.UID, attempt: run.Status.Attempt, id: reg.GetRegistrationId()}
 	var logs runtimedv1.RuntimedServer = invoke.NewServer(gate, functions, "bash").FollowTasks(t.Context(), runtimev1.NewRuntimeClient(conn), "uid-a")
 	s.runtimed.logs.Store(&logs)
+	return &functionLogServer{invokeServer: s, runs: runs, run: run, functions: functions, reg: reg}
+}
+
+func TestRunLogFollowsAFunction(t *testing.T) {
+	fs := startFunctionLogServer(t)
+	s, runs, run, functions, reg, ctx := fs.invokeServer, fs.runs, fs.run, fs.functions, fs.reg, t.Context()
 	invokeFn := func(id string) {
 		t.Helper()
 		_, err := functions.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{RunUid: string(run.UID), RegistrationId: reg.GetRegistrationId(), InvocationId: id, Input: []byte(`{}`)})
@@ -160,5 +180,47 @@ func TestRunLogFollowsAFunction(t *testing.T) {
 		assert.False(t, open)
 	case <-time.After(30 * time.Second):
 		t.Fatal("the follow did not end with the Run")
+	}
+}
+
+// TestIdleFunctionFollowersCost opens 200 follows of one Ready function
+// through kruntimes-apiserver, runtimed and the Runtime Server, all in this
+// process with their HTTP clients, and reports what each costs while idle.
+func TestIdleFunctionFollowersCost(t *testing.T) {
+	fs := startFunctionLogServer(t)
+	httpc := httpClient(t, fs.config, false, true)
+	logURL := fs.config.Host + "/apis/kruntimes.io/v1alpha1/namespaces/" + namespace + "/runs/fn/log?follow=true"
+	_, err := fs.functions.InvokeFunction(t.Context(), &runtimev1.InvokeFunctionRequest{RunUid: string(fs.run.UID), RegistrationId: fs.reg.GetRegistrationId(), InvocationId: "warm", Input: []byte(`{}`)})
+	require.NoError(t, err)
+	measure := func() (uint64, int) {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc, runtime.NumGoroutine()
+	}
+	const n = 200
+	open := func() *http.Response {
+		resp, err := httpc.Get(logURL)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		line, err := bufio.NewReader(resp.Body).ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "[invocation/warm] hello from warm\n", line, "each follow is live before it is counted")
+		return resp
+	}
+	warm := open() // connections, TLS and caches warm before measuring
+	defer warm.Body.Close()
+	heap0, g0 := measure()
+	bodies := make([]*http.Response, 0, n)
+	for range n {
+		bodies = append(bodies, open())
+	}
+	heap1, g1 := measure()
+	perFollower := float64(int64(heap1)-int64(heap0)) / 1024 / n
+	t.Logf("%d idle function followers: %.1f KiB of heap and %.1f goroutines per follower (apiserver + runtimed + Runtime Server + HTTP/2 client, one process)",
+		n, perFollower, float64(g1-g0)/n)
+	assert.Less(t, perFollower, 256.0, "an idle follower costs a bounded amount, not a log's worth")
+	for _, b := range bodies {
+		_ = b.Body.Close()
 	}
 }
