@@ -15,23 +15,64 @@ type LiveWriter struct {
 	stream     Stream
 	timestamps bool
 	lineStart  bool
+
+	// invocations, set by ForFunction, prefixes lines with invocation IDs;
+	// last is the invocation and stream of the previous chunk written.
+	invocations bool
+	marker      func(int64) string
+	last        Chunk
 }
 
 // NewLiveWriter writes to w what opts select (opts.TailLines and
 // opts.LimitBytes aside).
 func NewLiveWriter(w io.Writer, opts RenderOptions) *LiveWriter {
-	return &LiveWriter{w: w, stream: opts.Stream, timestamps: opts.Timestamps, lineStart: true}
+	return &LiveWriter{w: w, stream: opts.Stream, timestamps: opts.Timestamps, lineStart: true, marker: Marker}
+}
+
+// InvocationPrefix is what begins each line an invocation wrote in a
+// function's log, as kubectl logs --prefix begins each line with its
+// source: "[invocation/ID] ".
+func InvocationPrefix(invocation string) string {
+	return "[invocation/" + invocation + "] "
+}
+
+// ForFunction makes l render a function's log: each line begins with
+// InvocationPrefix of the invocation that wrote it (before its timestamp,
+// as kubectl logs --prefix --timestamps writes them); a line left unended
+// is ended before another invocation's, or another stream's, bytes, so
+// every line has one source; and skipped bytes are told with marker.
+func (l *LiveWriter) ForFunction(marker func(int64) string) {
+	l.invocations, l.marker = true, marker
 }
 
 // SetWriter sends what follows to w.
 func (l *LiveWriter) SetWriter(w io.Writer) { l.w = w }
+
+// Rewritten says that what l wrote was replaced by b (the last lines of
+// it, as tailLines keeps them): the next byte starts a line when b is
+// empty or ends with one.
+func (l *LiveWriter) Rewritten(b []byte) {
+	l.lineStart = len(b) == 0 || b[len(b)-1] == '\n'
+}
 
 // Chunk writes one chunk, if its stream is selected.
 func (l *LiveWriter) Chunk(c Chunk) error {
 	if l.stream != "" && l.stream != StreamAll && l.stream != c.Stream {
 		return nil
 	}
-	return l.write(c.Time, c.Data)
+	prefix := ""
+	if l.invocations {
+		if !l.lineStart && (c.Invocation != l.last.Invocation || c.Stream != l.last.Stream) {
+			if err := l.endLine(); err != nil {
+				return err
+			}
+		}
+		l.last = Chunk{Invocation: c.Invocation, Stream: c.Stream}
+		if c.Invocation != "" {
+			prefix = InvocationPrefix(c.Invocation)
+		}
+	}
+	return l.write(c.Time, prefix, c.Data)
 }
 
 // Skipped writes the marker line of n bytes that were dropped, on a line
@@ -41,28 +82,35 @@ func (l *LiveWriter) Skipped(n int64, t time.Time) error {
 		return nil
 	}
 	if !l.lineStart {
-		if _, err := l.w.Write([]byte{'\n'}); err != nil {
+		if err := l.endLine(); err != nil {
 			return err
 		}
-		l.lineStart = true
 	}
-	return l.write(t, []byte(Marker(n)))
+	return l.write(t, "", []byte(l.marker(n)))
 }
 
-func (l *LiveWriter) write(t time.Time, data []byte) error {
+func (l *LiveWriter) endLine() error {
+	_, err := l.w.Write([]byte{'\n'})
+	l.lineStart = true
+	return err
+}
+
+func (l *LiveWriter) write(t time.Time, prefix string, data []byte) error {
 	if len(data) == 0 {
 		return nil
 	}
-	if !l.timestamps {
+	if !l.timestamps && prefix == "" {
 		l.lineStart = data[len(data)-1] == '\n'
 		_, err := l.w.Write(data)
 		return err
 	}
 	var out bytes.Buffer
-	stamp := t.UTC().Format(time.RFC3339Nano) + " "
+	if l.timestamps {
+		prefix += t.UTC().Format(time.RFC3339Nano) + " "
+	}
 	for len(data) > 0 {
 		if l.lineStart {
-			out.WriteString(stamp)
+			out.WriteString(prefix)
 		}
 		i := bytes.IndexByte(data, '\n')
 		if i < 0 {

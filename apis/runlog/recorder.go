@@ -29,6 +29,9 @@ type Chunk struct {
 	Stream Stream
 	Time   time.Time
 	Data   []byte
+	// Invocation is the ID of the invocation that wrote Data, in a
+	// function's log; empty in a task's.
+	Invocation string
 }
 
 // Log is what was kept of one attempt: Chunks in write order; when more was
@@ -79,6 +82,22 @@ func NewRecorder(maxBytes int, now func() time.Time) *Recorder {
 	return &Recorder{now: now, headLimit: head, tailLimit: maxBytes - head}
 }
 
+// NewTailRecorder keeps only the last maxBytes (DefaultMaxBytes when not
+// positive) of what is written: a log with no end, such as a function's,
+// whose first bytes matter no more than any others.
+func NewTailRecorder(maxBytes int, now func() time.Time) *Recorder {
+	r := NewRecorder(maxBytes, now)
+	r.tailLimit += r.headLimit
+	r.headLimit = 0
+	return r
+}
+
+// WriteInvocation records p, written to stream s by the invocation
+// invocation, as one chunk.
+func (r *Recorder) WriteInvocation(s Stream, invocation string, p []byte) {
+	r.write(s, invocation, p)
+}
+
 // Writer returns the io.Writer of one stream (StreamStdout or StreamStderr).
 func (r *Recorder) Writer(s Stream) io.Writer { return streamWriter{r: r, stream: s} }
 
@@ -88,11 +107,11 @@ type streamWriter struct {
 }
 
 func (w streamWriter) Write(p []byte) (int, error) {
-	w.r.write(w.stream, p)
+	w.r.write(w.stream, "", p)
 	return len(p), nil
 }
 
-func (r *Recorder) write(s Stream, p []byte) {
+func (r *Recorder) write(s Stream, invocation string, p []byte) {
 	if len(p) == 0 {
 		return
 	}
@@ -108,7 +127,7 @@ func (r *Recorder) write(s Stream, p []byte) {
 		room := r.headLimit - r.headBytes - chunkOverhead
 		if room > 0 {
 			n := min(room, len(p))
-			r.head = append(r.head, Chunk{Stream: s, Time: t, Data: append([]byte(nil), p[:n]...)})
+			r.head = append(r.head, Chunk{Stream: s, Time: t, Data: append([]byte(nil), p[:n]...), Invocation: invocation})
 			r.headBytes += n + chunkOverhead
 			r.headData += n
 			p = p[n:]
@@ -117,7 +136,7 @@ func (r *Recorder) write(s Stream, p []byte) {
 			}
 		}
 	}
-	r.appendTail(Chunk{Stream: s, Time: t, Data: p})
+	r.appendTail(Chunk{Stream: s, Time: t, Data: p, Invocation: invocation})
 }
 
 // appendTail keeps c's last bytes in the tail and evicts the oldest tail
@@ -168,10 +187,10 @@ func (r *Recorder) Log() Log {
 	defer r.mu.Unlock()
 	chunks := make([]Chunk, 0, len(r.head)+len(r.tail)-r.tailStart)
 	for _, c := range r.head {
-		chunks = append(chunks, Chunk{Stream: c.Stream, Time: c.Time, Data: append([]byte(nil), c.Data...)})
+		chunks = append(chunks, Chunk{Stream: c.Stream, Time: c.Time, Data: append([]byte(nil), c.Data...), Invocation: c.Invocation})
 	}
 	for _, c := range r.tail[r.tailStart:] {
-		chunks = append(chunks, Chunk{Stream: c.Stream, Time: c.Time, Data: append([]byte(nil), c.Data...)})
+		chunks = append(chunks, Chunk{Stream: c.Stream, Time: c.Time, Data: append([]byte(nil), c.Data...), Invocation: c.Invocation})
 	}
 	return Log{Chunks: chunks, DroppedBytes: r.dropped, DroppedAfter: len(r.head)}
 }
@@ -245,7 +264,7 @@ func readChunks(chunks []Chunk, first, off int64, maxBytes int) []Chunk {
 		if len(data) > maxBytes {
 			data = data[:maxBytes]
 		}
-		out = append(out, Chunk{Stream: c.Stream, Time: c.Time, Data: data})
+		out = append(out, Chunk{Stream: c.Stream, Time: c.Time, Data: data, Invocation: c.Invocation})
 		maxBytes -= len(data)
 		pos = end
 		if maxBytes == 0 {

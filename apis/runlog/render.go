@@ -26,6 +26,13 @@ func Marker(dropped int64) string {
 	return fmt.Sprintf("[kruntimes: %d bytes of this log were dropped here; the first and the last bytes are kept]\n", dropped)
 }
 
+// FunctionMarker is the line that stands for bytes of a function's log a
+// follower skipped: it fell behind the bounded tail the Runtime Server
+// keeps, or followed again after they left it.
+func FunctionMarker(skipped int64) string {
+	return fmt.Sprintf("[kruntimes: %d bytes of this function's log were skipped here; this follow fell behind]\n", skipped)
+}
+
 // Render writes the kept log as runs/log serves it: the bytes exactly as the
 // program wrote them, plus the marker line where bytes were dropped.
 func Render(l Log, opts RenderOptions) []byte {

@@ -34,7 +34,9 @@ type FollowLogRequest struct {
 	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	PodUid  string                 `protobuf:"bytes,3,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
 	// Where to start in everything the attempt wrote; 0 for the beginning.
-	Offset        int64 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	Offset int64 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The Run is a function: follow what its invocations write.
+	Function      bool `protobuf:"varint,5,opt,name=function,proto3" json:"function,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -95,6 +97,13 @@ func (x *FollowLogRequest) GetOffset() int64 {
 		return x.Offset
 	}
 	return 0
+}
+
+func (x *FollowLogRequest) GetFunction() bool {
+	if x != nil {
+		return x.Function
+	}
+	return false
 }
 
 type InvokeRequest struct {
@@ -419,12 +428,13 @@ var File_runtimed_proto protoreflect.FileDescriptor
 
 const file_runtimed_proto_rawDesc = "" +
 	"\n" +
-	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\x1a\rruntime.proto\"v\n" +
+	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\x1a\rruntime.proto\"\x92\x01\n" +
 	"\x10FollowLogRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
 	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12\x16\n" +
-	"\x06offset\x18\x04 \x01(\x03R\x06offset\"\x9e\x02\n" +
+	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x1a\n" +
+	"\bfunction\x18\x05 \x01(\bR\bfunction\"\x9e\x02\n" +
 	"\rInvokeRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +

@@ -53,6 +53,12 @@ type RuntimedClient interface {
 	// and (run_uid, attempt) names the execution on the Runtime Server
 	// (NotFound when this Pod has not started it, or forgot it after the
 	// attempt ended and its log was kept).
+	//
+	// With function set, it streams the log of the function Run's
+	// registration instead, as kruntimes.runtime.v1.FunctionRuntime.
+	// FollowFunctionLog does (chunks carry invocation IDs): only while
+	// runtimed holds a registration of exactly that attempt on this Pod that
+	// accepts invokes (FailedPrecondition otherwise), until it ends.
 	FollowLog(ctx context.Context, in *FollowLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FollowLogResponse], error)
 }
 
@@ -116,6 +122,12 @@ type RuntimedServer interface {
 	// and (run_uid, attempt) names the execution on the Runtime Server
 	// (NotFound when this Pod has not started it, or forgot it after the
 	// attempt ended and its log was kept).
+	//
+	// With function set, it streams the log of the function Run's
+	// registration instead, as kruntimes.runtime.v1.FunctionRuntime.
+	// FollowFunctionLog does (chunks carry invocation IDs): only while
+	// runtimed holds a registration of exactly that attempt on this Pod that
+	// accepts invokes (FailedPrecondition otherwise), until it ends.
 	FollowLog(*FollowLogRequest, grpc.ServerStreamingServer[runtimev1.FollowLogResponse]) error
 	mustEmbedUnimplementedRuntimedServer()
 }

@@ -672,10 +672,12 @@ func (x *TaskStatus) GetLog() *TaskLog {
 
 // One write of a program.
 type LogChunk struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Stream        LogStream              `protobuf:"varint,1,opt,name=stream,proto3,enum=kruntimes.runtime.v1.LogStream" json:"stream,omitempty"`
-	UnixNano      int64                  `protobuf:"varint,2,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
-	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Stream   LogStream              `protobuf:"varint,1,opt,name=stream,proto3,enum=kruntimes.runtime.v1.LogStream" json:"stream,omitempty"`
+	UnixNano int64                  `protobuf:"varint,2,opt,name=unix_nano,json=unixNano,proto3" json:"unix_nano,omitempty"`
+	Data     []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	// The invocation that wrote it, in a function's log; empty in a task's.
+	InvocationId  string `protobuf:"bytes,4,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -729,6 +731,13 @@ func (x *LogChunk) GetData() []byte {
 		return x.Data
 	}
 	return nil
+}
+
+func (x *LogChunk) GetInvocationId() string {
+	if x != nil {
+		return x.InvocationId
+	}
+	return ""
 }
 
 // What was kept of a task's output: chunks in write order; when more was
@@ -1942,6 +1951,68 @@ func (x *UnregisterFunctionResponse) GetCancelledInFlight() bool {
 	return false
 }
 
+type FollowFunctionLogRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RunUid         string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
+	RegistrationId string                 `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
+	// Where to start in everything this generation's invocations wrote; 0
+	// for the oldest byte still kept.
+	Offset        int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FollowFunctionLogRequest) Reset() {
+	*x = FollowFunctionLogRequest{}
+	mi := &file_runtime_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FollowFunctionLogRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FollowFunctionLogRequest) ProtoMessage() {}
+
+func (x *FollowFunctionLogRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FollowFunctionLogRequest.ProtoReflect.Descriptor instead.
+func (*FollowFunctionLogRequest) Descriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *FollowFunctionLogRequest) GetRunUid() string {
+	if x != nil {
+		return x.RunUid
+	}
+	return ""
+}
+
+func (x *FollowFunctionLogRequest) GetRegistrationId() string {
+	if x != nil {
+		return x.RegistrationId
+	}
+	return ""
+}
+
+func (x *FollowFunctionLogRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
 type ListFunctionsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1950,7 +2021,7 @@ type ListFunctionsRequest struct {
 
 func (x *ListFunctionsRequest) Reset() {
 	*x = ListFunctionsRequest{}
-	mi := &file_runtime_proto_msgTypes[26]
+	mi := &file_runtime_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1962,7 +2033,7 @@ func (x *ListFunctionsRequest) String() string {
 func (*ListFunctionsRequest) ProtoMessage() {}
 
 func (x *ListFunctionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[26]
+	mi := &file_runtime_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1975,7 +2046,7 @@ func (x *ListFunctionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFunctionsRequest.ProtoReflect.Descriptor instead.
 func (*ListFunctionsRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{26}
+	return file_runtime_proto_rawDescGZIP(), []int{27}
 }
 
 type ListFunctionsResponse struct {
@@ -1987,7 +2058,7 @@ type ListFunctionsResponse struct {
 
 func (x *ListFunctionsResponse) Reset() {
 	*x = ListFunctionsResponse{}
-	mi := &file_runtime_proto_msgTypes[27]
+	mi := &file_runtime_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1999,7 +2070,7 @@ func (x *ListFunctionsResponse) String() string {
 func (*ListFunctionsResponse) ProtoMessage() {}
 
 func (x *ListFunctionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[27]
+	mi := &file_runtime_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2012,7 +2083,7 @@ func (x *ListFunctionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFunctionsResponse.ProtoReflect.Descriptor instead.
 func (*ListFunctionsResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{27}
+	return file_runtime_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListFunctionsResponse) GetRegistrations() []*RegistrationStatus {
@@ -2037,7 +2108,7 @@ type NotStarted struct {
 
 func (x *NotStarted) Reset() {
 	*x = NotStarted{}
-	mi := &file_runtime_proto_msgTypes[28]
+	mi := &file_runtime_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2049,7 +2120,7 @@ func (x *NotStarted) String() string {
 func (*NotStarted) ProtoMessage() {}
 
 func (x *NotStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[28]
+	mi := &file_runtime_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2062,7 +2133,7 @@ func (x *NotStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotStarted.ProtoReflect.Descriptor instead.
 func (*NotStarted) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{28}
+	return file_runtime_proto_rawDescGZIP(), []int{29}
 }
 
 var File_runtime_proto protoreflect.FileDescriptor
@@ -2112,11 +2183,12 @@ const file_runtime_proto_rawDesc = "" +
 	"\x03log\x18\r \x01(\v2\x1d.kruntimes.runtime.v1.TaskLogR\x03log\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"t\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x99\x01\n" +
 	"\bLogChunk\x127\n" +
 	"\x06stream\x18\x01 \x01(\x0e2\x1f.kruntimes.runtime.v1.LogStreamR\x06stream\x12\x1b\n" +
 	"\tunix_nano\x18\x02 \x01(\x03R\bunixNano\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\"\x8b\x01\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12#\n" +
+	"\rinvocation_id\x18\x04 \x01(\tR\finvocationId\"\x8b\x01\n" +
 	"\aTaskLog\x126\n" +
 	"\x06chunks\x18\x01 \x03(\v2\x1e.kruntimes.runtime.v1.LogChunkR\x06chunks\x12#\n" +
 	"\rdropped_bytes\x18\x02 \x01(\x03R\fdroppedBytes\x12#\n" +
@@ -2201,7 +2273,11 @@ const file_runtime_proto_rawDesc = "" +
 	"\x10cancel_in_flight\x18\x04 \x01(\bR\x0ecancelInFlight\x121\n" +
 	"\x14registration_attempt\x18\x05 \x01(\x03R\x13registrationAttempt\"L\n" +
 	"\x1aUnregisterFunctionResponse\x12.\n" +
-	"\x13cancelled_in_flight\x18\x01 \x01(\bR\x11cancelledInFlight\"\x16\n" +
+	"\x13cancelled_in_flight\x18\x01 \x01(\bR\x11cancelledInFlight\"t\n" +
+	"\x18FollowFunctionLogRequest\x12\x17\n" +
+	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12'\n" +
+	"\x0fregistration_id\x18\x02 \x01(\tR\x0eregistrationId\x12\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\"\x16\n" +
 	"\x14ListFunctionsRequest\"g\n" +
 	"\x15ListFunctionsResponse\x12N\n" +
 	"\rregistrations\x18\x01 \x03(\v2(.kruntimes.runtime.v1.RegistrationStatusR\rregistrations\"\f\n" +
@@ -2232,13 +2308,14 @@ const file_runtime_proto_rawDesc = "" +
 	"\x06Forget\x12#.kruntimes.runtime.v1.ForgetRequest\x1a$.kruntimes.runtime.v1.ForgetResponse\x12M\n" +
 	"\x04List\x12!.kruntimes.runtime.v1.ListRequest\x1a\".kruntimes.runtime.v1.ListResponse\x12^\n" +
 	"\tFollowLog\x12&.kruntimes.runtime.v1.FollowLogRequest\x1a'.kruntimes.runtime.v1.FollowLogResponse0\x01\x12S\n" +
-	"\x06Health\x12#.kruntimes.runtime.v1.HealthRequest\x1a$.kruntimes.runtime.v1.HealthResponse2\xb7\x04\n" +
+	"\x06Health\x12#.kruntimes.runtime.v1.HealthRequest\x1a$.kruntimes.runtime.v1.HealthResponse2\xa7\x05\n" +
 	"\x0fFunctionRuntime\x12k\n" +
 	"\x10RegisterFunction\x12-.kruntimes.runtime.v1.RegisterFunctionRequest\x1a(.kruntimes.runtime.v1.RegistrationStatus\x12g\n" +
 	"\x0eFunctionStatus\x12+.kruntimes.runtime.v1.FunctionStatusRequest\x1a(.kruntimes.runtime.v1.RegistrationStatus\x12k\n" +
 	"\x0eInvokeFunction\x12+.kruntimes.runtime.v1.InvokeFunctionRequest\x1a,.kruntimes.runtime.v1.InvokeFunctionResponse\x12w\n" +
 	"\x12UnregisterFunction\x12/.kruntimes.runtime.v1.UnregisterFunctionRequest\x1a0.kruntimes.runtime.v1.UnregisterFunctionResponse\x12h\n" +
-	"\rListFunctions\x12*.kruntimes.runtime.v1.ListFunctionsRequest\x1a+.kruntimes.runtime.v1.ListFunctionsResponseB(Z&kruntimes.io/kruntimes/proto/runtimev1b\x06proto3"
+	"\rListFunctions\x12*.kruntimes.runtime.v1.ListFunctionsRequest\x1a+.kruntimes.runtime.v1.ListFunctionsResponse\x12n\n" +
+	"\x11FollowFunctionLog\x12..kruntimes.runtime.v1.FollowFunctionLogRequest\x1a'.kruntimes.runtime.v1.FollowLogResponse0\x01B(Z&kruntimes.io/kruntimes/proto/runtimev1b\x06proto3"
 
 var (
 	file_runtime_proto_rawDescOnce sync.Once
@@ -2253,7 +2330,7 @@ func file_runtime_proto_rawDescGZIP() []byte {
 }
 
 var file_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_runtime_proto_goTypes = []any{
 	(TaskState)(0),                     // 0: kruntimes.runtime.v1.TaskState
 	(LogStream)(0),                     // 1: kruntimes.runtime.v1.LogStream
@@ -2284,17 +2361,18 @@ var file_runtime_proto_goTypes = []any{
 	(*InvokeFunctionResponse)(nil),     // 26: kruntimes.runtime.v1.InvokeFunctionResponse
 	(*UnregisterFunctionRequest)(nil),  // 27: kruntimes.runtime.v1.UnregisterFunctionRequest
 	(*UnregisterFunctionResponse)(nil), // 28: kruntimes.runtime.v1.UnregisterFunctionResponse
-	(*ListFunctionsRequest)(nil),       // 29: kruntimes.runtime.v1.ListFunctionsRequest
-	(*ListFunctionsResponse)(nil),      // 30: kruntimes.runtime.v1.ListFunctionsResponse
-	(*NotStarted)(nil),                 // 31: kruntimes.runtime.v1.NotStarted
-	nil,                                // 32: kruntimes.runtime.v1.TaskStatus.OutputsEntry
-	nil,                                // 33: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	(*FollowFunctionLogRequest)(nil),   // 29: kruntimes.runtime.v1.FollowFunctionLogRequest
+	(*ListFunctionsRequest)(nil),       // 30: kruntimes.runtime.v1.ListFunctionsRequest
+	(*ListFunctionsResponse)(nil),      // 31: kruntimes.runtime.v1.ListFunctionsResponse
+	(*NotStarted)(nil),                 // 32: kruntimes.runtime.v1.NotStarted
+	nil,                                // 33: kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	nil,                                // 34: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
 }
 var file_runtime_proto_depIdxs = []int32{
 	5,  // 0: kruntimes.runtime.v1.ExecuteRequest.entrypoint:type_name -> kruntimes.runtime.v1.Entrypoint
 	3,  // 1: kruntimes.runtime.v1.ExecuteRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
 	0,  // 2: kruntimes.runtime.v1.TaskStatus.state:type_name -> kruntimes.runtime.v1.TaskState
-	32, // 3: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	33, // 3: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
 	10, // 4: kruntimes.runtime.v1.TaskStatus.log:type_name -> kruntimes.runtime.v1.TaskLog
 	1,  // 5: kruntimes.runtime.v1.LogChunk.stream:type_name -> kruntimes.runtime.v1.LogStream
 	9,  // 6: kruntimes.runtime.v1.TaskLog.chunks:type_name -> kruntimes.runtime.v1.LogChunk
@@ -2302,7 +2380,7 @@ var file_runtime_proto_depIdxs = []int32{
 	8,  // 8: kruntimes.runtime.v1.ListResponse.tasks:type_name -> kruntimes.runtime.v1.TaskStatus
 	3,  // 9: kruntimes.runtime.v1.RegisterFunctionRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
 	2,  // 10: kruntimes.runtime.v1.RegistrationStatus.state:type_name -> kruntimes.runtime.v1.FunctionState
-	33, // 11: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	34, // 11: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
 	25, // 12: kruntimes.runtime.v1.InvokeFunctionResponse.error:type_name -> kruntimes.runtime.v1.FunctionError
 	23, // 13: kruntimes.runtime.v1.ListFunctionsResponse.registrations:type_name -> kruntimes.runtime.v1.RegistrationStatus
 	4,  // 14: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
@@ -2317,22 +2395,24 @@ var file_runtime_proto_depIdxs = []int32{
 	22, // 23: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:input_type -> kruntimes.runtime.v1.FunctionStatusRequest
 	24, // 24: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:input_type -> kruntimes.runtime.v1.InvokeFunctionRequest
 	27, // 25: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:input_type -> kruntimes.runtime.v1.UnregisterFunctionRequest
-	29, // 26: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:input_type -> kruntimes.runtime.v1.ListFunctionsRequest
-	8,  // 27: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
-	8,  // 28: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
-	8,  // 29: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
-	14, // 30: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
-	16, // 31: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
-	18, // 32: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
-	12, // 33: kruntimes.runtime.v1.Runtime.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
-	20, // 34: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
-	23, // 35: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	23, // 36: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	26, // 37: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
-	28, // 38: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
-	30, // 39: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:output_type -> kruntimes.runtime.v1.ListFunctionsResponse
-	27, // [27:40] is the sub-list for method output_type
-	14, // [14:27] is the sub-list for method input_type
+	30, // 26: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:input_type -> kruntimes.runtime.v1.ListFunctionsRequest
+	29, // 27: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:input_type -> kruntimes.runtime.v1.FollowFunctionLogRequest
+	8,  // 28: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
+	8,  // 29: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
+	8,  // 30: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
+	14, // 31: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
+	16, // 32: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
+	18, // 33: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
+	12, // 34: kruntimes.runtime.v1.Runtime.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	20, // 35: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
+	23, // 36: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	23, // 37: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	26, // 38: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
+	28, // 39: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
+	31, // 40: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:output_type -> kruntimes.runtime.v1.ListFunctionsResponse
+	12, // 41: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	28, // [28:42] is the sub-list for method output_type
+	14, // [14:28] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -2353,7 +2433,7 @@ func file_runtime_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtime_proto_rawDesc), len(file_runtime_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

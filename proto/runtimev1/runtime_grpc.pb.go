@@ -451,6 +451,7 @@ const (
 	FunctionRuntime_InvokeFunction_FullMethodName     = "/kruntimes.runtime.v1.FunctionRuntime/InvokeFunction"
 	FunctionRuntime_UnregisterFunction_FullMethodName = "/kruntimes.runtime.v1.FunctionRuntime/UnregisterFunction"
 	FunctionRuntime_ListFunctions_FullMethodName      = "/kruntimes.runtime.v1.FunctionRuntime/ListFunctions"
+	FunctionRuntime_FollowFunctionLog_FullMethodName  = "/kruntimes.runtime.v1.FunctionRuntime/FollowFunctionLog"
 )
 
 // FunctionRuntimeClient is the client API for FunctionRuntime service.
@@ -484,6 +485,21 @@ type FunctionRuntimeClient interface {
 	// registration in one call, so a caller watches the health and idle clocks
 	// of any number of them at a flat cost.
 	ListFunctions(ctx context.Context, in *ListFunctionsRequest, opts ...grpc.CallOption) (*ListFunctionsResponse, error)
+	// FollowFunctionLog streams what the registration's invocations wrote, as
+	// Runtime.FollowLog streams a task's output: from byte offset `offset` of
+	// everything this generation wrote, each chunk carrying its invocation
+	// ID. The built-in servers publish an invocation's stdout and stderr
+	// (the bounded ones InvokeFunctionResponse carries) when it ends, and
+	// keep only a bounded tail of them per generation: a follower that
+	// asks for bytes no longer kept, or falls behind, skips ahead and is told
+	// how many bytes it skipped, so no follower ever stalls an invocation.
+	// The first response comes at once, empty when nothing is kept from
+	// offset on: it says where the log stands (written) and that the follow
+	// was accepted. The stream ends (OK) once the generation ended (unregistered or
+	// superseded) and its last bytes were sent. NotFound for a Run without a
+	// registration; FailedPrecondition for a stale registration ID; OutOfRange
+	// for an offset past what was written.
+	FollowFunctionLog(ctx context.Context, in *FollowFunctionLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FollowLogResponse], error)
 }
 
 type functionRuntimeClient struct {
@@ -544,6 +560,25 @@ func (c *functionRuntimeClient) ListFunctions(ctx context.Context, in *ListFunct
 	return out, nil
 }
 
+func (c *functionRuntimeClient) FollowFunctionLog(ctx context.Context, in *FollowFunctionLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FollowLogResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FunctionRuntime_ServiceDesc.Streams[0], FunctionRuntime_FollowFunctionLog_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[FollowFunctionLogRequest, FollowLogResponse]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FunctionRuntime_FollowFunctionLogClient = grpc.ServerStreamingClient[FollowLogResponse]
+
 // FunctionRuntimeServer is the server API for FunctionRuntime service.
 // All implementations must embed UnimplementedFunctionRuntimeServer
 // for forward compatibility.
@@ -575,6 +610,21 @@ type FunctionRuntimeServer interface {
 	// registration in one call, so a caller watches the health and idle clocks
 	// of any number of them at a flat cost.
 	ListFunctions(context.Context, *ListFunctionsRequest) (*ListFunctionsResponse, error)
+	// FollowFunctionLog streams what the registration's invocations wrote, as
+	// Runtime.FollowLog streams a task's output: from byte offset `offset` of
+	// everything this generation wrote, each chunk carrying its invocation
+	// ID. The built-in servers publish an invocation's stdout and stderr
+	// (the bounded ones InvokeFunctionResponse carries) when it ends, and
+	// keep only a bounded tail of them per generation: a follower that
+	// asks for bytes no longer kept, or falls behind, skips ahead and is told
+	// how many bytes it skipped, so no follower ever stalls an invocation.
+	// The first response comes at once, empty when nothing is kept from
+	// offset on: it says where the log stands (written) and that the follow
+	// was accepted. The stream ends (OK) once the generation ended (unregistered or
+	// superseded) and its last bytes were sent. NotFound for a Run without a
+	// registration; FailedPrecondition for a stale registration ID; OutOfRange
+	// for an offset past what was written.
+	FollowFunctionLog(*FollowFunctionLogRequest, grpc.ServerStreamingServer[FollowLogResponse]) error
 	mustEmbedUnimplementedFunctionRuntimeServer()
 }
 
@@ -599,6 +649,9 @@ func (UnimplementedFunctionRuntimeServer) UnregisterFunction(context.Context, *U
 }
 func (UnimplementedFunctionRuntimeServer) ListFunctions(context.Context, *ListFunctionsRequest) (*ListFunctionsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListFunctions not implemented")
+}
+func (UnimplementedFunctionRuntimeServer) FollowFunctionLog(*FollowFunctionLogRequest, grpc.ServerStreamingServer[FollowLogResponse]) error {
+	return status.Error(codes.Unimplemented, "method FollowFunctionLog not implemented")
 }
 func (UnimplementedFunctionRuntimeServer) mustEmbedUnimplementedFunctionRuntimeServer() {}
 func (UnimplementedFunctionRuntimeServer) testEmbeddedByValue()                         {}
@@ -711,6 +764,17 @@ func _FunctionRuntime_ListFunctions_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _FunctionRuntime_FollowFunctionLog_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(FollowFunctionLogRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(FunctionRuntimeServer).FollowFunctionLog(m, &grpc.GenericServerStream[FollowFunctionLogRequest, FollowLogResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FunctionRuntime_FollowFunctionLogServer = grpc.ServerStreamingServer[FollowLogResponse]
+
 // FunctionRuntime_ServiceDesc is the grpc.ServiceDesc for FunctionRuntime service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -739,6 +803,12 @@ var FunctionRuntime_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _FunctionRuntime_ListFunctions_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "FollowFunctionLog",
+			Handler:       _FunctionRuntime_FollowFunctionLog_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "runtime.proto",
 }

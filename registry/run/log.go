@@ -100,10 +100,22 @@ func (r *LogREST) Connect(ctx context.Context, name string, opts runtime.Object,
 		return nil, err
 	}
 	run := obj.(*kruntimes.Run)
-	if run.Spec.Mode.Function != nil {
-		return nil, apierrors.NewBadRequest(fmt.Sprintf("Run %s is a function: its invocations answer their logs; runs/log keeps the logs of tasks", name))
-	}
 	namespace, _ := genericapirequest.NamespaceFrom(ctx)
+	if run.Spec.Mode.Function != nil {
+		if !options.Follow {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("Run %s is a function: nothing of its log is kept; follow it live with follow=true, and each invocation answers its own logs", name))
+		}
+		if options.Attempt != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("Run %s is a function: a follow of it follows every attempt, without ?attempt", name))
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if req.Method == http.MethodPost {
+				responder.Error(apierrors.NewBadRequest(fmt.Sprintf("Run %s is a function: nothing of its log is kept", name)))
+				return
+			}
+			r.followFunction(req.Context(), w, namespace, run, options)
+		}), nil
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		if req.Method == http.MethodPost {
 			r.save(req, namespace, run, options, responder)

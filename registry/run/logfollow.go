@@ -84,6 +84,9 @@ type follower struct {
 	// wrote says a byte arrived: from then on the follow waits as long as
 	// the attempt runs.
 	wrote bool
+	// live says a function's runtimed answered: from then on the follow
+	// waits as long as the Run does not end.
+	live bool
 }
 
 // chunks writes consecutive chunks that start at start after skipped
@@ -118,6 +121,7 @@ func (f *follower) caughtUp() (bool, error) {
 	b := runlog.LastLines(f.tail.Bytes(), f.tailLines)
 	f.tail = nil
 	f.lw.SetWriter(f.out)
+	f.lw.Rewritten(b)
 	if _, err := f.out.Write(b); err != nil {
 		return f.ended(err)
 	}
@@ -137,13 +141,9 @@ func (f *follower) ended(err error) (bool, error) {
 	return true, err
 }
 
-// follow streams attempt of run as it is written: from the owning runtimed
-// while it runs, from the kept log once it ended (from the offset reached,
-// so nothing is lost or repeated when the attempt ends mid-follow). The
-// Run is read from this server's watch cache and the owner's runtimed found
-// through the invoke router's Pods: no Kubernetes API call per follow.
-func (r *LogREST) follow(ctx context.Context, w http.ResponseWriter, namespace string, run *kruntimes.Run, attempt int32, o *kruntimes.RunLogOptions) {
-	logger := klog.FromContext(ctx).WithValues("run", klog.KRef(namespace, run.Name), "attempt", attempt)
+// startFollow answers 200 to a follow with o's options, and returns the
+// follower that writes the rest of the answer.
+func startFollow(w http.ResponseWriter, o *kruntimes.RunLogOptions) *follower {
 	f := &follower{out: &limitWriter{w: w, left: -1}}
 	if o.LimitBytes != nil {
 		f.out.left = *o.LimitBytes
@@ -158,7 +158,17 @@ func (r *LogREST) follow(ctx context.Context, w http.ResponseWriter, namespace s
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	f.flush()
+	return f
+}
 
+// follow streams attempt of run as it is written: from the owning runtimed
+// while it runs, from the kept log once it ended (from the offset reached,
+// so nothing is lost or repeated when the attempt ends mid-follow). The
+// Run is read from this server's watch cache and the owner's runtimed found
+// through the invoke router's Pods: no Kubernetes API call per follow.
+func (r *LogREST) follow(ctx context.Context, w http.ResponseWriter, namespace string, run *kruntimes.Run, attempt int32, o *kruntimes.RunLogOptions) {
+	logger := klog.FromContext(ctx).WithValues("run", klog.KRef(namespace, run.Name), "attempt", attempt)
+	f := startFollow(w, o)
 	startBy := time.Now().Add(followStartTimeout)
 	pods, _ := r.router.(PodRouter)
 	ctx = genericapirequest.WithNamespace(ctx, namespace)
@@ -193,7 +203,9 @@ func (r *LogREST) follow(ctx context.Context, w http.ResponseWriter, namespace s
 				logger.V(4).Info("The runtimed of a followed attempt is not reachable yet", "err", err)
 				break
 			}
-			done, err := r.followLive(ctx, f, client, run, attempt)
+			done, err := r.followLive(ctx, f, client, &runtimedv1.FollowLogRequest{
+				RunUid: string(run.UID), Attempt: attempt, PodUid: string(run.Status.AssignedPodUID), Offset: f.offset,
+			})
 			if done {
 				return
 			}
@@ -207,18 +219,17 @@ func (r *LogREST) follow(ctx context.Context, w http.ResponseWriter, namespace s
 	}
 }
 
-// followLive follows the attempt on its runtimed from f.offset, until the
-// attempt ends (done) or the stream fails (err, to try again).
-func (r *LogREST) followLive(ctx context.Context, f *follower, client runtimedv1.RuntimedClient, run *kruntimes.Run, attempt int32) (bool, error) {
+// followLive follows req on its runtimed from f.offset, until the attempt
+// ends (done) or the stream fails (err, to try again). A function's
+// registration that ended is not done: its Run may register again.
+func (r *LogREST) followLive(ctx context.Context, f *follower, client runtimedv1.RuntimedClient, req *runtimedv1.FollowLogRequest) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := client.FollowLog(ctx, &runtimedv1.FollowLogRequest{
-		RunUid: string(run.UID), Attempt: attempt, PodUid: string(run.Status.AssignedPodUID), Offset: f.offset,
-	})
+	stream, err := client.FollowLog(ctx, req)
 	if err != nil {
 		return false, err
 	}
-	for {
+	for first := true; ; first = false {
 		resp, err := stream.Recv()
 		if errors.Is(err, io.EOF) {
 			// The attempt ended and this was its last byte.
@@ -226,16 +237,30 @@ func (r *LogREST) followLive(ctx context.Context, f *follower, client runtimedv1
 				return true, err
 			}
 			f.flush()
-			return true, nil
+			return !req.GetFunction(), nil
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return true, nil // the client went away
 			}
 			if status.Code(err) == codes.OutOfRange {
+				if req.GetFunction() {
+					// The Runtime Server restarted and registered the
+					// function again: its log starts anew.
+					f.offset = 0
+					return false, err
+				}
 				return true, err // never happens to a consistent follower
 			}
 			return false, err
+		}
+		if req.GetFunction() {
+			f.live = true
+			if first && req.GetOffset() == 0 {
+				// Bytes a function wrote before the follow and no longer
+				// kept were never this follower's to miss.
+				resp.SkippedBytes = 0
+			}
 		}
 		chunks := make([]runlog.Chunk, len(resp.GetChunks()))
 		end := resp.GetOffset()
@@ -252,6 +277,75 @@ func (r *LogREST) followLive(ctx context.Context, f *follower, client runtimedv1
 			}
 		}
 		f.flush()
+	}
+}
+
+// followFunction streams what the function Run's invocations write, from
+// the runtimed that holds its registration, attempt after attempt, until
+// the Run ends or the client goes away. Nothing of it is kept: a follow
+// starts with what the registration still holds (the Runtime Server keeps
+// a bounded tail of its invocations' output) and goes on live.
+func (r *LogREST) followFunction(ctx context.Context, w http.ResponseWriter, namespace string, run *kruntimes.Run, o *kruntimes.RunLogOptions) {
+	logger := klog.FromContext(ctx).WithValues("run", klog.KRef(namespace, run.Name))
+	f := startFollow(w, o)
+	f.lw.ForFunction(runlog.FunctionMarker)
+	defer func() {
+		_, _ = f.caughtUp()
+		f.flush()
+	}()
+	startBy := time.Now().Add(followStartTimeout)
+	pods, _ := r.router.(PodRouter)
+	ctx = genericapirequest.WithNamespace(ctx, namespace)
+	var attempt int32
+	for first := true; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(followRetry):
+			}
+			obj, err := r.runs.Get(ctx, run.Name, &metav1.GetOptions{ResourceVersion: "0"})
+			if err != nil {
+				if !apierrors.IsNotFound(err) {
+					logger.Error(err, "A follow could not read its Run")
+				}
+				return
+			}
+			if obj.(*kruntimes.Run).UID != run.UID {
+				return // deleted, and the name taken by another Run
+			}
+			run = obj.(*kruntimes.Run)
+		}
+		if lifecycle.IsTerminal(run.Status.Phase) {
+			return
+		}
+		if run.Status.Phase == lifecycle.Ready && run.Status.AssignedPod != "" && pods != nil {
+			if run.Status.Attempt != attempt {
+				// Another registration: its log starts at 0.
+				attempt, f.offset = run.Status.Attempt, 0
+			}
+			client, err := pods.Runtimed(namespace, run.Status.AssignedPod, run.Status.AssignedPodUID)
+			if err != nil {
+				logger.V(4).Info("The runtimed of a followed function is not reachable yet", "err", err)
+			} else {
+				done, err := r.followLive(ctx, f, client, &runtimedv1.FollowLogRequest{
+					RunUid: string(run.UID), Attempt: attempt, PodUid: string(run.Status.AssignedPodUID), Offset: f.offset, Function: true,
+				})
+				if done {
+					return
+				}
+				if status.Code(err) == codes.Unimplemented {
+					logger.V(2).Info("The Runtime Server of a followed function does not serve function logs", "err", err)
+					return
+				}
+				if err != nil {
+					logger.V(4).Info("Following the runtimed of a function failed; trying again", "err", err)
+				}
+			}
+		}
+		if !f.live && !f.wrote && time.Now().After(startBy) {
+			return // the function never became Ready within the bound: an empty 200
+		}
 	}
 }
 
@@ -281,7 +375,7 @@ func chunkOf(c *runtimev1.LogChunk) runlog.Chunk {
 	if c.GetStream() == runtimev1.LogStream_LOG_STREAM_STDERR {
 		stream = runlog.StreamStderr
 	}
-	return runlog.Chunk{Stream: stream, Time: time.Unix(0, c.GetUnixNano()), Data: c.GetData()}
+	return runlog.Chunk{Stream: stream, Time: time.Unix(0, c.GetUnixNano()), Data: c.GetData(), Invocation: c.GetInvocationId()}
 }
 
 // followAttempt is the attempt a follow of run follows: the one asked for,

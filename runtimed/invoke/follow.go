@@ -34,10 +34,12 @@ func (s *Server) FollowTasks(ctx context.Context, tasks runtimev1.RuntimeClient,
 }
 
 // FollowLog implements runtimedv1.RuntimedServer: it passes the Runtime
-// Server's stream of the attempt on, response by response, so the
-// follower's pace is the only buffer: nothing here grows with the log.
+// Server's stream of the task attempt, or of the function Run's
+// registration (req.Function, admitted by the gate as an invocation
+// would be), on, response by response, so the follower's pace is the only
+// buffer: nothing here grows with the log.
 func (s *Server) FollowLog(req *runtimedv1.FollowLogRequest, stream runtimedv1.Runtimed_FollowLogServer) error {
-	if s.tasks == nil {
+	if s.tasks == nil && !req.GetFunction() {
 		return status.Error(codes.Unimplemented, "this runtimed does not serve task logs")
 	}
 	switch {
@@ -57,7 +59,12 @@ func (s *Server) FollowLog(req *runtimedv1.FollowLogRequest, stream runtimedv1.R
 		case <-ctx.Done():
 		}
 	}()
-	err := s.followLog(ctx, req, stream)
+	var err error
+	if req.GetFunction() {
+		err = s.followFunctionLog(ctx, req, stream)
+	} else {
+		err = s.followLog(ctx, req, stream)
+	}
 	if err != nil && stream.Context().Err() == nil && isClosed(s.stopping) {
 		return status.Error(codes.Unavailable, "runtimed is shutting down; follow again from the offset reached")
 	}
@@ -70,6 +77,37 @@ func isClosed(c <-chan struct{}) bool {
 		return true
 	default:
 		return false
+	}
+}
+
+// followFunctionLog passes the Runtime Server's stream of the function
+// Run's registration on, once the gate admitted the fencing tuple as it
+// would admit an invocation.
+func (s *Server) followFunctionLog(ctx context.Context, req *runtimedv1.FollowLogRequest, stream runtimedv1.Runtimed_FollowLogServer) error {
+	id, err := s.gate.Admit(types.UID(req.GetRunUid()), req.GetAttempt(), types.UID(req.GetPodUid()))
+	if err != nil {
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	up, err := s.runtimeServer.FollowFunctionLog(ctx, &runtimev1.FollowFunctionLogRequest{RunUid: req.GetRunUid(), RegistrationId: id, Offset: req.GetOffset()})
+	if err != nil {
+		return err
+	}
+	return relay(up, stream)
+}
+
+// relay sends what up sends, response by response, until it ends.
+func relay(up grpc.ServerStreamingClient[runtimev1.FollowLogResponse], stream runtimedv1.Runtimed_FollowLogServer) error {
+	for {
+		resp, err := up.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(resp); err != nil {
+			return err
+		}
 	}
 }
 
@@ -107,16 +145,5 @@ func (s *Server) followLog(ctx context.Context, req *runtimedv1.FollowLogRequest
 	if err := stream.Send(first); err != nil {
 		return err
 	}
-	for {
-		resp, err := up.Recv()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		if err := stream.Send(resp); err != nil {
-			return err
-		}
-	}
+	return relay(up, stream)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -24,18 +25,36 @@ func (s *Server) FollowLog(req *runtimev1.FollowLogRequest, stream runtimev1.Run
 	if err != nil {
 		return err
 	}
-	ctx := stream.Context()
-	off := req.GetOffset()
-	for {
-		// Both before the read: a write after it closes changed, and a task
+	return followRecorder(stream.Context(), t.log, t.done, req.GetOffset(), "task "+t.id, false, stream)
+}
+
+// FollowFunctionLog implements runtimev1.FunctionRuntimeServer: as
+// FollowLog, over the bounded tail of what the generation's invocations
+// wrote, until the generation ends.
+func (s *Server) FollowFunctionLog(req *runtimev1.FollowFunctionLogRequest, stream runtimev1.FunctionRuntime_FollowFunctionLogServer) error {
+	reg, err := s.lookupRegistration(req.GetRunUid(), req.GetRegistrationId())
+	if err != nil {
+		return err
+	}
+	// The first response comes at once, empty when nothing is kept: it
+	// tells where the log stands, and that the follow was accepted.
+	return followRecorder(stream.Context(), reg.log, reg.ctx.Done(), req.GetOffset(), "the registration of Run "+reg.runUID, true, stream)
+}
+
+// followRecorder sends what log holds from off on, and what is written to
+// it after, until done is closed and everything before was sent. With
+// announce, the first response is sent even when it holds nothing.
+func followRecorder(ctx context.Context, log *runlog.Recorder, done <-chan struct{}, off int64, what string, announce bool, stream grpc.ServerStreamingServer[runtimev1.FollowLogResponse]) error {
+	for first := true; ; first = false {
+		// Both before the read: a write after it closes changed, and a log
 		// that was done before it has nothing more to write.
-		changed := t.log.Changed()
-		done := isClosed(t.done)
-		chunks, start, skipped, written, ok := t.log.Read(off, followBatchBytes)
+		changed := log.Changed()
+		ended := isClosed(done)
+		chunks, start, skipped, written, ok := log.Read(off, followBatchBytes)
 		if !ok {
-			return status.Errorf(codes.OutOfRange, "offset %d is past the %d bytes task %q wrote", off, written, t.id)
+			return status.Errorf(codes.OutOfRange, "offset %d is past the %d bytes %s wrote", off, written, what)
 		}
-		if len(chunks) > 0 || skipped > 0 {
+		if len(chunks) > 0 || skipped > 0 || (first && announce) {
 			resp := &runtimev1.FollowLogResponse{Offset: start, SkippedBytes: skipped, Written: written, Chunks: make([]*runtimev1.LogChunk, len(chunks))}
 			off = start
 			for i, c := range chunks {
@@ -47,12 +66,12 @@ func (s *Server) FollowLog(req *runtimev1.FollowLogRequest, stream runtimev1.Run
 			}
 			continue
 		}
-		if done {
+		if ended {
 			return nil
 		}
 		select {
 		case <-changed:
-		case <-t.done:
+		case <-done:
 		case <-ctx.Done():
 			return followEnded(ctx)
 		}
@@ -80,5 +99,5 @@ func logChunk(c runlog.Chunk) *runtimev1.LogChunk {
 	if c.Stream == runlog.StreamStderr {
 		stream = runtimev1.LogStream_LOG_STREAM_STDERR
 	}
-	return &runtimev1.LogChunk{Stream: stream, UnixNano: c.Time.UnixNano(), Data: c.Data}
+	return &runtimev1.LogChunk{Stream: stream, UnixNano: c.Time.UnixNano(), Data: c.Data, InvocationId: c.Invocation}
 }

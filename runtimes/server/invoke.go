@@ -14,6 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/apis/invocation"
+	"kruntimes.io/kruntimes/apis/runlog"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimes/language"
 	"kruntimes.io/kruntimes/runtimes/outputs"
@@ -106,7 +107,11 @@ func (s *Server) InvokeFunction(ctx context.Context, req *runtimev1.InvokeFuncti
 	if logger.V(4).Enabled() {
 		logger.V(4).Info("Invocation completed", "runUID", reg.runUID, "invocationID", invocationID, "duration", duration, "functionError", res.Error != nil)
 	}
-	return boundResult(invocationID, contentType, duration, res), nil
+	resp := boundResult(invocationID, contentType, duration, res)
+	// Followers of the Run's log get what the invocation wrote as it ends.
+	reg.log.WriteInvocation(runlog.StreamStdout, invocationID, resp.GetStdout())
+	reg.log.WriteInvocation(runlog.StreamStderr, invocationID, resp.GetStderr())
+	return resp, nil
 }
 
 // invokeErrorStatus maps why an invocation produced no result to a code and

@@ -12,6 +12,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/apis/invocation"
+	"kruntimes.io/kruntimes/apis/runlog"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimes/language"
 )
@@ -21,6 +22,12 @@ const (
 	maxDigestBytes  = 256
 	maxHandlerBytes = 1024
 )
+
+// functionLogBytes bounds what a registration keeps of its invocations'
+// output for followers: two invocations' whole stdout and stderr, so that
+// a follower who connects right after an invocation, or reconnects, sees
+// it, and memory per registration stays bounded however chatty it is.
+const functionLogBytes = 4 * language.MaxInvocationLogBytes
 
 var (
 	errGenerationEnded = errors.New("the registration generation ended")
@@ -48,6 +55,9 @@ type registration struct {
 	slot chan struct{}
 	// gone is closed once UnregisterFunction released the generation.
 	gone chan struct{}
+	// log keeps the tail of what the generation's invocations wrote, for
+	// FollowFunctionLog; it goes with the generation.
+	log *runlog.Recorder
 
 	mu           sync.Mutex
 	state        runtimev1.FunctionState
@@ -177,6 +187,7 @@ func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFu
 		loaded:       make(chan struct{}),
 		slot:         make(chan struct{}, 1),
 		gone:         make(chan struct{}),
+		log:          runlog.NewTailRecorder(functionLogBytes, s.opts.Clock.Now),
 		state:        runtimev1.FunctionState_FUNCTION_STATE_REGISTERING,
 		lastActivity: now,
 	}

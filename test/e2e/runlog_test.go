@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	kruntimesv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 )
 
@@ -65,3 +67,79 @@ func TestRunLogOfTasks(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestRunLogOfFunctions follows a Ready Python function Run through
+// kube-apiserver's aggregation with the Go client's GetLogs(…).Stream, as
+// kubectl logs -f would: a handler's print reaches the follower with its
+// invocation ID once the invocation ends.
+func TestRunLogOfFunctions(t *testing.T) {
+	f := framework.Get(t)
+	client := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "fnlog")
+	ctx := framework.Context(t, 4*time.Minute)
+	examples := filepath.Join(f.RepoRoot, "artifacts", "examples")
+
+	out, err := f.Kubectl(ctx, "-n", ns, "apply", "-f", filepath.Join(examples, "runtime-python.yaml"))
+	require.NoError(t, err, out)
+	out, err = f.Kubectl(ctx, "-n", ns, "wait", "--for=condition=Ready", "runtime/python", "--timeout=3m")
+	require.NoError(t, err, out)
+	runs := client.KruntimesV1alpha1().Runs(ns)
+	_, err = runs.Create(ctx, functionRun("greet", "python", "handler.py",
+		"import sys\n\ndef handle(event, context):\n    print('hello', event['name'])\n    print('careful', file=sys.stderr)\n    return 'ok'\n", "handler.handle"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	out, err = f.Kubectl(ctx, "-n", ns, "wait", "--for=condition=Ready", "run/greet", "--timeout=90s")
+	require.NoError(t, err, out)
+
+	logPath := "/apis/kruntimes.io/v1alpha1/namespaces/" + ns + "/runs/greet/log"
+	out, err = f.Kubectl(ctx, "get", "--raw", logPath)
+	require.Error(t, err, "without follow a function's log is 400: nothing is kept")
+	assert.Contains(t, out+err.Error(), "follow=true")
+
+	stream, err := runs.GetLogs("greet", &v1alpha1.RunLogOptions{Follow: true}).Stream(ctx)
+	require.NoError(t, err)
+	defer stream.Close()
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		r := bufio.NewReader(stream)
+		for {
+			line, err := r.ReadString('\n')
+			if line != "" {
+				lines <- line
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	for _, id := range []string{"e2e-first", "e2e-second"} {
+		res, err := runs.Invoke(ctx, "greet", []byte(`{"name":"`+id+`"}`), kruntimesv1alpha1.InvokeOptions{InvocationID: id})
+		require.NoError(t, err)
+		assert.Equal(t, id, res.InvocationID)
+		var got []string
+		for len(got) < 2 {
+			select {
+			case l, ok := <-lines:
+				require.True(t, ok, "the follow ended early after %q", got)
+				got = append(got, l)
+			case <-ctx.Done():
+				t.Fatalf("the follower did not see invocation %s: %q", id, got)
+			}
+		}
+		assert.Equal(t, []string{"[invocation/" + id + "] hello " + id + "\n", "[invocation/" + id + "] careful\n"}, got)
+	}
+
+	// The Run ends: so does its follow.
+	require.NoError(t, runs.Delete(ctx, "greet", metav1.DeleteOptions{}))
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				return
+			}
+			t.Errorf("a line after the invocations: %q", l)
+		case <-ctx.Done():
+			t.Fatal("the follow did not end with the Run")
+		}
+	}
+}
