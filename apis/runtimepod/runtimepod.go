@@ -151,12 +151,20 @@ func RuntimeOfServiceAccount(name string) (runtime string, ok bool) {
 // now: the scheduler binds only to Pods whose heartbeat is fresh, and
 // runtimed reports itself not ready when its own is not.
 func HeartbeatFresh(lease *coordinationv1.Lease, now time.Time) bool {
+	expiry, ok := HeartbeatExpiry(lease)
+	return ok && expiry.After(now)
+}
+
+// HeartbeatExpiry is when lease stops being fresh without a renewal: its
+// renewTime plus its duration (HeartbeatLeaseDuration when it names none);
+// false when it was never renewed.
+func HeartbeatExpiry(lease *coordinationv1.Lease) (time.Time, bool) {
 	if lease == nil || lease.Spec.RenewTime == nil {
-		return false
+		return time.Time{}, false
 	}
 	d := HeartbeatLeaseDuration
 	if s := lease.Spec.LeaseDurationSeconds; s != nil && *s > 0 {
 		d = time.Duration(*s) * time.Second
 	}
-	return lease.Spec.RenewTime.Add(d).After(now)
+	return lease.Spec.RenewTime.Add(d), true
 }

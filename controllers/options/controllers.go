@@ -9,6 +9,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"kruntimes.io/kruntimes/controllers/manager"
+	"kruntimes.io/kruntimes/controllers/recovery"
 	runtimecontroller "kruntimes.io/kruntimes/controllers/runtime"
 	"kruntimes.io/kruntimes/proto/pki"
 )
@@ -77,8 +78,9 @@ func (o *ControllersOptions) AddLeaderElectionFlags(fs *pflag.FlagSet) {
 // Validate checks the settings; manager.New checks the rest.
 func (o *ControllersOptions) Validate() []error {
 	var errs []error
-	if o.Manager.HeartbeatGracePeriod < 0 {
-		errs = append(errs, fmt.Errorf("--recovery-heartbeat-grace-period must not be negative, got %s", o.Manager.HeartbeatGracePeriod))
+	if o.Manager.HeartbeatGracePeriod < recovery.MinHeartbeatGracePeriod {
+		errs = append(errs, fmt.Errorf("--recovery-heartbeat-grace-period must be at least %s, got %s: it separates runtimed stopping its invocations when its Lease lapses from recovery moving its functions, and must cover clock skew between the nodes",
+			recovery.MinHeartbeatGracePeriod, o.Manager.HeartbeatGracePeriod))
 	}
 	if err := o.Manager.LeaderElection.Validate(); err != nil {
 		errs = append(errs, err)

@@ -99,7 +99,8 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		want   string
 	}{
 		{"an argument is refused", []string{"extra"}, func(*Options) {}, "takes no arguments"},
-		{"a negative grace period is refused", nil, func(o *Options) { o.Controllers.Manager.HeartbeatGracePeriod = -time.Second }, "--recovery-heartbeat-grace-period must not be negative"},
+		{"a negative grace period is refused", nil, func(o *Options) { o.Controllers.Manager.HeartbeatGracePeriod = -time.Second }, "--recovery-heartbeat-grace-period must be at least 1s"},
+		{"a grace period under a second is refused", nil, func(o *Options) { o.Controllers.Manager.HeartbeatGracePeriod = 500 * time.Millisecond }, "--recovery-heartbeat-grace-period must be at least 1s, got 500ms"},
 		{"a CA key without its CA is refused", nil, func(o *Options) { o.Controllers.RuntimedCAKeyFile = "ca.key" }, "--runtimed-ca-key-file needs --runtimed-ca-file"},
 		{"a renew deadline past the lease duration is refused", nil, func(o *Options) { o.Controllers.Manager.LeaderElection.RenewDeadline = time.Minute },
 			"leader election needs --leader-elect-lease-duration (15s) > --leader-elect-renew-deadline (1m0s) > --leader-elect-retry-period (2s) > 0"},

@@ -38,6 +38,14 @@ import (
 // --node-monitor-grace-period for a Node.
 const DefaultHeartbeatGracePeriod = 40 * time.Second
 
+// MinHeartbeatGracePeriod is the shortest grace a server accepts. runtimed
+// stops every invocation it runs when its Lease lapses by its own clock
+// (runtimed/heartbeat Bound); the grace is what separates that from
+// recovery registering the function elsewhere, and must cover the clocks'
+// skew and the time a stopped handler takes to die. No invocation timeout
+// needs to fit in it.
+const MinHeartbeatGracePeriod = time.Second
+
 // OwnerIndex keys the Runs that hold a Pod — assigned, and active or
 // deleting with the registration-cleanup finalizer — by
 // <namespace>/<status.assignedPod>: a Pod event reaches its Runs without a

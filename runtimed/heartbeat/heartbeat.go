@@ -2,6 +2,7 @@ package heartbeat
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -146,4 +147,44 @@ func (h *Heartbeat) desired(current *coordinationv1.Lease, now metav1.MicroTime)
 		lease.OwnerReferences = append(refs, owner)
 	}
 	return lease
+}
+
+// ErrLapsed is the cause of a context Bound ended: the Lease lapsed.
+var ErrLapsed = errors.New("this Pod's heartbeat Lease lapsed: recovery may move its functions, so nothing may run on here")
+
+// Bound returns a context that ends, with cause ErrLapsed, when the Lease
+// lapses without a renewal (or at once when it is not fresh): the other
+// half of self-fencing. Admitting no invocation past the Lease is not
+// enough, since one admitted just before it lapsed could run on for its
+// whole timeout while recovery, a grace period later, registers the
+// function elsewhere. Call the CancelFunc when the work is done.
+func (h *Heartbeat) Bound(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	go func() {
+		for {
+			lapse, ok := h.lapsesAt()
+			wait := lapse.Sub(h.clock.Now())
+			if !ok || wait <= 0 {
+				cancel(ErrLapsed)
+				return
+			}
+			timer := h.clock.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-timer.C():
+			}
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+// lapsesAt is when the last successful renewal stops being fresh; false
+// when there was none.
+func (h *Heartbeat) lapsesAt() (time.Time, bool) {
+	h.mu.Lock()
+	lease := h.renewed
+	h.mu.Unlock()
+	return runtimepod.HeartbeatExpiry(lease)
 }

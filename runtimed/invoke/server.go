@@ -30,6 +30,12 @@ type Gate interface {
 	Admit(uid types.UID, attempt int32, podUID types.UID) (registrationID string, err error)
 }
 
+// Bounder ends a context when this Pod may no longer run anything: the
+// heartbeat's Bound (self-fencing on a lapsed Lease).
+type Bounder interface {
+	Bound(context.Context) (context.Context, context.CancelFunc)
+}
+
 // Server serves Runtimed.Invoke.
 type Server struct {
 	runtimedv1.UnimplementedRuntimedServer
@@ -37,6 +43,9 @@ type Server struct {
 	runtimeServer runtimev1.FunctionRuntimeClient
 	// runtime names the Runtime of this Pod, for the log line.
 	runtime string
+	// bound, when set, stops an invocation in flight once this Pod's
+	// heartbeat Lease lapses; see Bound.
+	bound Bounder
 	// tasks and podUID serve FollowLog; see FollowTasks.
 	tasks    runtimev1.RuntimeClient
 	podUID   types.UID
@@ -89,6 +98,14 @@ func (s *Server) Deduplicate(cfg DedupConfig) *Server {
 // through gate and invokes on runtimeServer.
 func NewServer(gate Gate, runtimeServer runtimev1.FunctionRuntimeClient, runtime string) *Server {
 	return &Server{gate: gate, runtimeServer: runtimeServer, runtime: runtime}
+}
+
+// Bound makes every invocation in flight stop when b ends its context: the
+// heartbeat's lapse, after which recovery may register the function on
+// another Pod. Such an invocation ends Aborted (outcome unknown).
+func (s *Server) Bound(b Bounder) *Server {
+	s.bound = b
+	return s
 }
 
 // Invoke implements runtimedv1.RuntimedServer. An error that carries
@@ -180,8 +197,14 @@ func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (res
 func (s *Server) call(ctx context.Context, req *runtimedv1.InvokeRequest, id string) (*runtimedv1.InvokeResponse, error) {
 	// The content type goes on as it came: application/json says the
 	// apiserver validated the input, so the Runtime Server does not scan it.
+	callCtx := ctx
+	if s.bound != nil {
+		var cancel context.CancelFunc
+		callCtx, cancel = s.bound.Bound(ctx)
+		defer cancel()
+	}
 	var reached peer.Peer
-	out, err := s.runtimeServer.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{
+	out, err := s.runtimeServer.InvokeFunction(callCtx, &runtimev1.InvokeFunctionRequest{
 		RunUid:         req.GetRunUid(),
 		RegistrationId: id,
 		InvocationId:   req.GetInvocationId(),
@@ -190,7 +213,12 @@ func (s *Server) call(ctx context.Context, req *runtimedv1.InvokeRequest, id str
 		TimeoutMillis:  req.GetTimeoutMillis(),
 	}, grpc.Peer(&reached))
 	if err != nil {
-		return nil, invokeError(err, reached.Addr != nil)
+		err = invokeError(err, reached.Addr != nil)
+		if ctx.Err() == nil && callCtx.Err() != nil && !runtimev1.IsNotStarted(err) {
+			// The bound stopped it, not the caller.
+			return nil, status.Errorf(codes.Aborted, "the invocation was stopped because %v; its outcome is unknown", context.Cause(callCtx))
+		}
+		return nil, err
 	}
 	resp := &runtimedv1.InvokeResponse{
 		InvocationId:    out.GetInvocationId(),

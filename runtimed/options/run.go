@@ -238,7 +238,7 @@ func (o *Options) Run(signalCtx context.Context) error {
 	g.Go(func() error { return health.Serve(ctx, o.HealthAddress, health.Handler(liveness, readiness)) })
 	g.Go(func() error { beat.Run(ctx); return nil })
 	if o.InvokeCertFile != "" {
-		server := invoke.NewServer(functionController, runtimev1.NewFunctionRuntimeClient(conn), o.RuntimeName).FollowTasks(ctx, runtimeServer, pod.UID).
+		server := invoke.NewServer(functionController, runtimev1.NewFunctionRuntimeClient(conn), o.RuntimeName).FollowTasks(ctx, runtimeServer, pod.UID).Bound(beat).
 			Deduplicate(invoke.DedupConfig{Window: o.InvokeDedupWindow, MaxEntries: o.InvokeDedupMaxEntries, MaxBytes: o.InvokeDedupMaxBytes})
 		g.Go(func() error { return o.serveInvoke(ctx, server) })
 	} else {
