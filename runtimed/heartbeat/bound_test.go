@@ -31,7 +31,9 @@ func TestBoundEndsWhenTheLeaseLapses(t *testing.T) {
 	ctx, cancel := h.Bound(context.Background())
 	defer cancel()
 	// Step only once Bound's timer is set: it reads the clock when it sets it.
-	timerSet := func() { require.Eventually(t, clk.HasWaiters, 10*time.Second, time.Millisecond, "Bound waits for the lapse") }
+	timerSet := func() {
+		require.Eventually(t, clk.HasWaiters, 10*time.Second, time.Millisecond, "Bound waits for the lapse")
+	}
 
 	timerSet()
 	clk.Step(9 * time.Second)
