@@ -10,7 +10,8 @@ GO_TAGS := fieldsv1string
 # Tests start real servers; CI machines have 2 cores. -count=1: a test result
 # cached from another checkout proves nothing about this one. Race-built
 # tests also race-build the binaries the e2e cluster runs (test/repobin).
-GOTEST_FLAGS ?= -race -count=1 -timeout 30m
+# The e2e package alone takes 20–25 min on 2 cores beside the other suites.
+GOTEST_FLAGS ?= -race -count=1 -timeout 45m
 # go test -json is read by hack/testreport: readable output as tests run, a
 # summary, and a failure for any skip not listed in hack/allowed-skips.txt.
 TESTREPORT = $(BIN)/testreport --allowed-skips hack/allowed-skips.txt
