@@ -582,7 +582,9 @@ func TestRecoveryLeaderChange(t *testing.T) {
 		e.readyOn("fn-a", pod, maxAttempts(3))
 		writes, held, release := holdRequeue("fn-a")
 		old := e.startRecovery(writes)
-		e.deletePod(pod, 30)
+		// Gone at once (force-deleted): an unplanned loss, which recovery
+		// requeues. A graceful deletion would wait for the Pod's runtimed.
+		e.deletePod(pod, 0)
 		e.waitClosed(held, "the first leader's requeue")
 		// It loses the Lease while its requeue is about to be sent.
 		old.cancel()
@@ -606,7 +608,7 @@ func TestRecoveryLeaderChange(t *testing.T) {
 		e.readyOn("fn-b", pod, maxAttempts(3))
 		writes, held, release := holdRequeue("fn-b")
 		old := e.startRecovery(writes)
-		e.deletePod(pod, 30)
+		e.deletePod(pod, 0)
 		e.waitClosed(held, "the old leader's requeue")
 
 		next := e.startRecovery(&apiWrites{})
