@@ -336,8 +336,11 @@ func TestRunInterrupt(t *testing.T) {
 	assert.Equal(t, []string{cancelPatch}, f.patches)
 	f.mu.Unlock()
 
+	// Streams of its own: the first krt run's signal goroutine may still
+	// be writing to the first ones.
 	f2, srv2 := newFakeRuns(t)
 	f2.state = v1alpha1.RunStatus{Phase: lifecycle.Running, Attempt: 1}
+	streams, _, errOut = streamsOf("")
 	go func() { codes <- Run([]string{"--server", srv2.URL, "-n", "ns", "run", "--", "sleep", "300"}, streams) }()
 	sigs = <-subscribed
 	sigs <- syscall.SIGINT
