@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"k8s.io/klog/v2"
@@ -16,6 +17,13 @@ import (
 // serviceProbePeriod is how often the front probes each replica's /readyz,
 // as a kubelet's readiness probe would (at a far shorter period).
 const serviceProbePeriod = 250 * time.Millisecond
+
+// serviceProbeFailureThreshold is how many probes in a row must go
+// unanswered before a replica that was ready is taken out, as a kubelet's
+// failureThreshold (3 by default): one slow answer on a busy machine does
+// not empty the Service. A replica that answers "not ready", or whose port
+// refuses connections, is taken out at once.
+const serviceProbeFailureThreshold = 3
 
 // serviceFront stands in for a ClusterIP Service in front of the
 // kruntimes-apiserver replicas, which the local cluster has no kube-proxy
@@ -31,7 +39,9 @@ type serviceFront struct {
 
 	mu    sync.Mutex
 	ready []bool
-	next  int
+	// unanswered counts each replica's probes in a row that got no answer.
+	unanswered []int
+	next       int
 
 	wg sync.WaitGroup
 }
@@ -44,9 +54,10 @@ func startServiceFront(ctx context.Context, address string, backends []string, t
 		return nil, err
 	}
 	f := &serviceFront{
-		listener: listener,
-		backends: backends,
-		ready:    make([]bool, len(backends)),
+		listener:   listener,
+		backends:   backends,
+		ready:      make([]bool, len(backends)),
+		unanswered: make([]int, len(backends)),
 		probe: &http.Client{Timeout: serviceProbePeriod * 4, Transport: &http.Transport{
 			TLSClientConfig: tlsConfig, DisableKeepAlives: true,
 		}},
@@ -85,7 +96,7 @@ func (f *serviceFront) wait() { f.wg.Wait() }
 
 func (f *serviceFront) probeAll(ctx context.Context) {
 	var wg sync.WaitGroup
-	results := make([]bool, len(f.backends))
+	results := make([]probeResult, len(f.backends))
 	for i, backend := range f.backends {
 		wg.Add(1)
 		go func() {
@@ -95,22 +106,51 @@ func (f *serviceFront) probeAll(ctx context.Context) {
 	}
 	wg.Wait()
 	f.mu.Lock()
-	copy(f.ready, results)
-	f.mu.Unlock()
+	defer f.mu.Unlock()
+	for i, result := range results {
+		switch result {
+		case probeReady:
+			f.ready[i], f.unanswered[i] = true, 0
+		case probeNotReady:
+			f.ready[i], f.unanswered[i] = false, 0
+		case probeUnanswered:
+			f.unanswered[i]++
+			if f.unanswered[i] >= serviceProbeFailureThreshold {
+				f.ready[i] = false
+			}
+		}
+	}
 }
 
-func (f *serviceFront) readyz(ctx context.Context, backend string) bool {
+type probeResult int
+
+const (
+	probeReady probeResult = iota
+	// probeNotReady: the replica answered other than 200, or its port
+	// refused the connection (no process listens).
+	probeNotReady
+	// probeUnanswered: no answer in time, or another failure.
+	probeUnanswered
+)
+
+func (f *serviceFront) readyz(ctx context.Context, backend string) probeResult {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+backend+"/readyz", nil)
 	if err != nil {
-		return false
+		return probeUnanswered
 	}
 	resp, err := f.probe.Do(req)
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return probeNotReady
+	}
 	if err != nil {
-		return false
+		return probeUnanswered
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
+	if resp.StatusCode != http.StatusOK {
+		return probeNotReady
+	}
+	return probeReady
 }
 
 // pick returns the next ready backend, round robin; false when none is.

@@ -20,8 +20,11 @@ import (
 // replica is a TLS server that answers /readyz as told and names itself
 // on every other path.
 type replica struct {
-	name   string
-	ready  atomic.Bool
+	name  string
+	ready atomic.Bool
+	// hang makes /readyz answer only when the prober gives up.
+	hang   atomic.Bool
+	probes atomic.Int32
 	server *httptest.Server
 }
 
@@ -29,9 +32,16 @@ func newReplica(t *testing.T, name string) *replica {
 	r := &replica{name: name}
 	r.ready.Store(true)
 	r.server = httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.URL.Path == "/readyz" && !r.ready.Load() {
-			http.Error(w, "not ready", http.StatusInternalServerError)
-			return
+		if req.URL.Path == "/readyz" {
+			r.probes.Add(1)
+			if r.hang.Load() {
+				<-req.Context().Done()
+				return
+			}
+			if !r.ready.Load() {
+				http.Error(w, "not ready", http.StatusInternalServerError)
+				return
+			}
 		}
 		_, _ = io.WriteString(w, r.name)
 	}))
@@ -95,6 +105,44 @@ func TestServiceFrontHandsConnectionsToReadyReplicas(t *testing.T) {
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		return answers(1)["refused"] == 1, nil
 	}), "a replica that is gone fails its probe")
+}
+
+func TestServiceFrontKeepsAReplicaThroughASlowProbe(t *testing.T) {
+	a, b := newReplica(t, "a"), newReplica(t, "b")
+	ctx, cancel := context.WithCancel(t.Context())
+	//nolint:gosec // test servers with self-signed certificates
+	insecure := &tls.Config{InsecureSkipVerify: true}
+	front, err := startServiceFront(ctx, "127.0.0.1:0", []string{a.address(), b.address()}, insecure)
+	require.NoError(t, err)
+	t.Cleanup(func() { cancel(); front.wait() })
+	require.Equal(t, []string{"a", "b"}, readyBackends(front, a, b))
+
+	a.hang.Store(true)
+	before := a.probes.Load()
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(readyBackends(front, a, b)) == 1, nil
+	}), "a replica that stops answering its probes leaves")
+	assert.Equal(t, []string{"b"}, readyBackends(front, a, b))
+	assert.GreaterOrEqual(t, a.probes.Load()-before, int32(serviceProbeFailureThreshold),
+		"a replica leaves only after %d probes in a row went unanswered, as with a kubelet's failureThreshold", serviceProbeFailureThreshold)
+
+	a.hang.Store(false)
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return len(readyBackends(front, a, b)) == 2, nil
+	}), "a comes back with its first answered probe")
+}
+
+// readyBackends names the replicas the front would hand connections to.
+func readyBackends(front *serviceFront, replicas ...*replica) []string {
+	front.mu.Lock()
+	defer front.mu.Unlock()
+	var names []string
+	for i, ready := range front.ready {
+		if ready {
+			names = append(names, replicas[i].name)
+		}
+	}
+	return names
 }
 
 func TestStartRefusesReplicasOnEmbeddedStorage(t *testing.T) {
