@@ -220,3 +220,44 @@ def test_nothing_listening_is_connect_failed(tmp_path: pathlib.Path) -> None:
     with pytest.raises(kruntimes.ConnectFailed) as e:
         fn.invoke({})
     assert e.value.not_run
+
+
+def test_retry_unknown_resends_an_unknown_outcome_with_the_same_id(fake) -> None:
+    def reply(h: BaseHTTPRequestHandler, n: int) -> None:
+        if n == 1:
+            drop(h)
+        elif n == 2:
+            send(h, 503, b"error trying to reach service: http2: ... GOAWAY ...\n", "text/plain")
+        elif n == 3:
+            send(h, 502, status(502, "InternalError", "runtimed connection broke"))
+        else:
+            ok(h)
+
+    server, fn = fake(reply)
+    result = fn.invoke({}, invocation_id="same", retry=kruntimes.Retry(unknown=True, deadline=10))
+    assert result.output == "done"
+    assert len(server.requests) == 4
+    assert {r["headers"]["x-kruntime-invocation-id"] for r in server.requests} == {"same"}
+
+
+def test_retry_unknown_stops_at_a_replayed_outcome(fake) -> None:
+    server, fn = fake(lambda h, n: send(h, 502, status(502, "InternalError", "runtimed connection broke"),
+                                        headers={"X-Kruntime-Deduplicated": "true"} if n > 1 else None))
+    with pytest.raises(kruntimes.OutcomeUnknown) as e:
+        fn.invoke({}, invocation_id="once", retry=kruntimes.Retry(unknown=True, deadline=10))
+    assert e.value.replayed and e.value.code == 502
+    assert len(server.requests) == 2, "the repeat's answer is the first attempt's recorded outcome: final"
+
+
+def test_retry_unknown_gives_up_at_the_deadline_and_never_resends_a_504(fake) -> None:
+    server, fn = fake(lambda h, n: drop(h))
+    started = time.monotonic()
+    with pytest.raises(kruntimes.OutcomeUnknown):
+        fn.invoke({}, retry=kruntimes.Retry(unknown=True, deadline=1, max_backoff=0.4))
+    assert time.monotonic() - started < 5
+    assert 2 <= len(server.requests) <= 6, "waits 0.1 s, then twice as long each time, until the deadline"
+
+    server, fn = fake(lambda h, n: send(h, 504, status(504, "Timeout", "stopped")))
+    with pytest.raises(kruntimes.InvocationTimeout):
+        fn.invoke({}, retry=kruntimes.Retry(unknown=True, deadline=10))
+    assert len(server.requests) == 1

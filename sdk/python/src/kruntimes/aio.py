@@ -3,9 +3,9 @@
 Each call runs the synchronous SDK in a worker thread
 (``asyncio.to_thread``, the event loop's default thread pool), so it blocks
 no event loop and keeps the same guarantees: an invocation is sent at most
-once unless a :class:`kruntimes.Retry` allows re-sending a 429 or
-kruntimes' own 503. Cancelling an awaiting task does not stop a request that
-was already sent.
+once unless a :class:`kruntimes.Retry` allows re-sending (a 429,
+kruntimes' own 503, an unknown outcome with ``unknown=True``). Cancelling
+an awaiting task does not stop a request that was already sent.
 """
 
 from __future__ import annotations

@@ -32,6 +32,9 @@ class KruntimesError(Exception):
 
     #: True when kruntimes guarantees that the handler did not run.
     not_run: bool = True
+    #: True when the answer repeats the recorded outcome of an earlier
+    #: attempt with the same invocation ID (X-Kruntime-Deduplicated).
+    replayed: bool = False
 
     def __init__(
         self,

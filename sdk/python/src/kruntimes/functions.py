@@ -27,6 +27,11 @@ _SERVER_DEFAULT_TIMEOUT = 60.0
 
 HEADER_INVOCATION_ID = "X-Kruntime-Invocation-ID"
 HEADER_FUNCTION_ERROR = "X-Kruntime-Function-Error"
+HEADER_DEDUPLICATED = "X-Kruntime-Deduplicated"
+
+# The first wait before an unknown outcome is sent again; it doubles up to
+# Retry.max_backoff (no answer said how long to wait).
+_FIRST_UNKNOWN_WAIT = 0.1
 
 TERMINAL_PHASES = ("Succeeded", "Failed", "Timeout", "Cancelled")
 
@@ -138,10 +143,12 @@ class Function:
         returns its result.
 
         The request is sent once: no HTTP-level retry, ever. With ``retry``,
-        it is sent again (same invocation ID) only after a 429 or kruntimes'
-        own 503, the answers that guarantee the handler did not run. A
-        handler that raised is :class:`FunctionError`; see
-        :mod:`kruntimes.errors` for the others.
+        it is sent again (same invocation ID) after a 429 or kruntimes' own
+        503, the answers that guarantee the handler did not run, and — with
+        ``Retry(unknown=True)`` — after an unknown outcome, which the owning
+        runtimed answers from its record of the first. A handler that raised
+        is :class:`FunctionError`; see :mod:`kruntimes.errors` for the
+        others.
         """
         body = json.dumps(input).encode()
         invocation_id = invocation_id or uuid.uuid4().hex
@@ -153,6 +160,7 @@ class Function:
             raise errors.Invalid(f"the invocation ID has over {MAX_INVOCATION_ID_BYTES} bytes", run=self.name,
                                  invocation_id=invocation_id)
         started = time.monotonic()
+        unknown_wait = _FIRST_UNKNOWN_WAIT
         while True:
             try:
                 return self._invoke_once(body, invocation_id, timeout)
@@ -160,10 +168,16 @@ class Function:
                 if retry is None or (isinstance(e, errors.Busy) and not retry.busy) \
                         or (isinstance(e, errors.Unavailable) and not retry.unavailable):
                     raise
-                wait = min(max(e.retry_after, 0.05), retry.max_backoff)
-                if time.monotonic() - started + wait > retry.deadline:
+                failed, wait = e, min(max(e.retry_after, 0.05), retry.max_backoff)
+            except errors.OutcomeUnknown as e:
+                # A replay is the first attempt's recorded outcome: final.
+                if retry is None or not retry.unknown or e.replayed:
                     raise
-                time.sleep(wait)
+                failed, wait = e, unknown_wait
+                unknown_wait = min(unknown_wait * 2, retry.max_backoff)
+            if time.monotonic() - started + wait > retry.deadline:
+                raise failed
+            time.sleep(wait)
 
     def _invoke_once(self, body: bytes, invocation_id: str, timeout: float | None) -> InvokeResult:
         query: dict[str, Any] = {"uid": self.run["metadata"].get("uid")}
@@ -188,8 +202,10 @@ class Function:
                 run=self.name, invocation_id=invocation_id) from e
         invocation_id = resp.headers.get(HEADER_INVOCATION_ID) or invocation_id
         if resp.code != 200:
-            raise errors.error_for(resp.code, resp.headers, resp.status(), run=self.name,
+            err = errors.error_for(resp.code, resp.headers, resp.status(), run=self.name,
                                    invocation_id=invocation_id, invoke=True)
+            err.replayed = resp.headers.get(HEADER_DEDUPLICATED, "").lower() == "true"
+            raise err
         try:
             doc = resp.json()
         except ValueError as e:
