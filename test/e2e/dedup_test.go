@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kruntimes.io/kruntimes/apis/invocation"
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 )
@@ -139,5 +140,33 @@ func TestInvokeDeduplication(t *testing.T) {
 		assert.Contains(t, second, "dedup;desc=replayed")
 		assert.Contains(t, second, invocation.HeaderDeduplicated+": true")
 		assert.Len(t, readLines(t, file), before+1, "the handler ran once")
+	})
+
+	// The limit docs/invoke.md states: the record lives in the owning
+	// runtimed, so a repeat after the function moved to another Pod runs.
+	t.Run("a repeat after the function moved to another Pod runs again", func(t *testing.T) {
+		first, _ := post(ctx, "order-moved", 0)
+		require.Equal(t, http.StatusOK, first.code, "%s", first.body)
+		run, err := runs.KruntimesV1alpha1().Runs(ns).Get(ctx, "record", metav1.GetOptions{})
+		require.NoError(t, err)
+		oldPod := run.Status.AssignedPodUID
+
+		out, err := f.Kubectl(ctx, "-n", ns, "rollout", "restart", "deployment/runtime-python")
+		require.NoError(t, err, "%s", out)
+		waitForRun(ctx, t, runs, ns, "record", functionTimeout, "Ready on another Pod", func(r *v1alpha1.Run) bool {
+			return r.Status.Phase == lifecycle.Ready && r.Status.AssignedPodUID != oldPod
+		})
+		before := len(readLines(t, file))
+		var again answer
+		// Until the apiserver routes to the new owner it answers 503 with
+		// Retry-After (nothing ran, nothing recorded).
+		require.NoError(t, framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+			again, _ = post(ctx, "order-moved", 0)
+			seen.State("answered %d: %s", again.code, again.body)
+			return again.code != http.StatusServiceUnavailable, nil
+		}))
+		require.Equal(t, http.StatusOK, again.code, "%s", again.body)
+		assert.Empty(t, again.header.Get(invocation.HeaderDeduplicated), "not a replay")
+		assert.Len(t, readLines(t, file), before+1, "the new owner's record started empty: the handler ran again")
 	})
 }
