@@ -146,3 +146,38 @@ func benchmarkRefill(b *testing.B, n int) {
 		b.Fatalf("the oldest waiting Run %s was not bound: %s", current, phase)
 	}
 }
+
+// BenchmarkLineOperations measures the Runtimes' lines alone, per
+// placement, with n Runs parked in one line: a new Run joins and parks at
+// the back, and a freed slot wakes the oldest, which then leaves the line
+// (bound). It is the part of BenchmarkRefillAFreedSlot that depends on n
+// (heap operations, O(log n)).
+func BenchmarkLineOperations(b *testing.B) {
+	for _, n := range []int{8, 200, 2000, 20000} {
+		b.Run(fmt.Sprintf("queued=%d", n), func(b *testing.B) {
+			ls := newLines(func(_, runtime string) string { return runtime })
+			created := 0
+			join := func() {
+				created++
+				key := fmt.Sprintf("ns/r%07d", created)
+				ls.try(lineEntry{key: key, line: "ns/bash", seq: uint64(created), uid: types.UID(key),
+					created: testNow.Add(time.Duration(created) * time.Millisecond).Truncate(time.Second)}, "ns", "bash")
+				ls.park(key)
+			}
+			for range n {
+				join()
+			}
+			b.ResetTimer()
+			for range b.N {
+				join()
+				for _, key := range ls.wake("ns/bash", 1, "") {
+					ls.leave(key)
+				}
+			}
+			b.StopTimer()
+			if parked, trying := ls.depth("ns/bash"); parked != n || trying != 0 {
+				b.Fatalf("the line holds %d parked and %d being tried, want %d and 0", parked, trying, n)
+			}
+		})
+	}
+}
