@@ -19,6 +19,7 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/client/clientset/versioned/fake"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
+	"kruntimes.io/kruntimes/test/bench/cputime"
 )
 
 // BenchmarkRefillAFreedSlot measures what one freed slot costs the
@@ -26,11 +27,13 @@ import (
 // finishes, the scheduler hands the slot to the oldest waiting Run and
 // binds it, and a new Run joins the back of the line, so the line stays n
 // long. The informers are fed by hand and the client is a fake, so what
-// is measured is the scheduler's own work. It uses only what the
+// is measured is the scheduler's own work; cpu-µs/op is the process's CPU
+// per placement (garbage collection included), which a shared machine
+// disturbs less than the wall time. It uses only what the
 // scheduler had before its Runtimes' lines, so the same file measures
 // both (interleave them: see docs/benchmarks.md).
 func BenchmarkRefillAFreedSlot(b *testing.B) {
-	for _, n := range []int{8, 2000, 20000} {
+	for _, n := range []int{8, 200, 2000, 20000} {
 		b.Run(fmt.Sprintf("queued=%d", n), func(b *testing.B) { benchmarkRefill(b, n) })
 	}
 }
@@ -121,6 +124,7 @@ func benchmarkRefill(b *testing.B, n int) {
 	current := holder.Name
 
 	b.ResetTimer()
+	cpu := cputime.Now()
 	for range b.N {
 		update(current, func(r *v1alpha1.Run) { r.Status.Phase = lifecycle.Succeeded })
 		drain()
@@ -135,9 +139,45 @@ func benchmarkRefill(b *testing.B, n int) {
 		drain()
 	}
 	b.StopTimer()
+	cputime.Report(b, cpu)
 	obj, err := kr.Tracker().Get(v1alpha1.SchemeGroupVersion.WithResource("runs"), "ns", current)
 	must(err)
 	if phase := obj.(*v1alpha1.Run).Status.Phase; phase != lifecycle.Scheduled {
 		b.Fatalf("the oldest waiting Run %s was not bound: %s", current, phase)
+	}
+}
+
+// BenchmarkLineOperations measures the Runtimes' lines alone, per
+// placement, with n Runs parked in one line: a new Run joins and parks at
+// the back, and a freed slot wakes the oldest, which then leaves the line
+// (bound). It is the part of BenchmarkRefillAFreedSlot that depends on n
+// (heap operations, O(log n)).
+func BenchmarkLineOperations(b *testing.B) {
+	for _, n := range []int{8, 200, 2000, 20000} {
+		b.Run(fmt.Sprintf("queued=%d", n), func(b *testing.B) {
+			ls := newLines(func(_, runtime string) string { return runtime })
+			created := 0
+			join := func() {
+				created++
+				key := fmt.Sprintf("ns/r%07d", created)
+				ls.try(lineEntry{key: key, line: "ns/bash", seq: uint64(created), uid: types.UID(key),
+					created: testNow.Add(time.Duration(created) * time.Millisecond).Truncate(time.Second)}, "ns", "bash")
+				ls.park(key)
+			}
+			for range n {
+				join()
+			}
+			b.ResetTimer()
+			for range b.N {
+				join()
+				for _, key := range ls.wake("ns/bash", 1, "") {
+					ls.leave(key)
+				}
+			}
+			b.StopTimer()
+			if parked, trying := ls.depth("ns/bash"); parked != n || trying != 0 {
+				b.Fatalf("the line holds %d parked and %d being tried, want %d and 0", parked, trying, n)
+			}
+		})
 	}
 }

@@ -16,12 +16,24 @@
 //
 //	go run ./test/bench/runs --kubeconfig .local/kubeconfig --mode task --runtime bash --runs 500 --concurrency 32
 //	go run ./test/bench/runs --kubeconfig .local/kubeconfig --mode function --runtime python --runs 200 --concurrency 1
+//
+// With --profile-socket (kruntimes-apiserver's --debug-socket-path; the
+// local cluster's is .local/cluster/kruntimes-apiserver/debug.sock) it
+// also takes a CPU profile of kruntimes-apiserver for --profile-seconds,
+// --profile-delay after the first create, writes it to --profile-out, and
+// reports how many Runs were bound (status.scheduledTime) in that window:
+// the hosted scheduler's CPU per placement is the CPU of its stacks
+// (go tool pprof -top -focus=kruntimes/controllers/scheduler) over that
+// count.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"slices"
 	"sync"
@@ -50,6 +62,10 @@ type options struct {
 	burst           bool
 	timeout         time.Duration
 	keep            bool
+	profileSocket   string
+	profileOut      string
+	profileDelay    time.Duration
+	profileSeconds  int
 }
 
 func main() {
@@ -65,6 +81,10 @@ func main() {
 	flag.BoolVar(&o.burst, "burst", false, "Create every Run as fast as possible instead of keeping --concurrency Runs in flight.")
 	flag.DurationVar(&o.timeout, "timeout", 5*time.Minute, "Give up when the Runs are not all terminal by then.")
 	flag.BoolVar(&o.keep, "keep", false, "Keep the Runs afterwards instead of deleting them.")
+	flag.StringVar(&o.profileSocket, "profile-socket", "", "kruntimes-apiserver's debug socket: take a CPU profile of it during the batch.")
+	flag.StringVar(&o.profileOut, "profile-out", "kruntimes-apiserver.cpu.pb.gz", "Where to write the CPU profile.")
+	flag.DurationVar(&o.profileDelay, "profile-delay", 5*time.Second, "Start the CPU profile this long after the first create.")
+	flag.IntVar(&o.profileSeconds, "profile-seconds", 30, "Length of the CPU profile; the batch must last longer than --profile-delay plus this.")
 	flag.Parse()
 	modes := []lifecycle.Mode{lifecycle.ModeTask}
 	switch o.mode {
@@ -237,6 +257,17 @@ func run(ctx context.Context, o options, mode lifecycle.Mode) error {
 	}
 	work := make(chan int)
 	start := time.Now()
+	var window profileWindow
+	if o.profileSocket != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var err error
+			if window, err = profile(ctx, o); err != nil {
+				fail(fmt.Errorf("profiling kruntimes-apiserver: %w", err))
+			}
+		}()
+	}
 	for w := 0; w < o.concurrency; w++ {
 		wg.Add(1)
 		go func() {
@@ -276,7 +307,54 @@ feed:
 		return firstErr
 	}
 	report(o, mode, samples, time.Since(start))
+	if o.profileSocket != "" {
+		bound := 0
+		for _, s := range samples {
+			if t := s.final.Status.ScheduledTime; t != nil && !t.Time.Before(window.start) && t.Time.Before(window.end) {
+				bound++
+			}
+		}
+		fmt.Printf("CPU profile of kruntimes-apiserver in %s: %s for %s; %d Runs bound in that window\n",
+			o.profileOut, window.start.Format("15:04:05.000"), window.end.Sub(window.start).Round(time.Millisecond), bound)
+	}
 	return nil
+}
+
+// profileWindow is when the CPU profile ran.
+type profileWindow struct{ start, end time.Time }
+
+// profile takes a CPU profile of kruntimes-apiserver through its debug
+// socket, o.profileDelay from now, and writes it to o.profileOut.
+func profile(ctx context.Context, o options) (profileWindow, error) {
+	select {
+	case <-time.After(o.profileDelay):
+	case <-ctx.Done():
+		return profileWindow{}, ctx.Err()
+	}
+	client := &http.Client{Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", o.profileSocket)
+		},
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, fmt.Sprintf("http://kruntimes-apiserver/debug/pprof/profile?seconds=%d", o.profileSeconds), nil)
+	if err != nil {
+		return profileWindow{}, err
+	}
+	w := profileWindow{start: time.Now()}
+	resp, err := client.Do(req)
+	if err != nil {
+		return w, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	w.end = time.Now()
+	if err != nil {
+		return w, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return w, fmt.Errorf("%s: %s", resp.Status, body)
+	}
+	return w, os.WriteFile(o.profileOut, body, 0o644)
 }
 
 func report(o options, mode lifecycle.Mode, samples []sample, elapsed time.Duration) {
