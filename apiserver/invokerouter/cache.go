@@ -24,6 +24,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/toolschema"
+	"kruntimes.io/kruntimes/client/tombstone"
 )
 
 // RunSource is where the cache reads Runs: the runs storage of this server,
@@ -99,10 +100,7 @@ func newOwnershipCache(source RunSource, kube kubernetes.Interface) *ownershipCa
 
 // runDeleted drops the compiled schema of a Run that is gone.
 func (c *ownershipCache) runDeleted(obj any) {
-	if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = tombstone.Obj
-	}
-	if run, ok := obj.(*kruntimes.Run); ok {
+	if run, ok := tombstone.As[*kruntimes.Run](obj); ok {
 		c.schemas.forget(run.UID)
 	}
 }

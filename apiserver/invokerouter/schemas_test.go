@@ -8,9 +8,11 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 )
@@ -91,4 +93,25 @@ func TestSchemaCacheIsBounded(t *testing.T) {
 		require.Error(t, err)
 		assert.Zero(t, c.len())
 	})
+}
+
+func TestRunDeletedForgetsTheSchema(t *testing.T) {
+	run := functionRun("typed", withInputSchema(citySchema))
+	for _, tc := range []struct {
+		name      string
+		obj       any
+		forgotten bool
+	}{
+		{"the deleted Run", run, true},
+		{"a tombstone of the Run (its watch missed the delete)", cache.DeletedFinalStateUnknown{Key: "ns/typed", Obj: run}, true},
+		{"a tombstone of something else", cache.DeletedFinalStateUnknown{Key: "ns/typed", Obj: &corev1.Pod{}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := &ownershipCache{schemas: newSchemaCache(2, 1<<20)}
+			_, err := c.schemas.validator(run.UID, []byte(citySchema))
+			require.NoError(t, err)
+			c.runDeleted(tc.obj)
+			assert.Equal(t, tc.forgotten, c.schemas.len() == 0)
+		})
+	}
 }

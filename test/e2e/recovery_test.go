@@ -80,10 +80,7 @@ func watchOwnership(ctx context.Context, t *testing.T, f *framework.Framework, r
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if tombstone, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = tombstone.Obj
-			}
-			if pod, ok := obj.(*corev1.Pod); ok {
+			if pod, ok := tombstone.As[*corev1.Pod](obj); ok {
 				w.podLost(pod, "gone")
 			}
 		},
