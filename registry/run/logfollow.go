@@ -174,22 +174,9 @@ func (r *LogREST) follow(ctx context.Context, w http.ResponseWriter, namespace s
 	ctx = genericapirequest.WithNamespace(ctx, namespace)
 	for first := true; ; first = false {
 		if !first {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(followRetry):
-			}
-			obj, err := r.runs.Get(ctx, run.Name, &metav1.GetOptions{ResourceVersion: "0"})
-			if err != nil {
-				if !apierrors.IsNotFound(err) {
-					logger.Error(err, "A follow could not read its Run")
-				}
+			if run = r.reread(ctx, run, logger); run == nil {
 				return
 			}
-			if obj.(*kruntimes.Run).UID != run.UID {
-				return // deleted, and the name taken by another Run
-			}
-			run = obj.(*kruntimes.Run)
 		}
 		switch {
 		case attempt < run.Status.Attempt || (attempt == run.Status.Attempt && lifecycle.IsTerminal(run.Status.Phase)):
@@ -217,6 +204,28 @@ func (r *LogREST) follow(ctx context.Context, w http.ResponseWriter, namespace s
 			return // nothing to show within the bound: an empty 200
 		}
 	}
+}
+
+// reread waits followRetry and reads run again from the watch cache. It
+// returns nil when the follow is over: the client went away, or the Run
+// is gone (deleted, or its name taken by another Run).
+func (r *LogREST) reread(ctx context.Context, run *kruntimes.Run, logger klog.Logger) *kruntimes.Run {
+	select {
+	case <-ctx.Done():
+		return nil
+	case <-time.After(followRetry):
+	}
+	obj, err := r.runs.Get(ctx, run.Name, &metav1.GetOptions{ResourceVersion: "0"})
+	if err != nil {
+		if !apierrors.IsNotFound(err) {
+			logger.Error(err, "A follow could not read its Run")
+		}
+		return nil
+	}
+	if obj.(*kruntimes.Run).UID != run.UID {
+		return nil // deleted, and the name taken by another Run
+	}
+	return obj.(*kruntimes.Run)
 }
 
 // followLive follows req on its runtimed from f.offset, until the attempt
@@ -299,22 +308,9 @@ func (r *LogREST) followFunction(ctx context.Context, w http.ResponseWriter, nam
 	var attempt int32
 	for first := true; ; first = false {
 		if !first {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(followRetry):
-			}
-			obj, err := r.runs.Get(ctx, run.Name, &metav1.GetOptions{ResourceVersion: "0"})
-			if err != nil {
-				if !apierrors.IsNotFound(err) {
-					logger.Error(err, "A follow could not read its Run")
-				}
+			if run = r.reread(ctx, run, logger); run == nil {
 				return
 			}
-			if obj.(*kruntimes.Run).UID != run.UID {
-				return // deleted, and the name taken by another Run
-			}
-			run = obj.(*kruntimes.Run)
 		}
 		if lifecycle.IsTerminal(run.Status.Phase) {
 			return

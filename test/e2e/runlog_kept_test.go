@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"context"
+	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -15,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"kruntimes.io/kruntimes/test/e2e/framework"
+	"kruntimes.io/kruntimes/test/localcluster/nodeagent"
 )
 
 // TestRunLogKept: a task that writes 20 MB keeps its head and tail with a
@@ -32,6 +35,18 @@ func TestRunLogKept(t *testing.T) {
 	require.NoError(t, err, out)
 	out, err = f.Kubectl(ctx, "-n", ns, "wait", "--for=condition=Ready", "runtime/bash", "--timeout=3m")
 	require.NoError(t, err, out)
+	// What each process's RSS does while the task writes 20 MB and the log
+	// is read: reported, not asserted (race-built binaries, a shared
+	// machine).
+	pods, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	watched := map[string]int{"kruntimes-apiserver": f.Cluster.KruntimesReplicaPIDs()[0]}
+	for _, pod := range pods.Items {
+		for _, exe := range []string{"runtimed", "kruntimes-runtime"} {
+			watched[exe+" of "+pod.Name] = podProcess(exe, nodeagent.PodDir(filepath.Join(f.Cluster.Config().StateDir, "pods"), pod.UID))
+		}
+	}
+	rss := newRSSSampler(watched)
 	const written = 20_000_000
 	big := strings.NewReplacer("name: hello", "name: big",
 		`echo "hello, $NAME"`, `yes 0123456789abcdefghi | head -c `+strconv.Itoa(written)).
@@ -44,6 +59,10 @@ func TestRunLogKept(t *testing.T) {
 	logPath := "/apis/kruntimes.io/v1alpha1/namespaces/" + ns + "/runs/big/log"
 	kept, err := f.Kubectl(ctx, "get", "--raw", logPath)
 	require.NoError(t, err)
+	for name, r := range rss.stop() {
+		t.Logf("RSS of %s (pid %d) while the task wrote %d bytes and the log was read: %.1f MiB before, at most %.1f MiB (+%.1f MiB), %.1f MiB after",
+			name, r.pid, written, mib(r.before), mib(r.max), mib(r.max-r.before), mib(r.after))
+	}
 	marker := regexp.MustCompile(`(?m)^\[kruntimes: (\d+) bytes of this log were dropped here; the first and the last bytes are kept\]\n`)
 	m := marker.FindStringSubmatchIndex(kept)
 	require.NotNil(t, m, "a marker line between head and tail")
@@ -129,4 +148,89 @@ func TestRunLogKept(t *testing.T) {
 		require.Error(t, err, "attempt 3 never ran: 400")
 		assert.Contains(t, out+err.Error(), "attempts 1 to 2 exist")
 	})
+}
+
+// rssSample is what an rssSampler saw of one process.
+type rssSample struct {
+	pid                int
+	before, max, after int64
+}
+
+// rssSampler reads the resident set size of processes every 20 ms.
+type rssSampler struct {
+	done    chan struct{}
+	stopped chan map[string]rssSample
+}
+
+func newRSSSampler(pids map[string]int) *rssSampler {
+	s := &rssSampler{done: make(chan struct{}), stopped: make(chan map[string]rssSample, 1)}
+	samples := map[string]rssSample{}
+	for name, pid := range pids {
+		now := vmRSS(pid)
+		samples[name] = rssSample{pid: pid, before: now, max: now}
+	}
+	go func() {
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-s.done:
+				for name, r := range samples {
+					r.after = vmRSS(r.pid)
+					samples[name] = r
+				}
+				s.stopped <- samples
+				return
+			case <-tick.C:
+				for name, r := range samples {
+					r.max = max(r.max, vmRSS(r.pid))
+					samples[name] = r
+				}
+			}
+		}
+	}()
+	return s
+}
+
+func (s *rssSampler) stop() map[string]rssSample {
+	close(s.done)
+	return <-s.stopped
+}
+
+// vmRSS is pid's resident set size in bytes, or 0.
+func vmRSS(pid int) int64 {
+	if pid <= 0 {
+		return 0
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// podProcess finds the process of the local node whose executable is
+// bin/<exe> and who works in podDir, a Pod's directory, or 0.
+func podProcess(exe, podDir string) int {
+	entries, _ := filepath.Glob("/proc/[0-9]*/exe")
+	for _, e := range entries {
+		path, err := os.Readlink(e)
+		if err != nil || filepath.Base(path) != exe {
+			continue
+		}
+		dir := filepath.Dir(e)
+		if cwd, err := os.Readlink(filepath.Join(dir, "cwd")); err == nil && strings.HasPrefix(cwd, podDir+"/") {
+			pid, _ := strconv.Atoi(filepath.Base(dir))
+			return pid
+		}
+	}
+	return 0
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -70,8 +71,9 @@ func ptrTo[T any](v T) *T { return &v }
 
 // TestRunLogOfFunctions follows a Ready Python function Run through
 // kube-apiserver's aggregation with the Go client's GetLogs(…).Stream, as
-// kubectl logs -f would: a handler's print reaches the follower with its
-// invocation ID once the invocation ends.
+// kubectl logs -f would, and with the krt binary's krt logs -f: a
+// handler's print reaches each follower prefixed with its invocation ID
+// once the invocation ends, and both follows end with the Run.
 func TestRunLogOfFunctions(t *testing.T) {
 	f := framework.Get(t)
 	client := controllersClient(t, f)
@@ -112,34 +114,60 @@ func TestRunLogOfFunctions(t *testing.T) {
 			}
 		}
 	}()
+	// krt logs -f, the real binary, follows the same Run through
+	// aggregation. Started before the invocations or not, it sees them: a
+	// follow starts with the bounded tail the Runtime Server keeps.
+	krt := exec.CommandContext(ctx, filepath.Join(f.RepoRoot, "bin", "krt"), "--kubeconfig="+f.Kubeconfig, "-n", ns, "logs", "-f", "greet")
+	krtOut, err := krt.StdoutPipe()
+	require.NoError(t, err)
+	var krtErr strings.Builder // read after Wait only
+	krt.Stderr = &krtErr
+	require.NoError(t, krt.Start())
+	krtLines := readArrivedLines(krtOut)
+	next := func(who string, ch <-chan string) []string {
+		var got []string
+		for len(got) < 2 {
+			select {
+			case l, ok := <-ch:
+				require.True(t, ok, "%s: the follow ended early after %q", who, got)
+				got = append(got, l)
+			case <-ctx.Done():
+				t.Fatalf("%s did not see the invocation: %q", who, got)
+			}
+		}
+		return got
+	}
+	krtText := make(chan string, 256)
+	go func() {
+		defer close(krtText)
+		for l := range krtLines {
+			krtText <- l.text
+		}
+	}()
 	for _, id := range []string{"e2e-first", "e2e-second"} {
 		res, err := runs.Invoke(ctx, "greet", []byte(`{"name":"`+id+`"}`), kruntimesv1alpha1.InvokeOptions{InvocationID: id})
 		require.NoError(t, err)
 		assert.Equal(t, id, res.InvocationID)
-		var got []string
-		for len(got) < 2 {
-			select {
-			case l, ok := <-lines:
-				require.True(t, ok, "the follow ended early after %q", got)
-				got = append(got, l)
-			case <-ctx.Done():
-				t.Fatalf("the follower did not see invocation %s: %q", id, got)
-			}
-		}
-		assert.Equal(t, []string{"[invocation/" + id + "] hello " + id + "\n", "[invocation/" + id + "] careful\n"}, got)
+		want := []string{"[invocation/" + id + "] hello " + id + "\n", "[invocation/" + id + "] careful\n"}
+		assert.Equal(t, want, next("GetLogs(…).Stream", lines))
+		assert.Equal(t, want, next("krt logs -f", krtText))
 	}
 
-	// The Run ends: so does its follow.
+	// The Run ends: so do its follows.
 	require.NoError(t, runs.Delete(ctx, "greet", metav1.DeleteOptions{}))
-	for {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				return
+	for who, ch := range map[string]<-chan string{"GetLogs(…).Stream": lines, "krt logs -f": krtText} {
+		for ended := false; !ended; {
+			select {
+			case l, ok := <-ch:
+				if !ok {
+					ended = true
+					break
+				}
+				t.Errorf("%s: a line after the invocations: %q", who, l)
+			case <-ctx.Done():
+				t.Fatalf("%s: the follow did not end with the Run", who)
 			}
-			t.Errorf("a line after the invocations: %q", l)
-		case <-ctx.Done():
-			t.Fatal("the follow did not end with the Run")
 		}
 	}
+	require.NoError(t, krt.Wait(), "krt logs -f exits 0 when the Run ends: %s", krtErr.String())
 }

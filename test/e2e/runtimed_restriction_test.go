@@ -2,8 +2,10 @@ package e2e
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -21,6 +23,7 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
+	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 	"kruntimes.io/kruntimes/test/localcluster/nodeagent"
 )
@@ -217,6 +220,64 @@ func TestRuntimedTokenIsRestrictedToItsPod(t *testing.T) {
 				require.Error(t, err, "runtimed of Pod %s was allowed to do this", pod.Name)
 				assert.True(t, refused(err), "want 403 or 422, got %v", err)
 			})
+		}
+	})
+
+	t.Run("forbidden: runs/log of its own Runs and another Pod's, through aggregation and directly", func(t *testing.T) {
+		// runtimed hands a log over (create runs/log) and never reads one:
+		// a Runtime Pod runs code of many users. Two finished tasks with a
+		// kept log, one on each Pod, besides the two running ones.
+		for name, runtime := range map[string]string{"mine-printed": "bash", "theirs-printed": "other"} {
+			run := newTaskRun(name, runtime)
+			run.Spec.Source.Inline = "echo secret of " + name
+			createRun(ctx, t, admin, ns, run)
+		}
+		minePrinted := waitForRun(ctx, t, admin, ns, "mine-printed", functionTimeout, "Succeeded", inPhase(lifecycle.Succeeded))
+		theirsPrinted := waitForRun(ctx, t, admin, ns, "theirs-printed", functionTimeout, "Succeeded", inPhase(lifecycle.Succeeded))
+		require.Equal(t, pod.UID, minePrinted.Status.AssignedPodUID)
+		require.Equal(t, otherPod.UID, theirsPrinted.Status.AssignedPodUID)
+		for _, name := range []string{"mine-printed", "theirs-printed"} {
+			got, err := admin.KruntimesV1alpha1().Runs(ns).GetLogs(name, &v1alpha1.RunLogOptions{}).DoRaw(ctx)
+			require.NoError(t, err, "the admin reads the kept log of %s", name)
+			assert.Equal(t, "secret of "+name+"\n", string(got))
+		}
+
+		// Through kube-apiserver, its RBAC refuses (runtimed's Role has
+		// create runs/log only); directly, kruntimes-apiserver's runtimed
+		// authorizer does.
+		direct, err := versioned.NewForConfig(directConfig(f, config.BearerToken))
+		require.NoError(t, err)
+		for _, way := range []struct {
+			name string
+			runs typedv1alpha1.RunInterface
+			says string
+		}{
+			{"through aggregation", podRuns, `cannot get resource "runs/log"`},
+			{"directly", direct.KruntimesV1alpha1().Runs(ns), "may only create runs/log"},
+		} {
+			for _, name := range []string{"mine", "mine-printed", "theirs", "theirs-printed"} {
+				for _, follow := range []bool{false, true} {
+					t.Run(way.name+"/"+name+"/follow="+strconv.FormatBool(follow), func(t *testing.T) {
+						req := way.runs.GetLogs(name, &v1alpha1.RunLogOptions{Follow: follow})
+						var err error
+						if follow {
+							var stream io.ReadCloser
+							if stream, err = req.Stream(ctx); err == nil {
+								_ = stream.Close()
+							}
+						} else {
+							// Error, unlike DoRaw, decodes the Status with its message.
+							result := req.Do(ctx)
+							got, _ := result.Raw()
+							assert.NotContains(t, string(got), "secret")
+							err = result.Error()
+						}
+						require.Error(t, err, "runtimed of Pod %s read the log of %s", pod.Name, name)
+						assert.True(t, apierrors.IsForbidden(err), "want 403, got %v", err)
+						assert.Contains(t, err.Error(), way.says)
+					})
+				}
+			}
 		}
 	})
 

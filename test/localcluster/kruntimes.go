@@ -281,18 +281,42 @@ func (c *Cluster) startReplica(ctx context.Context, r replicaStart) (*component,
 // the same flags, returning once it is ready. Not safe to call
 // concurrently with Stop or Err.
 func (c *Cluster) RestartKruntimesReplica(ctx context.Context, i int) error {
+	return c.WithKruntimesReplicaStopped(ctx, i, nil)
+}
+
+// WithKruntimesReplicaStopped stops replica i as RestartKruntimesReplica
+// does, calls stopped (when not nil) while it is down — its embedded
+// storage file is then unlocked, for a test to look into
+// (KruntimesDataDir) — and starts it again with the same flags, returning
+// once it is ready. It returns stopped's error, else the start's. Not safe
+// to call concurrently with Stop or Err.
+func (c *Cluster) WithKruntimesReplicaStopped(ctx context.Context, i int, stopped func() error) error {
 	if i < 0 || i >= len(c.kruntimesUp) {
 		return fmt.Errorf("no kruntimes-apiserver replica %d: the cluster runs %d", i, len(c.kruntimesUp))
 	}
 	old := c.kruntimesUp[i]
 	old.stop(ctx)
+	var stoppedErr error
+	if stopped != nil {
+		stoppedErr = stopped()
+	}
 	proc, err := c.startReplica(ctx, c.kruntimesStarts[i])
 	if err != nil {
-		return err
+		return errors.Join(stoppedErr, err)
 	}
 	c.kruntimesUp[i] = proc
 	c.components[slices.Index(c.components, old)] = proc
-	return nil
+	return stoppedErr
+}
+
+// KruntimesDataDir is the directory of kruntimes-apiserver's embedded
+// storage (--storage-path), or "" when it runs on etcd3 or from the chart.
+// The server locks the file while it runs.
+func (c *Cluster) KruntimesDataDir() string {
+	if len(c.kruntimesStarts) == 0 || (c.cfg.KruntimesStorage != "" && c.cfg.KruntimesStorage != "embedded") {
+		return ""
+	}
+	return filepath.Join(c.cfg.StateDir, "kruntimes-apiserver", "data")
 }
 
 // KruntimesReplicaLogs returns the log file of each kruntimes-apiserver

@@ -29,8 +29,10 @@ stdout and stderr in the order they were written, the bytes exactly as the
 program wrote them. Without -f it prints what is kept: an attempt's log is
 kept once it ends. With -f it follows the attempt live, as kubectl logs -f
 does, and ends after the attempt's last byte (a Run that has not started is
-waited for, for a bounded time). Exit codes: 0 printed, 1 any error, 2 bad
-usage.`,
+waited for, for a bounded time). Of a function Run only -f is served: it
+prints what its invocations write, each line prefixed with
+[invocation/ID], and ends when the Run ends; nothing of it is kept.
+Exit codes: 0 printed, 1 any error, 2 bad usage.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			*code = printLogs(cmd.Context(), flags, streams, args[0], o)
