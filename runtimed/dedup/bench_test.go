@@ -51,6 +51,23 @@ func BenchmarkReplayFromFullTable(b *testing.B) {
 // that misses, then recording the outcome and evicting the oldest.
 func BenchmarkRunAndRecordInFullTable(b *testing.B) {
 	tab, _ := newTable(time.Hour, 1000, 4<<20)
+	benchmarkRunAndRecord(b, tab)
+}
+
+// BenchmarkRunAndRecordOverPodBudget is the same with the Pod's Budget
+// full too: each record also evicts the oldest outcome of all four Tables.
+func BenchmarkRunAndRecordOverPodBudget(b *testing.B) {
+	tabs, _, _ := budgeted(4, 1000*11)
+	for i, tab := range tabs[1:] {
+		for n := range 1000 {
+			l, _ := tab.Begin(context.Background(), fmt.Sprintf("other-%d-%d", i, n))
+			l.Run.Finish(`{"ok":true}`, nil, true)
+		}
+	}
+	benchmarkRunAndRecord(b, tabs[0])
+}
+
+func benchmarkRunAndRecord(b *testing.B, tab *Table[string]) {
 	ids := make([]string, 2000)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%032x", i)

@@ -21,6 +21,9 @@ type Config struct {
 	MaxBytes int64
 	// Clock reads the time; the real clock when nil.
 	Clock clock.PassiveClock
+	// Budget, when set, also bounds this Table's outcomes together with
+	// those of the other Tables sharing it.
+	Budget *Budget
 }
 
 // Table records the outcomes of invocations by ID. Its zero value is not
@@ -35,9 +38,13 @@ type Table[T any] struct {
 	// recorded lists the recorded entries, oldest first.
 	recorded list.List
 	bytes    int64
+	// dropped is set by Drop: outcomes finishing later reach only their
+	// waiters.
+	dropped bool
 }
 
 type entry[T any] struct {
+	t  *Table[T]
 	id string
 	// done is closed when the outcome is known, recorded or not.
 	done chan struct{}
@@ -48,6 +55,17 @@ type entry[T any] struct {
 	at       time.Time
 	size     int64
 	elem     *list.Element
+	// budgetElem is the entry's place in cfg.Budget while it is recorded.
+	budgetElem *list.Element
+}
+
+// evict implements evictable.
+func (e *entry[T]) evict() {
+	e.t.mu.Lock()
+	defer e.t.mu.Unlock()
+	if e.elem != nil {
+		e.t.removeLocked(e)
+	}
 }
 
 // New returns an empty Table bounded by cfg; size counts the bytes of an
@@ -90,7 +108,7 @@ func (t *Table[T]) Begin(ctx context.Context, id string) (Lookup[T], error) {
 		t.expireLocked()
 		e := t.entries[id]
 		if e == nil {
-			e = &entry[T]{id: id, done: make(chan struct{})}
+			e = &entry[T]{t: t, id: id, done: make(chan struct{})}
 			t.entries[id] = e
 			t.mu.Unlock()
 			return Lookup[T]{Run: &Pending[T]{t: t, e: e}}, nil
@@ -117,18 +135,39 @@ func (t *Table[T]) Begin(ctx context.Context, id string) (Lookup[T], error) {
 func (p *Pending[T]) Finish(value T, err error, record bool) {
 	t, e := p.t, p.e
 	t.mu.Lock()
-	if record {
+	budgeted := record && !t.dropped && t.cfg.Budget != nil
+	if record && t.dropped {
+		e.value, e.err, e.recorded = value, err, true
+	} else if record {
 		e.value, e.err, e.recorded = value, err, true
 		e.at = t.cfg.Clock.Now()
 		e.size = t.size(value, err)
 		e.elem = t.recorded.PushBack(e)
 		t.bytes += e.size
+		if budgeted {
+			e.budgetElem = t.cfg.Budget.add(e, e.size)
+		}
 		t.evictLocked()
 	} else if t.entries[e.id] == e {
 		delete(t.entries, e.id)
 	}
 	t.mu.Unlock()
 	close(e.done)
+	if budgeted {
+		t.cfg.Budget.enforce()
+	}
+}
+
+// Drop forgets every recorded outcome, giving their bytes back to the
+// Budget; runtimed drops the Table of a registration that was replaced.
+// Invocations in flight still finish, unrecorded.
+func (t *Table[T]) Drop() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.dropped = true
+	for front := t.recorded.Front(); front != nil; front = t.recorded.Front() {
+		t.removeLocked(front.Value.(*entry[T]))
+	}
 }
 
 // Len returns the number of recorded outcomes within the window and of
@@ -170,7 +209,12 @@ func (t *Table[T]) evictLocked() {
 
 func (t *Table[T]) removeLocked(e *entry[T]) {
 	t.recorded.Remove(e.elem)
+	e.elem = nil
 	t.bytes -= e.size
+	if e.budgetElem != nil {
+		t.cfg.Budget.remove(e.budgetElem, e.size)
+		e.budgetElem = nil
+	}
 	if t.entries[e.id] == e {
 		delete(t.entries, e.id)
 	}

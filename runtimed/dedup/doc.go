@@ -7,5 +7,7 @@
 // empty one for a new registration ID, a new attempt and after a restart.
 // It is bounded by the window, by a number of entries and by the bytes of
 // the recorded outcomes; the oldest outcome goes first, and one outcome
-// larger than the byte bound is kept alone.
+// larger than the byte bound is kept alone. A Budget shared by the Tables
+// of one Pod bounds their bytes together, evicting the oldest outcome of
+// any of them first.
 package dedup

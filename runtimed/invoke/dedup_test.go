@@ -65,11 +65,14 @@ type dedupRig struct {
 }
 
 func newDedupRig(t *testing.T, window time.Duration) *dedupRig {
+	return newDedupRigWith(t, invoke.DedupConfig{Window: window, MaxEntries: 1000, MaxBytes: 4 << 20})
+}
+
+func newDedupRigWith(t *testing.T, cfg invoke.DedupConfig) *dedupRig {
 	r := &dedupRig{rs: &customRuntimeServer{}, gate: &liveGate{attempt: 2, id: "reg-1"}, clock: clocktesting.NewFakePassiveClock(time.Now())}
 	r.rs.answer = counting(r.rs)
-	r.client = runtimedWith(t, r.rs, r.gate, func(s *invoke.Server) {
-		s.Deduplicate(invoke.DedupConfig{Window: window, MaxEntries: 1000, MaxBytes: 4 << 20, Clock: r.clock})
-	})
+	cfg.Clock = r.clock
+	r.client = runtimedWith(t, r.rs, r.gate, func(s *invoke.Server) { s.Deduplicate(cfg) })
 	return r
 }
 
@@ -277,6 +280,23 @@ func TestDedupNewRegistrationStartsEmpty(t *testing.T) {
 	_, replayed, err = r.invoke(t, t.Context(), "a", true)
 	require.NoError(t, err)
 	assert.True(t, replayed, "and then records")
+}
+
+func TestDedupPodBudgetBoundsWhatIsKept(t *testing.T) {
+	// Room for one outcome on the whole Pod, however much each Run may keep.
+	r := newDedupRigWith(t, invoke.DedupConfig{Window: 10 * time.Minute, MaxEntries: 1000, MaxBytes: 4 << 20, MaxPodBytes: 1})
+	for _, id := range []string{"a", "b"} {
+		_, replayed, err := r.invoke(t, t.Context(), id, true)
+		require.NoError(t, err)
+		require.False(t, replayed)
+	}
+	_, replayed, err := r.invoke(t, t.Context(), "b", true)
+	require.NoError(t, err)
+	assert.True(t, replayed, "the newest outcome is kept")
+	resp, replayed, err := r.invoke(t, t.Context(), "a", true)
+	require.NoError(t, err)
+	assert.False(t, replayed, "the older one went to stay within the Pod's budget")
+	assert.Equal(t, "3", string(resp.GetOutput()), "so a repeat of it ran")
 }
 
 func TestErrorsCarryRuntimedTime(t *testing.T) {

@@ -58,6 +58,8 @@ type Server struct {
 	mu        sync.Mutex
 	tables    map[types.UID]*registrationTable
 	lastSweep time.Time
+	// budget bounds the tables together; nil without MaxPodBytes.
+	budget *dedup.Budget
 }
 
 // DedupConfig bounds invocation-ID deduplication.
@@ -69,6 +71,9 @@ type DedupConfig struct {
 	// the oldest go first, and one larger than MaxBytes is kept alone.
 	MaxEntries int
 	MaxBytes   int64
+	// MaxPodBytes bounds the outcomes of every registration together (the
+	// oldest of any go first); 0 leaves only the per-registration bounds.
+	MaxPodBytes int64
 	// Clock is the real clock when nil.
 	Clock clock.PassiveClock
 }
@@ -91,6 +96,9 @@ func (s *Server) Deduplicate(cfg DedupConfig) *Server {
 	}
 	s.dedup = cfg
 	s.tables = map[types.UID]*registrationTable{}
+	if cfg.MaxPodBytes > 0 {
+		s.budget = dedup.NewBudget(cfg.MaxPodBytes)
+	}
 	return s
 }
 
@@ -283,8 +291,13 @@ func (s *Server) tableOf(uid types.UID, attempt int32, id string) *dedup.Table[*
 	defer s.mu.Unlock()
 	t := s.tables[uid]
 	if t == nil || t.attempt != attempt || t.registrationID != id {
+		if t != nil {
+			// Its outcomes are never replayed again: give their bytes back.
+			t.table.Drop()
+		}
 		t = &registrationTable{attempt: attempt, registrationID: id, table: dedup.New(dedup.Config{
 			Window: s.dedup.Window, MaxEntries: s.dedup.MaxEntries, MaxBytes: s.dedup.MaxBytes, Clock: s.dedup.Clock,
+			Budget: s.budget,
 		}, outcomeSize)}
 		s.tables[uid] = t
 	}

@@ -48,10 +48,11 @@ type Options struct {
 	// InvokeDedupWindow keeps the outcome of an invocation whose ID the
 	// caller sent, to answer a repeat with it; 0 turns deduplication off.
 	// InvokeDedupMaxEntries and InvokeDedupMaxBytes bound what is kept per
-	// function Run.
-	InvokeDedupWindow     time.Duration
-	InvokeDedupMaxEntries int
-	InvokeDedupMaxBytes   int64
+	// function Run, InvokeDedupMaxPodBytes what all of them keep together.
+	InvokeDedupWindow      time.Duration
+	InvokeDedupMaxEntries  int
+	InvokeDedupMaxBytes    int64
+	InvokeDedupMaxPodBytes int64
 	// MaxProcs is GOMAXPROCS unless $GOMAXPROCS is set; 0 leaves it to Go.
 	MaxProcs int
 	// ShutdownDrain is how long, on SIGTERM, a function's invocation in
@@ -101,6 +102,9 @@ func NewOptions() *Options {
 		InvokeDedupWindow:     10 * time.Minute,
 		InvokeDedupMaxEntries: 1000,
 		InvokeDedupMaxBytes:   4 << 20,
+		// Under runtimed's 256Mi memory limit whatever capacity.runs is:
+		// 64 Runs at 4 MiB each would need all of it.
+		InvokeDedupMaxPodBytes: 64 << 20,
 		// A proxy that hands each call from goroutine to goroutine spends
 		// less CPU on one thread than waking a second one for every step
 		// (BenchmarkInvoke in runtimed/functions, docs/benchmarks.md).
@@ -139,6 +143,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.InvokeDedupWindow, "invoke-dedup-window", o.InvokeDedupWindow, "How long the outcome of an invocation whose ID the caller sent (X-Kruntime-Invocation-ID) is kept: a repeat within it is answered with that outcome without running the handler again, and a repeat while it runs waits for it. Kept per registration: a new attempt, a new Runtime Server registration or a runtimed restart starts empty. 0 turns deduplication off.")
 	fs.IntVar(&o.InvokeDedupMaxEntries, "invoke-dedup-max-entries", o.InvokeDedupMaxEntries, "Most outcomes kept per function Run for --invoke-dedup-window; the oldest go first.")
 	fs.Int64Var(&o.InvokeDedupMaxBytes, "invoke-dedup-max-bytes", o.InvokeDedupMaxBytes, "Most bytes of outcomes kept per function Run for --invoke-dedup-window; the oldest go first, and one larger outcome is kept alone.")
+	fs.Int64Var(&o.InvokeDedupMaxPodBytes, "invoke-dedup-max-pod-bytes", o.InvokeDedupMaxPodBytes, "Most bytes of outcomes kept for all the function Runs of this Pod together (within each one's --invoke-dedup-max-bytes); the oldest of any go first, and one larger outcome is kept alone.")
 	fs.IntVar(&o.MaxProcs, "gomaxprocs", o.MaxProcs, "Most threads executing Go code at once (GOMAXPROCS), unless $GOMAXPROCS is set; 0 leaves it to Go, which takes the CPUs the container may use.")
 	fs.DurationVar(&o.ShutdownDrain, "shutdown-drain-timeout", o.ShutdownDrain, "On SIGTERM, how long an invocation in flight may finish before it is cancelled and its function is given back to be placed on another Pod (same attempt).")
 	fs.DurationVar(&o.ShutdownTimeout, "shutdown-timeout", o.ShutdownTimeout, "On SIGTERM, the longest runtimed spends giving back this Pod's functions; keep it below the Pod's terminationGracePeriodSeconds. A function not given back by then is recovered once the Pod is gone, which spends an attempt.")
@@ -183,6 +188,9 @@ func (o *Options) Validate() error {
 	}
 	if o.InvokeDedupMaxBytes < 1 {
 		errs = append(errs, fmt.Errorf("--invoke-dedup-max-bytes must be at least 1, got %d", o.InvokeDedupMaxBytes))
+	}
+	if o.InvokeDedupMaxPodBytes < 1 {
+		errs = append(errs, fmt.Errorf("--invoke-dedup-max-pod-bytes must be at least 1, got %d", o.InvokeDedupMaxPodBytes))
 	}
 	if o.MaxProcs < 0 {
 		errs = append(errs, fmt.Errorf("--gomaxprocs must not be negative, got %d", o.MaxProcs))

@@ -42,6 +42,7 @@ func TestControllerFlagsParse(t *testing.T) {
 	assert.Equal(t, 10*time.Minute, o.InvokeDedupWindow)
 	assert.Equal(t, 1000, o.InvokeDedupMaxEntries)
 	assert.Equal(t, int64(4<<20), o.InvokeDedupMaxBytes)
+	assert.Equal(t, int64(64<<20), o.InvokeDedupMaxPodBytes)
 }
 
 func TestEndpointFlagsAreDeprecatedButAccepted(t *testing.T) {
@@ -62,10 +63,11 @@ func TestDedupFlags(t *testing.T) {
 	o := NewOptions()
 	fs := pflag.NewFlagSet("runtimed", pflag.ContinueOnError)
 	o.AddFlags(fs)
-	require.NoError(t, fs.Parse([]string{"--invoke-dedup-window=0", "--invoke-dedup-max-entries=5", "--invoke-dedup-max-bytes=1024"}))
+	require.NoError(t, fs.Parse([]string{"--invoke-dedup-window=0", "--invoke-dedup-max-entries=5", "--invoke-dedup-max-bytes=1024", "--invoke-dedup-max-pod-bytes=4096"}))
 	assert.Equal(t, time.Duration(0), o.InvokeDedupWindow, "0 turns deduplication off")
 	assert.Equal(t, 5, o.InvokeDedupMaxEntries)
 	assert.Equal(t, int64(1024), o.InvokeDedupMaxBytes)
+	assert.Equal(t, int64(4096), o.InvokeDedupMaxPodBytes)
 }
 
 func TestValidateSaysWhatIsWrong(t *testing.T) {
@@ -83,6 +85,7 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		{"a negative dedup window is refused", func(o *Options) { o.InvokeDedupWindow = -time.Second }, "--invoke-dedup-window must not be negative"},
 		{"no dedup entries is refused", func(o *Options) { o.InvokeDedupMaxEntries = 0 }, "--invoke-dedup-max-entries must be at least 1"},
 		{"no dedup bytes is refused", func(o *Options) { o.InvokeDedupMaxBytes = 0 }, "--invoke-dedup-max-bytes must be at least 1"},
+		{"no dedup bytes per Pod is refused", func(o *Options) { o.InvokeDedupMaxPodBytes = 0 }, "--invoke-dedup-max-pod-bytes must be at least 1"},
 		{"an invoke certificate without its key and CA is refused", func(o *Options) { o.InvokeCertFile = "tls.crt" }, "go together"},
 		{"an invoke key and CA without the certificate are refused", func(o *Options) { o.InvokeKeyFile, o.InvokeClientCAFile = "tls.key", "ca.crt" }, "go together"},
 	}

@@ -239,7 +239,8 @@ func (o *Options) Run(signalCtx context.Context) error {
 	g.Go(func() error { beat.Run(ctx); return nil })
 	if o.InvokeCertFile != "" {
 		server := invoke.NewServer(functionController, runtimev1.NewFunctionRuntimeClient(conn), o.RuntimeName).FollowTasks(ctx, runtimeServer, pod.UID).Bound(beat).
-			Deduplicate(invoke.DedupConfig{Window: o.InvokeDedupWindow, MaxEntries: o.InvokeDedupMaxEntries, MaxBytes: o.InvokeDedupMaxBytes})
+			Deduplicate(invoke.DedupConfig{Window: o.InvokeDedupWindow, MaxEntries: o.InvokeDedupMaxEntries, MaxBytes: o.InvokeDedupMaxBytes,
+				MaxPodBytes: o.InvokeDedupMaxPodBytes})
 		g.Go(func() error { return o.serveInvoke(ctx, server) })
 	} else {
 		logger.Info("No --invoke-tls-cert-file: the invoke server is off, and this Pod's functions cannot be invoked")
