@@ -51,6 +51,13 @@ const (
 	EnvRuntime = "RUNTIME_NAME"
 )
 
+// EnvCapacity, in the Runtime Server's container, is the Runtime's
+// capacity.runs: how many Runs the Pod holds at once. The built-in Python
+// Runtime Server keeps a warm worker ready for each free slot (up to a
+// bound), so the functions a rollout moves onto a new Pod all at once find
+// their interpreters started.
+const EnvCapacity = "KRUNTIMES_CAPACITY"
+
 // The invoke hop's TLS in the runtimed container: a Secret of type
 // kubernetes.io/tls per Runtime, holding runtimed's serving pair and the
 // kruntimes CA (ca.crt) that signs it and the apiserver's client certificate.

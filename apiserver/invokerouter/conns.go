@@ -87,6 +87,22 @@ func (d *runtimedConns) client(podUID types.UID, ip, namespace, runtime string) 
 	return runtimedv1.NewRuntimedClient(conn), nil
 }
 
+// warm opens the connection to the runtimed of Pod podUID ahead of its
+// first invocation (the TLS handshake included), so the first call to a
+// function that just moved there pays no connection setup. A connection
+// carries no ownership: every invocation still carries the fencing tuple,
+// which runtimed checks.
+func (d *runtimedConns) warm(podUID types.UID, ip, namespace, runtime string) {
+	if _, err := d.client(podUID, ip, namespace, runtime); err != nil {
+		return // removed or stopping: the first invocation says why
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c, ok := d.conns[podUID]; ok {
+		c.conn.Connect()
+	}
+}
+
 // forgetPod closes the connection to a Pod that is gone and remembers its
 // UID for goneMemory.
 func (d *runtimedConns) forgetPod(obj any) {

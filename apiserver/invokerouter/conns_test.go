@@ -2,6 +2,8 @@ package invokerouter
 
 import (
 	"crypto/tls"
+	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -12,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"kruntimes.io/kruntimes/apis/runtimepod"
 )
 
 // pod is a Runtime Pod as the connections see it: a UID and an IP.
@@ -119,4 +123,41 @@ func TestRuntimedConnsRemovalRacingARoute(t *testing.T) {
 	assert.False(t, remembered, "an expired UID is dropped at the next removal: the memory stays bounded")
 	_, err = conns.client("a", "10.0.0.1", "ns", "python")
 	require.NoError(t, err, "once the window ended the UID is not refused")
+}
+
+// TestRuntimedConnsWarm: warming a Pod's connection dials its runtimed at
+// once, before any invocation asks for it; a Pod removed a moment ago is
+// not dialed.
+func TestRuntimedConnsWarm(t *testing.T) {
+	// A loopback address of this test's own at runtimed's port.
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.77.0.1", strconv.Itoa(runtimepod.RuntimedInvokePort)))
+	if err != nil {
+		t.Skipf("cannot listen on 127.77.0.1:%d: %v", runtimepod.RuntimedInvokePort, err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	accepted := make(chan net.Conn, 4)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	conns := newRuntimedConns(&tls.Config{MinVersion: tls.VersionTLS13}, clocktesting.NewFakePassiveClock(time.Now()))
+	t.Cleanup(conns.close)
+
+	conns.forgetPod(pod("gone", "127.77.0.1"))
+	conns.warm("gone", "127.77.0.1", "ns", "python")
+	assert.NotContains(t, kept(t, conns), types.UID("gone"), "a removed Pod is not dialed")
+
+	conns.warm("a", "127.77.0.1", "ns", "python")
+	select {
+	case c := <-accepted:
+		_ = c.Close()
+	case <-time.After(10 * time.Second):
+		t.Fatal("warm did not dial the Pod's runtimed")
+	}
+	assert.Equal(t, map[types.UID]string{"a": "127.77.0.1 python.ns.runtimed.kruntimes.io"}, kept(t, conns))
 }

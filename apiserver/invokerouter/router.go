@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
+	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runregistry "kruntimes.io/kruntimes/registry/run"
@@ -74,6 +75,12 @@ func (r *Router) Start(ctx context.Context, runs RunSource) {
 		UpdateFunc: r.conns.podUpdated,
 		DeleteFunc: r.conns.forgetPod,
 	})
+	// A function claimed by a Pod is about to be invoked there: connect
+	// while it registers, not on its first invocation.
+	_, _ = c.runs.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj any) { r.warm(c, obj) },
+		UpdateFunc: func(_, cur any) { r.warm(c, cur) },
+	})
 	r.cache.Store(c)
 	go func() {
 		if c.run(ctx) {
@@ -82,6 +89,24 @@ func (r *Router) Start(ctx context.Context, runs RunSource) {
 		<-ctx.Done()
 		r.conns.close()
 	}()
+}
+
+// warm opens the connection to the Pod that holds the function Run obj
+// while it registers there or serves.
+func (r *Router) warm(c *ownershipCache, obj any) {
+	run, ok := obj.(*kruntimes.Run)
+	if !ok || run.DeletionTimestamp != nil || (run.Status.Phase != lifecycle.Running && run.Status.Phase != lifecycle.Ready) {
+		return
+	}
+	podObj, exists, err := c.pods.GetIndexer().GetByKey(run.Namespace + "/" + run.Status.AssignedPod)
+	if err != nil || !exists {
+		return
+	}
+	pod := podObj.(*corev1.Pod)
+	if pod.UID != run.Status.AssignedPodUID || pod.DeletionTimestamp != nil || pod.Status.PodIP == "" {
+		return
+	}
+	r.conns.warm(pod.UID, pod.Status.PodIP, pod.Namespace, pod.Labels[lifecycle.LabelRuntime])
 }
 
 // ReadyzCheckName names the readiness check of ReadyzCheck.

@@ -62,6 +62,8 @@ func TestDeploymentShape(t *testing.T) {
 		{Name: runtimepod.VolumeWorkspace, MountPath: "/custom"},
 		{Name: runtimepod.VolumeSocket, MountPath: runtimepod.SocketDir},
 	}, runtimeC.VolumeMounts, "a mount the user set is kept, a missing one added")
+	assert.Equal(t, []corev1.EnvVar{{Name: runtimepod.EnvCapacity, Value: "4"}}, runtimeC.Env,
+		"the Runtime Server knows the Pod's capacity (its spare workers follow it)")
 	assert.Equal(t, runtimepod.ContainerRuntimed, runtimed.Name)
 	assert.Equal(t, "kruntimes.io/runtimed:dev", runtimed.Image)
 	assert.Equal(t, []string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=4",
@@ -85,6 +87,16 @@ func TestDeploymentShape(t *testing.T) {
 		assert.NotNil(t, v.EmptyDir, v.Name)
 	}
 	assert.Empty(t, rt.Spec.Template.Spec.Volumes, "the Runtime's template is not modified")
+}
+
+// TestRuntimeContainerKeepsItsOwnCapacityVariable: a template that sets
+// the variable itself keeps its value.
+func TestRuntimeContainerKeepsItsOwnCapacityVariable(t *testing.T) {
+	rt := bashRuntime()
+	rt.Spec.Template.Spec.Containers[0].Env = []corev1.EnvVar{{Name: runtimepod.EnvCapacity, Value: "1"}}
+	d := newDeployment(rt, podOptions{})
+	assert.Equal(t, []corev1.EnvVar{{Name: runtimepod.EnvCapacity, Value: "1"}}, d.Spec.Template.Spec.Containers[0].Env)
+	assert.Equal(t, []corev1.EnvVar{{Name: runtimepod.EnvCapacity, Value: "1"}}, rt.Spec.Template.Spec.Containers[0].Env, "the Runtime is not changed")
 }
 
 func TestDeploymentWithInvokeTLSMountsTheSecretIntoRuntimedAlone(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"hash/fnv"
+	"slices"
 	"strconv"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -163,6 +164,7 @@ func podTemplate(rt *v1alpha1.Runtime, opts podOptions) corev1.PodTemplateSpec {
 			continue
 		case runtimepod.ContainerRuntime:
 			c.VolumeMounts = withSharedMounts(c.VolumeMounts)
+			c.Env = withCapacity(c.Env, rt.Spec.Capacity.Runs)
 			runAsUserOf(runtimed.SecurityContext, c.SecurityContext)
 		}
 		containers = append(containers, c)
@@ -288,6 +290,17 @@ func runAsUserOf(runtimed, runtime *corev1.SecurityContext) {
 	runtimed.RunAsUser = runtime.RunAsUser
 	runtimed.RunAsGroup = runtime.RunAsGroup
 	runtimed.RunAsNonRoot = runtime.RunAsNonRoot
+}
+
+// withCapacity tells the Runtime Server the Pod's capacity, unless the
+// template sets the variable itself.
+func withCapacity(env []corev1.EnvVar, runs int32) []corev1.EnvVar {
+	for _, e := range env {
+		if e.Name == runtimepod.EnvCapacity {
+			return env
+		}
+	}
+	return append(slices.Clone(env), corev1.EnvVar{Name: runtimepod.EnvCapacity, Value: strconv.Itoa(int(runs))})
 }
 
 // withSharedMounts adds the workspace and socket mounts unless the

@@ -29,6 +29,8 @@ func TestOptionsValidate(t *testing.T) {
 		{name: "a run log bound under 1 KiB is rejected", opts: Options{Language: "bash", Listen: "unix:///tmp/x.sock", RunLogMaxBytes: 100}, wantErr: true},
 		{name: "a run log bound over 3 MiB is rejected (one gRPC message)", opts: Options{Language: "bash", Listen: "unix:///tmp/x.sock", RunLogMaxBytes: 4 << 20}, wantErr: true},
 		{name: "empty socket path is rejected", opts: Options{Language: "bash", Listen: "unix://"}, wantErr: true},
+		{name: "more spare workers than the bound are rejected", opts: Options{Language: "python", Listen: "unix:///tmp/x.sock", SpareWorkers: maxSpareWorkers + 1}, wantErr: true},
+		{name: "a negative capacity is rejected", opts: Options{Language: "python", Listen: "unix:///tmp/x.sock", Capacity: -1}, wantErr: true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -40,6 +42,31 @@ func TestOptionsValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSpareWorkersDefault: unset, the spares follow the Pod's capacity
+// (one per slot, bounded), so the functions a rollout moves onto a new Pod
+// at once find warm workers; $KRUNTIMES_CAPACITY sets the capacity.
+func TestSpareWorkersDefault(t *testing.T) {
+	for _, tc := range []struct {
+		name             string
+		spares, capacity int
+		want             int
+	}{
+		{"unknown capacity", -1, 0, defaultSpareWorkers},
+		{"one per slot", -1, 4, 4},
+		{"bounded", -1, 100, autoSpareWorkers},
+		{"set explicitly", 3, 100, 3},
+		{"turned off", 0, 4, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := &Options{SpareWorkers: tc.spares, Capacity: tc.capacity}
+			assert.Equal(t, tc.want, o.spareWorkers())
+		})
+	}
+	t.Setenv("KRUNTIMES_CAPACITY", "6")
+	assert.Equal(t, 6, NewOptions().Capacity)
+	assert.Equal(t, 6, NewOptions().spareWorkers())
 }
 
 // TestRunServesUntilCancelled starts the command's server on a socket whose

@@ -63,9 +63,10 @@ func resolveInterpreter(interpreter string) string {
 
 // KeepSpares keeps n workers started ahead of registrations, with env in
 // dir, so that registering a function costs importing its handler rather
-// than starting an interpreter. Call Close to stop them.
-func (l *Language) KeepSpares(n int, env []string, dir string) {
-	l.spares = newSparePool(l.Interpreter, env, dir, n)
+// than starting an interpreter; with slots > 0 (the Pod's capacity), no more
+// than the slots no loaded function holds. Call Close to stop them.
+func (l *Language) KeepSpares(n, slots int, env []string, dir string) {
+	l.spares = newSparePool(l.Interpreter, env, dir, n, slots)
 	l.spares.fill()
 }
 
@@ -84,8 +85,12 @@ func (l *Language) TaskArgv(file string, args []string) []string {
 // and returns once the handler module imported.
 func (l *Language) LoadFunction(ctx context.Context, spec language.FunctionSpec) (language.Function, error) {
 	f := &function{interpreter: l.Interpreter, spec: spec, spares: l.spares}
+	// Counted before it takes a spare, so the replacement is started only
+	// while a slot is free for it.
+	l.spares.hold()
 	w, err := f.startWorker(ctx)
 	if err != nil {
+		l.spares.release()
 		return nil, err
 	}
 	f.worker = w

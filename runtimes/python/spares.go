@@ -10,21 +10,61 @@ import (
 // the import of its handler, not an interpreter start (most of the time a
 // Python registration takes). A spare serves nothing until a registration
 // sends it what to load, so it is never shared.
+//
+// With slots set (the Pod's capacity), it keeps no more spares than there
+// are free slots: an empty Pod — a new one a rollout's functions move to,
+// all at once — has a warm worker for each, up to size, and a full one none.
 type sparePool struct {
 	interpreter string
 	// env is the environment spares start with; dir their directory.
 	env  []string
 	dir  string
 	size int
+	// slots is how many functions the Pod may hold; 0 when unknown.
+	slots int
 
 	mu       sync.Mutex
 	spares   []*worker
 	starting int
-	closed   bool
+	// loaded is how many functions are loaded or loading, each holding a
+	// worker of its own.
+	loaded int
+	closed bool
 }
 
-func newSparePool(interpreter string, env []string, dir string, size int) *sparePool {
-	return &sparePool{interpreter: interpreter, env: env, dir: dir, size: size}
+func newSparePool(interpreter string, env []string, dir string, size, slots int) *sparePool {
+	return &sparePool{interpreter: interpreter, env: env, dir: dir, size: size, slots: slots}
+}
+
+// targetLocked is how many spares to keep: size, and with slots known no
+// more than the slots no function holds.
+func (p *sparePool) targetLocked() int {
+	if p.slots <= 0 {
+		return p.size
+	}
+	return max(0, min(p.size, p.slots-p.loaded))
+}
+
+// hold counts a function that loads, and release one that went, so the
+// spares follow the free slots. hold stops no spare: the take that follows
+// uses one.
+func (p *sparePool) hold() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loaded++
+}
+
+func (p *sparePool) release() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.loaded = max(0, p.loaded-1)
+	p.fillLocked()
 }
 
 // take returns a live spare that may serve a registration with env, and
@@ -62,9 +102,16 @@ func (p *sparePool) fill() {
 	p.fillLocked()
 }
 
-// fillLocked must be called with p.mu held; starting happens outside it.
+// fillLocked starts spares up to the target and stops those above it. It
+// must be called with p.mu held; starting happens outside it.
 func (p *sparePool) fillLocked() {
-	for !p.closed && len(p.spares)+p.starting < p.size {
+	target := p.targetLocked()
+	for len(p.spares) > target {
+		w := p.spares[len(p.spares)-1]
+		p.spares = p.spares[:len(p.spares)-1]
+		go w.close()
+	}
+	for !p.closed && len(p.spares)+p.starting < target {
 		p.starting++
 		go func() {
 			w, err := spawn(p.interpreter, p.env, p.dir)
@@ -76,7 +123,7 @@ func (p *sparePool) fillLocked() {
 				// the error; spares are only a shortcut.
 				return
 			}
-			if p.closed {
+			if p.closed || len(p.spares) >= p.targetLocked() {
 				go w.close()
 				return
 			}

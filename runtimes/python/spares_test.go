@@ -50,7 +50,7 @@ func loadIn(t *testing.T, l *Language, env ...string) (language.Function, string
 // directory, and a new spare replaces it.
 func TestSpareWorkerServesARegistration(t *testing.T) {
 	l := New("")
-	l.KeepSpares(1, []string{"PATH=" + os.Getenv("PATH"), "BASE=spare"}, t.TempDir())
+	l.KeepSpares(1, 0, []string{"PATH=" + os.Getenv("PATH"), "BASE=spare"}, t.TempDir())
 	t.Cleanup(l.Close)
 	spare := readySpare(t, l.spares)
 
@@ -74,7 +74,7 @@ func TestSpareWorkerServesARegistration(t *testing.T) {
 // interpreter of its own.
 func TestSpareIsNotUsedWhenTheInterpreterEnvironmentDiffers(t *testing.T) {
 	l := New("")
-	l.KeepSpares(1, []string{"PATH=" + os.Getenv("PATH")}, t.TempDir())
+	l.KeepSpares(1, 0, []string{"PATH=" + os.Getenv("PATH")}, t.TempDir())
 	t.Cleanup(l.Close)
 	spare := readySpare(t, l.spares)
 
@@ -88,7 +88,7 @@ func TestSpareIsNotUsedWhenTheInterpreterEnvironmentDiffers(t *testing.T) {
 // TestCloseStopsTheSpares: no spare outlives its Runtime Server.
 func TestCloseStopsTheSpares(t *testing.T) {
 	l := New("")
-	l.KeepSpares(2, []string{"PATH=" + os.Getenv("PATH")}, t.TempDir())
+	l.KeepSpares(2, 0, []string{"PATH=" + os.Getenv("PATH")}, t.TempDir())
 	readySpare(t, l.spares)
 	l.spares.mu.Lock()
 	spares := append([]*worker(nil), l.spares.spares...)
@@ -101,4 +101,43 @@ func TestCloseStopsTheSpares(t *testing.T) {
 			t.Fatalf("spare %d still runs after Close", w.group.Pid())
 		}
 	}
+}
+
+// spareCount is how many spares the pool holds or starts.
+func spareCount(p *sparePool) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.spares) + p.starting
+}
+
+// waitSpares waits until the pool holds exactly n started spares.
+func waitSpares(t *testing.T, p *sparePool, n int, why string) {
+	t.Helper()
+	err := wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.spares) == n && p.starting == 0, nil
+	})
+	require.NoError(t, err, "%s: want %d spares, have %d", why, n, spareCount(p))
+}
+
+// TestSparesFollowTheFreeSlots: with the Pod's capacity known, the pool
+// keeps a spare for each free slot (up to its size): an empty Pod has one
+// for each Run a rollout may move onto it at once, a full one none, and a
+// function that goes frees its slot's spare again.
+func TestSparesFollowTheFreeSlots(t *testing.T) {
+	l := New("")
+	l.KeepSpares(8, 2, []string{"PATH=" + os.Getenv("PATH")}, t.TempDir())
+	t.Cleanup(l.Close)
+	waitSpares(t, l.spares, 2, "an empty Pod of capacity 2")
+
+	first, _ := loadIn(t, l)
+	waitSpares(t, l.spares, 1, "one function loaded")
+	second, _ := loadIn(t, l)
+	waitSpares(t, l.spares, 0, "the Pod is full")
+
+	second.Close()
+	waitSpares(t, l.spares, 1, "one slot freed")
+	first.Close()
+	waitSpares(t, l.spares, 2, "both slots freed")
 }

@@ -462,6 +462,7 @@ func (f *function) Close() {
 	if w != nil {
 		w.close()
 	}
+	f.spares.release()
 	if restarted != nil {
 		<-restarted
 	}

@@ -28,6 +28,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 )
 
@@ -146,6 +147,9 @@ func TestRuntimeRolloutRelocatesFunctions(t *testing.T) {
 	})
 	require.NoError(t, err, "every function answers 200 before the rollout")
 
+	// What the relocation's parts cost: the Runs' transitions and the old
+	// Pods' deletion as a watch sees them (reported, not asserted).
+	timeline := watchRelocation(loadCtx, t, f, runs, ns, oldPods)
 	started := time.Now()
 	out, err := f.Kubectl(ctx, "-n", ns, "rollout", "restart", "deployment/runtime-python")
 	require.NoError(t, err, out)
@@ -238,14 +242,173 @@ func TestRuntimeRolloutRelocatesFunctions(t *testing.T) {
 	})
 
 	// The numbers the issue asks for (reported, not asserted).
-	var longest time.Duration
+	var longest, mostRefused time.Duration
 	for _, name := range names {
 		window := longestRefusal(calls[name])
 		longest = max(longest, window)
-		t.Logf("%s: %d answers, longest 503 window %s", name, len(calls[name]), window.Round(time.Millisecond))
+		refused := longestRefused(calls[name])
+		mostRefused = max(mostRefused, refused)
+		t.Logf("%s: %d answers, longest 503 window %s (refusing %s: first 503 sent to the accepted call sent)",
+			name, len(calls[name]), window.Round(time.Millisecond), refused.Round(time.Millisecond))
 	}
-	t.Logf("rollout restart of %d Ready functions: all Ready on the new Pod %s after the rollout started; longest 503 window of a function %s",
-		rolloutFunctions, allReady.Sub(started).Round(time.Millisecond), longest.Round(time.Millisecond))
+	t.Logf("rollout restart of %d Ready functions: all Ready on the new Pod %s after the rollout started; longest 503 window of a function %s (until the 200 answered, so it includes one handler's 1.5 s), longest refusing %s",
+		rolloutFunctions, allReady.Sub(started).Round(time.Millisecond), longest.Round(time.Millisecond), mostRefused.Round(time.Millisecond))
+	mu.Lock()
+	timeline.report(t, names, calls)
+	mu.Unlock()
+}
+
+// longestRefused is the longest time a function refused, as the service
+// did: from the sending of the first of consecutive non-200 answers to the
+// sending of the 200 that ended them (which the function accepted then;
+// its answer comes a handler's run later).
+func longestRefused(calls []rolloutCall) time.Duration {
+	var longest time.Duration
+	var since time.Time
+	for _, c := range calls {
+		switch {
+		case c.code == http.StatusOK && !since.IsZero():
+			longest = max(longest, c.sent.Sub(since))
+			since = time.Time{}
+		case c.code != http.StatusOK && since.IsZero():
+			since = c.sent
+		}
+	}
+	return longest
+}
+
+// relocationTimeline is what a watch saw of a rollout: when each old Pod
+// was first seen deleting, and each Run's transitions.
+type relocationTimeline struct {
+	mu       sync.Mutex
+	deleting map[types.UID]time.Time
+	seen     map[string][]runTransition
+}
+
+// runTransition is one observed state of a Run.
+type runTransition struct {
+	at     time.Time
+	phase  lifecycle.Phase
+	pod    types.UID
+	reason string
+}
+
+// watchRelocation records, until ctx ends, the Runs of ns and the deletion
+// of oldPods.
+func watchRelocation(ctx context.Context, t *testing.T, f *framework.Framework, runs versioned.Interface, ns string, oldPods map[types.UID]bool) *relocationTimeline {
+	t.Helper()
+	tl := &relocationTimeline{deleting: map[types.UID]time.Time{}, seen: map[string][]runTransition{}}
+	rw, err := runs.KruntimesV1alpha1().Runs(ns).Watch(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	pw, err := f.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	go func() {
+		defer rw.Stop()
+		for ev := range rw.ResultChan() {
+			run, ok := ev.Object.(*v1alpha1.Run)
+			if !ok {
+				continue
+			}
+			tr := runTransition{at: time.Now(), phase: run.Status.Phase, pod: run.Status.AssignedPodUID}
+			if c := meta.FindStatusCondition(run.Status.Conditions, lifecycle.ConditionReady); c != nil {
+				tr.reason = c.Reason
+			}
+			tl.mu.Lock()
+			prev := tl.seen[run.Name]
+			if len(prev) == 0 || prev[len(prev)-1].phase != tr.phase || prev[len(prev)-1].pod != tr.pod {
+				tl.seen[run.Name] = append(prev, tr)
+			}
+			tl.mu.Unlock()
+		}
+	}()
+	go func() {
+		defer pw.Stop()
+		for ev := range pw.ResultChan() {
+			pod, ok := ev.Object.(*corev1.Pod)
+			if !ok || pod.DeletionTimestamp == nil || !oldPods[pod.UID] {
+				continue
+			}
+			tl.mu.Lock()
+			if _, ok := tl.deleting[pod.UID]; !ok {
+				tl.deleting[pod.UID] = time.Now()
+			}
+			tl.mu.Unlock()
+		}
+	}()
+	return tl
+}
+
+// report logs, per function, when each part of its move was seen, from
+// its old Pod's deletion: the last 200 before the move, the first 503,
+// Pending (Relocating), Scheduled, Running and Ready on the new Pod, the
+// first 200 sent and answered; then the medians.
+func (tl *relocationTimeline) report(t *testing.T, names []string, calls map[string][]rolloutCall) {
+	tl.mu.Lock()
+	defer tl.mu.Unlock()
+	parts := []string{"last200", "first503", "Pending", "Scheduled", "Running", "Ready", "200sent", "200answered"}
+	all := map[string][]time.Duration{}
+	for _, name := range names {
+		seen := tl.seen[name]
+		var t0 time.Time
+		var oldPod types.UID
+		for _, tr := range seen {
+			if tr.phase == lifecycle.Ready {
+				oldPod = tr.pod
+				break
+			}
+		}
+		t0 = tl.deleting[oldPod]
+		if t0.IsZero() {
+			t.Logf("%s: timeline: the deletion of its old Pod was not seen", name)
+			continue
+		}
+		at := map[string]time.Time{}
+		moved := false
+		for _, tr := range seen {
+			switch {
+			case tr.at.Before(t0):
+			case tr.phase == lifecycle.Pending && at["Pending"].IsZero():
+				at["Pending"], moved = tr.at, true
+			case moved && tr.phase == lifecycle.Scheduled && at["Scheduled"].IsZero():
+				at["Scheduled"] = tr.at
+			case moved && tr.phase == lifecycle.Running && at["Running"].IsZero():
+				at["Running"] = tr.at
+			case moved && tr.phase == lifecycle.Ready && at["Ready"].IsZero():
+				at["Ready"] = tr.at
+			}
+		}
+		for _, c := range calls[name] {
+			switch {
+			case c.code == http.StatusOK && at["first503"].IsZero() && c.answered.After(t0):
+				at["last200"] = c.answered
+			case c.code != http.StatusOK && at["first503"].IsZero():
+				at["first503"] = c.sent
+			case c.code == http.StatusOK && !at["first503"].IsZero() && at["200sent"].IsZero():
+				at["200sent"], at["200answered"] = c.sent, c.answered
+			}
+		}
+		line := ""
+		for _, p := range parts {
+			if at[p].IsZero() {
+				line += fmt.Sprintf(" %s=-", p)
+				continue
+			}
+			d := at[p].Sub(t0)
+			all[p] = append(all[p], d)
+			line += fmt.Sprintf(" %s=%s", p, d.Round(time.Millisecond))
+		}
+		t.Logf("%s: timeline from its old Pod's deletion:%s", name, line)
+	}
+	line := ""
+	for _, p := range parts {
+		ds := all[p]
+		if len(ds) == 0 {
+			continue
+		}
+		slices.Sort(ds)
+		line += fmt.Sprintf(" %s=%s", p, ds[len(ds)/2].Round(time.Millisecond))
+	}
+	t.Logf("relocation timeline, medians from the old Pod's deletion:%s", line)
 }
 
 // invokeOnce POSTs body to url and returns what the client saw.
