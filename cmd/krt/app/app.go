@@ -14,9 +14,11 @@ import (
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/version"
 )
@@ -65,7 +67,7 @@ func Run(args []string, streams genericiooptions.IOStreams) int {
 
 type invokeOptions struct {
 	file, data, invocationID, uid, output string
-	timeout                               time.Duration
+	timeout, retry                        time.Duration
 	logs, verbose                         bool
 }
 
@@ -75,8 +77,8 @@ func newInvokeCommand(flags *genericclioptions.ConfigFlags, streams genericioopt
 		Use:   "invoke NAME [-n NAMESPACE] [-f input.json | --data JSON]",
 		Short: "Invoke a function Run once and print its output",
 		Long: `Invoke a Ready function Run once through the runs/invoke subresource and
-print the JSON its handler returned. The invocation is sent once and never
-retried. Exit codes: 0 success, 3 the handler failed (its error is printed),
+print the JSON its handler returned. The invocation is sent once unless
+--retry says how long to keep sending it again. Exit codes: 0 success, 3 the handler failed (its error is printed),
 4 busy (429: another invocation is in flight), 5 unavailable (kruntimes' 503
 with Retry-After: not Ready, recovering or unreachable), 6 timed out (504),
 7 outcome unknown (502, any other 5xx such as a proxy's plain 503, or a
@@ -95,6 +97,7 @@ usage. Codes 4 and 5 guarantee the handler did not run; after 7 it may have.`,
 	cmd.Flags().StringVar(&o.uid, "uid", "", "Invoke only the Run with this UID: a Run created again under the name answers 404.")
 	cmd.Flags().StringVarP(&o.output, "output", "o", "", "json prints the whole InvokeResult instead of the output alone.")
 	cmd.Flags().BoolVar(&o.logs, "logs", false, "Print what the handler wrote to stdout and stderr, to standard error.")
+	cmd.Flags().DurationVar(&o.retry, "retry", 0, "Send the invocation again, with the same invocation ID, after an answer that says it did not run (4, 5) or leaves its outcome unknown (7), until this long after the first attempt; 0 sends it once. Safe: krt then sends an ID of its own when --invocation-id is empty, and the runtimed that owns the function answers a repeat with the first attempt's recorded outcome instead of running the handler again, as long as the function stays on its Pod (docs/invoke.md, \"Retrying safely\"). A replayed answer is final.")
 	cmd.Flags().BoolVarP(&o.verbose, "verbose", "v", false, "Print the invocation ID, the answer's Server-Timing (where the time went: apiserver, runtimed, handler, warm or cold worker) and whether it was a replay of an earlier invocation with the same --invocation-id, to standard error.")
 	return cmd
 }
@@ -109,8 +112,12 @@ func invoke(ctx context.Context, flags *genericclioptions.ConfigFlags, streams g
 		fmt.Fprintf(streams.ErrOut, "error: --output must be json or empty, got %q\n", o.output)
 		return ExitUsage
 	}
+	if o.retry < 0 {
+		fmt.Fprintf(streams.ErrOut, "error: --retry must not be negative, got %s\n", o.retry)
+		return ExitUsage
+	}
 	var answer *answerHeader
-	if o.verbose {
+	if o.verbose || o.retry > 0 {
 		answer = &answerHeader{}
 	}
 	runs, _, err := clientWith(flags, answer.wrap)
@@ -118,10 +125,33 @@ func invoke(ctx context.Context, flags *genericclioptions.ConfigFlags, streams g
 		fmt.Fprintln(streams.ErrOut, "error:", err)
 		return ExitError
 	}
-	started := time.Now()
-	result, err := runs.Invoke(ctx, name, input,
-		typedv1alpha1.InvokeOptions{UID: types.UID(o.uid), Timeout: o.timeout, InvocationID: o.invocationID})
-	answer.print(streams.ErrOut, time.Since(started))
+	id := o.invocationID
+	if id == "" && o.retry > 0 {
+		// Only an ID the caller sent is deduplicated.
+		id = string(uuid.NewUUID())
+	}
+	first := time.Now()
+	var result *v1alpha1.InvokeResult
+attempts:
+	for attempt := 1; ; attempt++ {
+		answer.reset()
+		started := time.Now()
+		result, err = runs.Invoke(ctx, name, input,
+			typedv1alpha1.InvokeOptions{UID: types.UID(o.uid), Timeout: o.timeout, InvocationID: id})
+		if o.verbose {
+			answer.print(streams.ErrOut, time.Since(started))
+		}
+		wait, again := retryWait(err, answer.replayed(), attempt)
+		if !again || time.Since(first)+wait > o.retry {
+			break
+		}
+		fmt.Fprintf(streams.ErrOut, "krt: attempt %d: %v; sending invocation %s again in %s\n", attempt, err, id, wait)
+		select {
+		case <-ctx.Done():
+			break attempts // interrupted: the last answer stands
+		case <-time.After(wait):
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "Error from server:", err)
 		code := exitCodeOf(err)
@@ -145,6 +175,27 @@ func invoke(ctx context.Context, flags *genericclioptions.ConfigFlags, streams g
 		return ExitFunctionError
 	}
 	return ExitOK
+}
+
+// maxRetryWait bounds each wait of --retry.
+const maxRetryWait = 5 * time.Second
+
+// retryWait says whether --retry sends an invocation again after err, the
+// answer to attempt, and how long it waits first: an answer that promises
+// the handler did not run after its Retry-After; an unknown outcome that is
+// not itself a replay after 0.1 s, twice as long each attempt.
+func retryWait(err error, replayed bool, attempt int) (time.Duration, bool) {
+	switch typedv1alpha1.ClassifyInvokeError(err) {
+	case typedv1alpha1.InvokeNotRun:
+		seconds, _ := apierrors.SuggestsClientDelay(err)
+		return min(max(time.Duration(seconds)*time.Second, 50*time.Millisecond), maxRetryWait), true
+	case typedv1alpha1.InvokeOutcomeUnknown:
+		if replayed {
+			return 0, false
+		}
+		return min(100*time.Millisecond<<min(attempt-1, 6), maxRetryWait), true
+	}
+	return 0, false
 }
 
 func outputOf(raw []byte) []byte {

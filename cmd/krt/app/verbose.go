@@ -34,6 +34,27 @@ func (a *answerHeader) wrap(rt http.RoundTripper) http.RoundTripper {
 	})
 }
 
+// reset forgets the last answer, before another attempt.
+func (a *answerHeader) reset() {
+	if a == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.header = nil
+}
+
+// replayed says whether the last answer repeated the recorded outcome of
+// an earlier invocation with its ID.
+func (a *answerHeader) replayed() bool {
+	if a == nil {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.header.Get(invocation.HeaderDeduplicated) == "true"
+}
+
 type roundTripperFunc func(*http.Request) (*http.Response, error)
 
 func (f roundTripperFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
