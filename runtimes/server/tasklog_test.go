@@ -18,14 +18,17 @@ import (
 func TestTaskLog(t *testing.T) {
 	scripts := map[string]struct{ ordered, chatty string }{
 		// The writes are 200 ms apart: two pipes are read by two readers,
-		// and only writes that far apart have an order to keep.
+		// and only writes that far apart have an order to keep. chatty's
+		// last write waits 500 ms too: until then up to a pipe's buffer
+		// (64 KiB) of stdout may still be unread, and read after END it
+		// would push END out of the tail.
 		"bash": {
 			ordered: `echo one; sleep 0.2; printf 'two \377\000\033[31m\n' >&2; sleep 0.2; echo three`,
-			chatty:  `for i in $(seq 1 20000); do echo "line $i"; done; echo END >&2`,
+			chatty:  `for i in $(seq 1 20000); do echo "line $i"; done; sleep 0.5; echo END >&2`,
 		},
 		"python": {
 			ordered: "import sys, time\nprint('one', flush=True)\ntime.sleep(0.2)\nsys.stderr.buffer.write(b'two \\xff\\x00\\x1b[31m\\n'); sys.stderr.flush()\ntime.sleep(0.2)\nprint('three', flush=True)\n",
-			chatty:  "import sys\nfor i in range(1, 20001):\n    print('line %d' % i)\nsys.stdout.flush()\nsys.stderr.write('END\\n')\n",
+			chatty:  "import sys, time\nfor i in range(1, 20001):\n    print('line %d' % i)\nsys.stdout.flush()\ntime.sleep(0.5)\nsys.stderr.write('END\\n')\n",
 		},
 	}
 	for lang, s := range scripts {
