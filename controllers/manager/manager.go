@@ -125,6 +125,13 @@ type Manager struct {
 	cfg       Config
 	kube      kubernetes.Interface
 	kruntimes versioned.Interface
+	// leaderElection and events are clients of their own, each with its
+	// own client-side rate limiter, as kube-controller-manager and
+	// kube-scheduler build them: a burst of controller writes must not hold
+	// a Lease renewal past its deadline, nor starve the Event sink until
+	// its queue drops what it was given.
+	leaderElection kubernetes.Interface
+	events         kubernetes.Interface
 }
 
 // New checks cfg and builds the clients.
@@ -151,24 +158,32 @@ func New(cfg Config) (*Manager, error) {
 			le.Identity = host + "_" + uuid.NewString()
 		}
 	}
-	kube, err := kubernetes.NewForConfig(clientConfig(cfg.KubeConfig, 20, 30))
+	kube, err := kubernetes.NewForConfig(clientConfig(cfg.KubeConfig, userAgent, 20, 30))
 	if err != nil {
 		return nil, fmt.Errorf("building the cluster client: %w", err)
+	}
+	leaderElection, err := kubernetes.NewForConfig(clientConfig(cfg.KubeConfig, userAgent+"-leader-election", 5, 10))
+	if err != nil {
+		return nil, fmt.Errorf("building the leader election client: %w", err)
+	}
+	events, err := kubernetes.NewForConfig(clientConfig(cfg.KubeConfig, userAgent+"-events", 20, 30))
+	if err != nil {
+		return nil, fmt.Errorf("building the Event client: %w", err)
 	}
 	// Binding is one status write per Run, so the kruntimes client gets far
 	// more room than client-go's default of 5 QPS or the loopback's 50: the
 	// scheduler's rate is the cluster's rate of starting Runs.
-	kr, err := versioned.NewForConfig(clientConfig(cfg.KruntimesConfig, 1000, 2000))
+	kr, err := versioned.NewForConfig(clientConfig(cfg.KruntimesConfig, userAgent, 1000, 2000))
 	if err != nil {
 		return nil, fmt.Errorf("building the kruntimes client: %w", err)
 	}
-	return &Manager{cfg: cfg, kube: kube, kruntimes: kr}, nil
+	return &Manager{cfg: cfg, kube: kube, kruntimes: kr, leaderElection: leaderElection, events: events}, nil
 }
 
-// clientConfig raises c's client-side rate limit to at least qps and burst,
-// and makes its clients prefer protobuf.
-func clientConfig(c *rest.Config, qps float32, burst int) *rest.Config {
-	c = rest.AddUserAgent(rest.CopyConfig(c), userAgent)
+// clientConfig names c's clients agent, raises their client-side rate
+// limit to at least qps and burst, and makes them prefer protobuf.
+func clientConfig(c *rest.Config, agent string, qps float32, burst int) *rest.Config {
+	c = rest.AddUserAgent(rest.CopyConfig(c), agent)
 	// Protobuf on the wire, as Kubernetes' own controllers: a tenth of
 	// JSON's decode cost, on the scheduler's hot path.
 	c.ContentType = runtime.ContentTypeProtobuf
@@ -195,7 +210,7 @@ func (m *Manager) Run(ctx context.Context) error {
 	}
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: le.Namespace, Name: le.Name},
-		Client:     m.kube.CoordinationV1(),
+		Client:     m.leaderElection.CoordinationV1(),
 		LockConfig: resourcelock.ResourceLockConfig{Identity: le.Identity},
 	}
 	for {
@@ -248,7 +263,7 @@ func (m *Manager) runControllers(ctx context.Context) error {
 
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartStructuredLogging(3)
-	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: m.kube.CoreV1().Events("")})
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: m.events.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -312,8 +313,15 @@ func TestInvoke(t *testing.T) {
 			return answer{code: resp.StatusCode, header: resp.Header, body: data}
 		}
 
+		// The body stalls after its first 64 KiB until the answer is read:
+		// kruntimes must answer from the Content-Length alone. (Sent whole,
+		// the client could still be writing when kube-apiserver closes the
+		// connection after the early answer, and the reset that follows
+		// would beat the answer to the client.)
 		big := append([]byte(`"`), append(bytes.Repeat([]byte("x"), 1<<20), '"')...)
-		a := send(bytes.NewReader(big), int64(len(big)))
+		answered := make(chan struct{})
+		a := send(&stallingReader{r: bytes.NewReader(big), n: 64 << 10, release: answered}, int64(len(big)))
+		close(answered)
 		assert.Equal(t, http.StatusRequestEntityTooLarge, a.code, "a body over 1 MiB with a Content-Length is refused before it is read: %s", a.body)
 
 		// A body of unknown length must be read to be judged, and reading it
@@ -710,4 +718,25 @@ func mustReadFile(t *testing.T, path string) []byte {
 	data, err := os.ReadFile(path)
 	require.NoError(t, err)
 	return data
+}
+
+// stallingReader reads the first n bytes of r, then blocks until release
+// is closed and fails: a client still sending, as long as the test wants.
+type stallingReader struct {
+	r       io.Reader
+	n       int
+	release <-chan struct{}
+}
+
+func (s *stallingReader) Read(p []byte) (int, error) {
+	if s.n <= 0 {
+		<-s.release
+		return 0, errors.New("the test stopped sending the body")
+	}
+	if len(p) > s.n {
+		p = p[:s.n]
+	}
+	n, err := s.r.Read(p)
+	s.n -= n
+	return n, err
 }

@@ -294,26 +294,54 @@ func waitPodGone(ctx context.Context, t *testing.T, f *framework.Framework, pod 
 // waitForEvents waits until Run name has Events with every one of reasons.
 func waitForEvents(ctx context.Context, t *testing.T, f *framework.Framework, ns, name string, reasons ...string) {
 	t.Helper()
-	var seen []string
-	err := wait.PollUntilContextTimeout(ctx, framework.PollInterval, framework.ShortTimeout, true, func(ctx context.Context) (bool, error) {
+	// Events are written by each component's Event sink after the status
+	// write they follow, behind the sink's own client-side rate limit.
+	err := framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
 		list, err := f.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{
 			FieldSelector: fields.OneTermEqualSelector("involvedObject.name", name).String(),
 		})
-		if err != nil {
+		if seen.Err(err) {
 			return false, nil
 		}
-		seen = seen[:0]
+		var got []string
 		for _, e := range list.Items {
-			seen = append(seen, e.Reason)
+			got = append(got, e.Reason)
 		}
+		seen.State("Events %v", got)
 		for _, r := range reasons {
-			if !slices.Contains(seen, r) {
+			if !slices.Contains(got, r) {
 				return false, nil
 			}
 		}
 		return true, nil
 	})
-	require.NoError(t, err, "Events of Run %s: want %v, seen %v", name, reasons, seen)
+	if err != nil {
+		t.Logf("kruntimes-apiserver's log lines about Events and the controllers' Lease:\n%s", eventAndLeaseLines(f))
+	}
+	require.NoError(t, err, "Events of Run %s: want %v", name, reasons)
+}
+
+// eventAndLeaseLines returns the lines of the kruntimes-apiserver replicas'
+// logs that tell why an Event may be missing: the sink's write errors and
+// the controllers losing their Lease (which shuts their Event sink down).
+func eventAndLeaseLines(f *framework.Framework) string {
+	var lines []string
+	for _, path := range f.Cluster.KruntimesReplicaLogs() {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			lines = append(lines, fmt.Sprintf("%s: %v", path, err))
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if strings.Contains(line, "event") || strings.Contains(line, "Lease") {
+				lines = append(lines, line)
+			}
+		}
+	}
+	if len(lines) > 200 {
+		lines = lines[len(lines)-200:]
+	}
+	return strings.Join(lines, "\n")
 }
 
 // onceThenDone is a task that records each execution in dir/starts and
