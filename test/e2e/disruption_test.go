@@ -244,9 +244,9 @@ func TestRuntimeRolloutRelocatesFunctions(t *testing.T) {
 	// The numbers the issue asks for (reported, not asserted).
 	var longest, mostRefused time.Duration
 	for _, name := range names {
-		window := longestRefusal(calls[name])
+		window := longestRefusal(calls[name], answeredAt)
 		longest = max(longest, window)
-		refused := longestRefused(calls[name])
+		refused := longestRefusal(calls[name], sentAt)
 		mostRefused = max(mostRefused, refused)
 		t.Logf("%s: %d answers, longest 503 window %s (refusing %s: first 503 sent to the accepted call sent)",
 			name, len(calls[name]), window.Round(time.Millisecond), refused.Round(time.Millisecond))
@@ -258,17 +258,17 @@ func TestRuntimeRolloutRelocatesFunctions(t *testing.T) {
 	mu.Unlock()
 }
 
-// longestRefused is the longest time a function refused, as the service
-// did: from the sending of the first of consecutive non-200 answers to the
-// sending of the 200 that ended them (which the function accepted then;
-// its answer comes a handler's run later).
-func longestRefused(calls []rolloutCall) time.Duration {
+// longestRefusal is the longest time a function refused: from the sending
+// of the first of consecutive non-200 answers to end(the 200 that ended
+// them) — its sending (when the function accepted it: how long the service
+// refused) or its answer (a handler's run later: what the caller waited).
+func longestRefusal(calls []rolloutCall, end func(rolloutCall) time.Time) time.Duration {
 	var longest time.Duration
 	var since time.Time
 	for _, c := range calls {
 		switch {
 		case c.code == http.StatusOK && !since.IsZero():
-			longest = max(longest, c.sent.Sub(since))
+			longest = max(longest, end(c).Sub(since))
 			since = time.Time{}
 		case c.code != http.StatusOK && since.IsZero():
 			since = c.sent
@@ -276,6 +276,9 @@ func longestRefused(calls []rolloutCall) time.Duration {
 	}
 	return longest
 }
+
+func sentAt(c rolloutCall) time.Time     { return c.sent }
+func answeredAt(c rolloutCall) time.Time { return c.answered }
 
 // relocationTimeline is what a watch saw of a rollout: when each old Pod
 // was first seen deleting, and each Run's transitions.
@@ -432,24 +435,6 @@ func invokeOnce(ctx context.Context, client *http.Client, url string, body []byt
 		c.err = fmt.Errorf("%s", bytes.TrimSpace(data))
 	}
 	return c
-}
-
-// longestRefusal is the longest time a function refused: from the sending
-// of the first of consecutive non-200 answers to the answer of the 200
-// that ended them.
-func longestRefusal(calls []rolloutCall) time.Duration {
-	var longest time.Duration
-	var since time.Time
-	for _, c := range calls {
-		switch {
-		case c.code == http.StatusOK && !since.IsZero():
-			longest = max(longest, c.answered.Sub(since))
-			since = time.Time{}
-		case c.code != http.StatusOK && since.IsZero():
-			since = c.sent
-		}
-	}
-	return longest
 }
 
 // execution is one run of the rollout handler, from its own records.
