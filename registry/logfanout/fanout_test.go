@@ -256,3 +256,28 @@ func TestUpstreamClosesWithTheLastFollower(t *testing.T) {
 	assert.Equal(t, "started\ndone\n", string(got))
 	assert.Equal(t, int32(2), rs.opens.Load(), "the next follow opened a new upstream")
 }
+
+// TestFollowerFromAnOffsetInTheWindow: a follower that joins at an offset
+// inside a chunk the shared stream already brought (a follow resumed after
+// a break) gets the log from exactly there, from the shared stream.
+func TestFollowerFromAnOffsetInTheWindow(t *testing.T) {
+	rs := startRuntimeServer(t)
+	rs.start(t, "resumed", `for i in $(seq 1 2000); do echo "line $i"; done; `+waitForGate+`echo done`)
+	f := New(0)
+	ctx := t.Context()
+	first := f.Follow(ctx, key, 0, rs.open("resumed"))
+	head, err := read(first, 0, 10_000)
+	require.NoError(t, err)
+
+	const offset = 4321 // inside a line, inside the window
+	resumed := f.Follow(ctx, key, offset, rs.open("resumed"))
+	rs.openGate(t)
+	rest, err := read(resumed, offset, 0)
+	require.NoError(t, err)
+	firstRest, err := read(first, int64(len(head)), 0)
+	require.NoError(t, err)
+	kept := rs.kept(t, "resumed")
+	assert.Equal(t, kept, append(head, firstRest...))
+	assert.Equal(t, kept[offset:], rest, "the resumed follower has the log from its offset")
+	assert.Equal(t, int32(1), rs.opens.Load(), "the resumed follower read from the shared stream")
+}
