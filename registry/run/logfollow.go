@@ -22,6 +22,7 @@ import (
 	"kruntimes.io/kruntimes/apis/runlog"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/registry/logfanout"
 )
 
 // PodRouter finds the runtimed of a Runtime Pod from memory, as Router
@@ -234,7 +235,7 @@ func (r *LogREST) reread(ctx context.Context, run *kruntimes.Run, logger klog.Lo
 func (r *LogREST) followLive(ctx context.Context, f *follower, client runtimedv1.RuntimedClient, req *runtimedv1.FollowLogRequest) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := client.FollowLog(ctx, req)
+	stream, err := r.openFollow(ctx, client, req)
 	if err != nil {
 		return false, err
 	}
@@ -287,6 +288,20 @@ func (r *LogREST) followLive(ctx context.Context, f *follower, client runtimedv1
 		}
 		f.flush()
 	}
+}
+
+// openFollow opens req's stream on its runtimed. Follows of one task
+// attempt share one stream through the fan-out (the first opens it, the
+// last closes it), so N followers cost the runtimed and the Runtime Server
+// one; a function's follow has its own.
+func (r *LogREST) openFollow(ctx context.Context, client runtimedv1.RuntimedClient, req *runtimedv1.FollowLogRequest) (logfanout.Stream, error) {
+	if req.GetFunction() || r.fanout == nil {
+		return client.FollowLog(ctx, req)
+	}
+	key := logfanout.Key{RunUID: types.UID(req.GetRunUid()), Attempt: req.GetAttempt(), PodUID: types.UID(req.GetPodUid())}
+	return r.fanout.Follow(ctx, key, req.GetOffset(), func(ctx context.Context, offset int64) (logfanout.Stream, error) {
+		return client.FollowLog(ctx, &runtimedv1.FollowLogRequest{RunUid: req.GetRunUid(), Attempt: req.GetAttempt(), PodUid: req.GetPodUid(), Offset: offset})
+	}), nil
 }
 
 // followFunction streams what the function Run's invocations write, from

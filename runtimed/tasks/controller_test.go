@@ -59,14 +59,14 @@ type harness struct {
 
 // start runs a Controller of capacity against a real kruntimes-apiserver
 // holding runs and the real bash Runtime Server on a unix socket.
-func start(t *testing.T, capacity int, runs ...*v1alpha1.Run) *harness {
+func start(t testing.TB, capacity int, runs ...*v1alpha1.Run) *harness {
 	t.Helper()
 	return startWith(t, capacity, nil, runs...)
 }
 
 // startWith is start with wrap applied to the Runs client the controller
 // writes through.
-func startWith(t *testing.T, capacity int, wrap func(kruntimesclient.RunsGetter) kruntimesclient.RunsGetter, runs ...*v1alpha1.Run) *harness {
+func startWith(t testing.TB, capacity int, wrap func(kruntimesclient.RunsGetter) kruntimesclient.RunsGetter, runs ...*v1alpha1.Run) *harness {
 	t.Helper()
 	if _, err := os.Stat("/bin/bash"); err != nil {
 		t.Skip("bash is required to run tasks")
@@ -121,7 +121,7 @@ func startWith(t *testing.T, capacity int, wrap func(kruntimesclient.RunsGetter)
 
 // createAt creates run and walks its status, through runs/status as the
 // scheduler and runtimed would, to the phase it carries.
-func createAt(t *testing.T, client versioned.Interface, run *v1alpha1.Run) {
+func createAt(t testing.TB, client versioned.Interface, run *v1alpha1.Run) {
 	t.Helper()
 	runs := client.KruntimesV1alpha1().Runs(run.Namespace)
 	want := run.Status
@@ -352,7 +352,7 @@ func TestTimeoutStopsTheTaskAndIsNotRetried(t *testing.T) {
 	assertReleased(t, h, got.UID)
 }
 
-func mustSlots(t *testing.T, capacity int) *slots.Table {
+func mustSlots(t testing.TB, capacity int) *slots.Table {
 	t.Helper()
 	table, err := slots.New(capacity)
 	require.NoError(t, err)

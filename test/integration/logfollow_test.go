@@ -9,8 +9,11 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,6 +27,7 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apiserver"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
+	kruntimesclient "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/proto/transport"
@@ -33,14 +37,26 @@ import (
 	"kruntimes.io/kruntimes/runtimes/server"
 )
 
-// TestRunLogFollowsARunningTask follows a task of a real bash Runtime
-// Server through kruntimes-apiserver's runs/log?follow=true, the invoke
-// router's Pod and mutual TLS to runtimed's real FollowLog server. The
-// server's request timeout is 2 s and the task runs 3 s: a follow is
-// long-running.
-func TestRunLogFollowsARunningTask(t *testing.T) {
+// taskLogServer is kruntimes-apiserver with a request timeout of 2 s
+// whose invoke router reaches pod-a's real runtimed FollowLog server over
+// mutual TLS, in front of a real bash Runtime Server on a unix socket.
+type taskLogServer struct {
+	*invokeServer
+	dir   string
+	tasks runtimev1.RuntimeClient
+	// follows counts the FollowLog streams runtimed opened on the Runtime
+	// Server.
+	follows *countingFollows
+	runs    kruntimesclient.RunInterface
+	httpc   *http.Client
+}
+
+func (ts *taskLogServer) logURL(name, query string) string {
+	return ts.config.Host + "/apis/kruntimes.io/v1alpha1/namespaces/" + namespace + "/runs/" + name + "/log?" + query
+}
+
+func startTaskLogServer(t *testing.T) *taskLogServer {
 	s := startInvokeServerWith(t, func(c *apiserver.Config) { c.GenericConfig.RequestTimeout = 2 * time.Second })
-	ctx := t.Context()
 
 	// The Runtime Server of pod-a, behind its runtimed.
 	dir := t.TempDir()
@@ -62,16 +78,39 @@ func TestRunLogFollowsARunningTask(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	tasks := runtimev1.NewRuntimeClient(conn)
-	var logs runtimedv1.RuntimedServer = invoke.NewServer(nil, nil, "bash").FollowTasks(t.Context(), tasks, "uid-a")
+	follows := &countingFollows{RuntimeClient: tasks}
+	var logs runtimedv1.RuntimedServer = invoke.NewServer(nil, nil, "bash").FollowTasks(t.Context(), follows, "uid-a")
 	s.runtimed.logs.Store(&logs)
 
 	client, err := versioned.NewForConfig(s.config)
 	require.NoError(t, err)
-	runs := client.KruntimesV1alpha1().Runs(namespace)
-	httpc := httpClient(t, s.config, false, true)
-	logURL := func(name, query string) string {
-		return s.config.Host + "/apis/kruntimes.io/v1alpha1/namespaces/" + namespace + "/runs/" + name + "/log?" + query
+	return &taskLogServer{
+		invokeServer: s, dir: dir, tasks: tasks, follows: follows,
+		runs:  client.KruntimesV1alpha1().Runs(namespace),
+		httpc: httpClient(t, s.config, false, true),
 	}
+}
+
+// countingFollows counts the FollowLog streams opened on the Runtime
+// Server.
+type countingFollows struct {
+	runtimev1.RuntimeClient
+	opened atomic.Int32
+}
+
+func (c *countingFollows) FollowLog(ctx context.Context, in *runtimev1.FollowLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FollowLogResponse], error) {
+	c.opened.Add(1)
+	return c.RuntimeClient.FollowLog(ctx, in, opts...)
+}
+
+// TestRunLogFollowsARunningTask follows a task of a real bash Runtime
+// Server through kruntimes-apiserver's runs/log?follow=true, the invoke
+// router's Pod and mutual TLS to runtimed's real FollowLog server. The
+// server's request timeout is 2 s and the task runs 3 s: a follow is
+// long-running.
+func TestRunLogFollowsARunningTask(t *testing.T) {
+	ts := startTaskLogServer(t)
+	ctx, dir, tasks, runs, httpc, logURL := t.Context(), ts.dir, ts.tasks, ts.runs, ts.httpc, ts.logURL
 
 	t.Run("a follower gets each line before the next is printed, from before the task started to its end", func(t *testing.T) {
 		run, err := runs.Create(ctx, taskRun("numbered"), metav1.CreateOptions{})
@@ -213,4 +252,111 @@ func TestRunLogFollowsARunningTask(t *testing.T) {
 		assert.Equal(t, http.StatusOK, a.code)
 		assert.Equal(t, "kept", a.body)
 	})
+}
+
+// startGatedTask creates a task Run named name, walks it to Running on
+// pod-a and executes it: it prints "ready", waits for the file gate in its
+// working directory, then runs rest.
+func (ts *taskLogServer) startGatedTask(t *testing.T, name, rest string) string {
+	run, err := ts.runs.Create(t.Context(), taskRun(name), metav1.CreateOptions{})
+	require.NoError(t, err)
+	for _, step := range steps(scheduled, running) {
+		step(&run.Status)
+		run, err = ts.runs.UpdateStatus(t.Context(), run, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	id := runstatus.ExecutionID(run.UID, 1)
+	_, err = ts.tasks.Execute(t.Context(), &runtimev1.ExecuteRequest{
+		TaskId:     id,
+		Program:    &runtimev1.ExecuteRequest_Script{Script: `echo ready; while [ ! -e gate-` + name + ` ]; do sleep 0.01; done; ` + rest},
+		WorkingDir: ts.dir,
+	})
+	require.NoError(t, err)
+	return id
+}
+
+func (ts *taskLogServer) openGate(t *testing.T, name string) {
+	require.NoError(t, os.WriteFile(filepath.Join(ts.dir, "gate-"+name), nil, 0o644))
+}
+
+// followReady opens a follow of name and reads its first line, "ready":
+// from then on the follow is live.
+func (ts *taskLogServer) followReady(t *testing.T, name string) (*http.Response, *bufio.Reader) {
+	resp, err := ts.httpc.Get(ts.logURL(name, "follow=true"))
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	body := bufio.NewReader(resp.Body)
+	line, err := body.ReadString('\n')
+	require.NoError(t, err)
+	require.Equal(t, "ready\n", line)
+	return resp, body
+}
+
+// TestTaskFollowersShareOneUpstream: ten follows of one running task
+// through kruntimes-apiserver get identical bytes, the whole log, and
+// runtimed opens one stream on the Runtime Server for all of them.
+func TestTaskFollowersShareOneUpstream(t *testing.T) {
+	ts := startTaskLogServer(t)
+	id := ts.startGatedTask(t, "shared", `for i in $(seq 1 3000); do echo "line $i"; done`)
+	const n = 10
+	bodies := make([]*bufio.Reader, n)
+	for i := range bodies {
+		resp, body := ts.followReady(t, "shared")
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		bodies[i] = body
+	}
+	ts.openGate(t, "shared")
+	got := make([][]byte, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range bodies {
+		wg.Go(func() { got[i], errs[i] = io.ReadAll(bodies[i]) })
+	}
+	wg.Wait()
+
+	st, err := ts.tasks.Wait(t.Context(), &runtimev1.WaitRequest{TaskId: id, IncludeLogs: true})
+	require.NoError(t, err)
+	var kept []byte
+	for _, c := range st.GetLog().GetChunks() {
+		kept = append(kept, c.GetData()...)
+	}
+	for i := range got {
+		require.NoError(t, errs[i], "follower %d", i)
+		assert.Equal(t, string(kept), "ready\n"+string(got[i]), "follower %d has the whole log", i)
+	}
+	assert.Equal(t, int32(1), ts.follows.opened.Load(), "runtimed opened one stream on the Runtime Server for %d follows", n)
+}
+
+// TestIdleTaskFollowersCost opens 1,000 follows of one running task
+// through kruntimes-apiserver, runtimed and the Runtime Server, all in this
+// process with their HTTP client, and reports what each costs while idle.
+func TestIdleTaskFollowersCost(t *testing.T) {
+	ts := startTaskLogServer(t)
+	ts.startGatedTask(t, "idle", "echo done")
+	measure := func() (uint64, int) {
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc, runtime.NumGoroutine()
+	}
+	warm, _ := ts.followReady(t, "idle") // connections, TLS and caches warm before measuring
+	defer warm.Body.Close()
+	const n = 1000
+	heap0, g0 := measure()
+	opened0 := ts.follows.opened.Load()
+	bodies := make([]*http.Response, 0, n)
+	for range n {
+		resp, _ := ts.followReady(t, "idle")
+		bodies = append(bodies, resp)
+	}
+	heap1, g1 := measure()
+	perFollower := float64(int64(heap1)-int64(heap0)) / 1024 / n
+	t.Logf("%d idle task followers: %.1f KiB of heap and %.1f goroutines per follower, %d streams opened on the Runtime Server (apiserver + runtimed + Runtime Server + HTTP/2 client, one process)",
+		n, perFollower, float64(g1-g0)/n, ts.follows.opened.Load()-opened0)
+	assert.Less(t, perFollower, 256.0, "an idle follower costs a bounded amount, not a log's worth")
+	assert.Equal(t, opened0, ts.follows.opened.Load(), "the follows share the first one's stream on the Runtime Server")
+	for _, b := range bodies {
+		_ = b.Body.Close()
+	}
+	ts.openGate(t, "idle")
 }
