@@ -105,7 +105,9 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		{"a renew deadline past the lease duration is refused", nil, func(o *Options) { o.Controllers.Manager.LeaderElection.RenewDeadline = time.Minute },
 			"leader election needs --leader-elect-lease-duration (15s) > --leader-elect-renew-deadline (1m0s) > --leader-elect-retry-period (2s) > 0"},
 		{"a Lease without a name is refused", nil, func(o *Options) { o.Controllers.Manager.LeaderElection.Name = "" }, "leader election needs the namespace and name of its Lease"},
-		{"runtimed's direct server without its CA is refused", nil, func(o *Options) { o.Controllers.RuntimedKruntimesAPIServer = "https://kruntimes-apiserver.kruntimes-system.svc" },
+		{"runtimed's direct server without its CA is refused", nil, func(o *Options) {
+			o.Controllers.RuntimedKruntimesAPIServer = "https://kruntimes-apiserver.kruntimes-system.svc"
+		},
 			"--runtimed-kruntimes-api-server and --runtimed-kruntimes-api-ca-file go together"},
 		{"runtimed's direct server over http is refused", nil, func(o *Options) {
 			o.Controllers.RuntimedKruntimesAPIServer, o.Controllers.RuntimedKruntimesAPICAFile = "http://kruntimes-apiserver.kruntimes-system.svc", "ca.crt"
