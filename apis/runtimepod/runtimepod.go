@@ -51,6 +51,12 @@ const (
 	EnvRuntime = "RUNTIME_NAME"
 )
 
+// EnvKruntimesAPICA, in runtimed's container, is the PEM bundle that
+// verifies kruntimes-apiserver's serving certificate at runtimed's
+// --kruntimes-api-server: the runtime controller sets it with the flag. A
+// CA is public, and in the Pod spec a change of it rolls the Pods.
+const EnvKruntimesAPICA = "KRUNTIMES_API_CA"
+
 // EnvCapacity, in the Runtime Server's container, is the Runtime's
 // capacity.runs: how many Runs the Pod holds at once. The built-in Python
 // Runtime Server keeps a warm worker ready for each free slot (up to a

@@ -95,6 +95,9 @@ type Config struct {
 	HeartbeatGracePeriod time.Duration
 	// RuntimedTLS, when set, gives Runtime Pods the invoke hop's TLS.
 	RuntimedTLS *runtimecontroller.RuntimedTLS
+	// RuntimedKruntimesAPI, when set, is where runtimed reaches the
+	// kruntimes.io API directly.
+	RuntimedKruntimesAPI *runtimecontroller.KruntimesAPI
 	// EndpointBase, when set, is what Ready functions advertise in
 	// status.endpoint instead of https://kubernetes.default.svc.
 	EndpointBase string
@@ -371,6 +374,9 @@ func (m *Manager) runtimeOptions() []runtimecontroller.Option {
 	}
 	if m.cfg.EndpointBase != "" {
 		opts = append(opts, runtimecontroller.WithEndpointBase(m.cfg.EndpointBase))
+	}
+	if m.cfg.RuntimedKruntimesAPI != nil {
+		opts = append(opts, runtimecontroller.WithKruntimesAPI(*m.cfg.RuntimedKruntimesAPI))
 	}
 	return opts
 }

@@ -1,9 +1,12 @@
 package options
 
 import (
+	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/rest"
@@ -25,6 +28,9 @@ type ControllersOptions struct {
 	// Pods mount their invoke Secret, and with RuntimedCAKeyFile as well the
 	// runtime controller issues and renews those Secrets.
 	RuntimedCAFile, RuntimedCAKeyFile string
+	// RuntimedKruntimesAPIServer and RuntimedKruntimesAPICAFile, when set,
+	// make runtimed reach this API directly.
+	RuntimedKruntimesAPIServer, RuntimedKruntimesAPICAFile string
 }
 
 // NewControllersOptions returns the defaults: leader election on, the
@@ -41,6 +47,10 @@ func (o *ControllersOptions) AddFlags(fs *pflag.FlagSet) {
 		"How long a Runtime Pod's runtimed heartbeat may stay stale, after its Lease expired, before recovery deletes the Pod and moves its Runs to other Pods (as kube-controller-manager's --node-monitor-grace-period does for a Node).")
 	fs.StringVar(&o.RuntimedCAKeyFile, "runtimed-ca-key-file", o.RuntimedCAKeyFile,
 		"Key of --runtimed-ca-file: with it the runtime controller issues and renews each Runtime's invoke Secret (runtime-<name>-tls); without it those Secrets must be provided (e.g. by cert-manager).")
+	fs.StringVar(&o.RuntimedKruntimesAPIServer, "runtimed-kruntimes-api-server", o.RuntimedKruntimesAPIServer,
+		"https://host[:port] of kruntimes-apiserver's own Service (e.g. https://kruntimes-apiserver.kruntimes-system.svc): Runtime Pods' runtimed reach the kruntimes.io API there directly, with their Pod-bound token, instead of through kube-apiserver's aggregation proxy. Needs --runtimed-kruntimes-api-ca-file. Changing either rolls every Runtime's Pods.")
+	fs.StringVar(&o.RuntimedKruntimesAPICAFile, "runtimed-kruntimes-api-ca-file", o.RuntimedKruntimesAPICAFile,
+		"PEM bundle that verifies kruntimes-apiserver's serving certificate at --runtimed-kruntimes-api-server; given to runtimed in its Pod spec.")
 	fs.StringVar(&o.Manager.EndpointBase, "invoke-endpoint-base", o.Manager.EndpointBase,
 		"Scheme and host of the Kubernetes API as clients reach it, which Ready function Runs advertise in status.endpoint.url; https://kubernetes.default.svc when empty.")
 }
@@ -88,6 +98,12 @@ func (o *ControllersOptions) Validate() []error {
 	if o.RuntimedCAKeyFile != "" && o.RuntimedCAFile == "" {
 		errs = append(errs, errors.New("--runtimed-ca-key-file needs --runtimed-ca-file"))
 	}
+	if (o.RuntimedKruntimesAPIServer == "") != (o.RuntimedKruntimesAPICAFile == "") {
+		errs = append(errs, errors.New("--runtimed-kruntimes-api-server and --runtimed-kruntimes-api-ca-file go together: runtimed must be able to verify the server it reaches"))
+	} else if u, err := url.Parse(o.RuntimedKruntimesAPIServer); o.RuntimedKruntimesAPIServer != "" &&
+		(err != nil || u.Scheme != "https" || u.Host == "" || strings.TrimSuffix(u.Path, "/") != "" || u.RawQuery != "") {
+		errs = append(errs, fmt.Errorf("--runtimed-kruntimes-api-server must be https://host[:port] with no path, got %q", o.RuntimedKruntimesAPIServer))
+	}
 	return errs
 }
 
@@ -101,6 +117,16 @@ func (o *ControllersOptions) Config(kube, kruntimes *rest.Config) (manager.Confi
 		return cfg, err
 	}
 	cfg.RuntimedTLS = tls
+	if o.RuntimedKruntimesAPIServer != "" {
+		ca, err := os.ReadFile(o.RuntimedKruntimesAPICAFile)
+		if err != nil {
+			return cfg, fmt.Errorf("read --runtimed-kruntimes-api-ca-file: %w", err)
+		}
+		if block, _ := pem.Decode(ca); block == nil {
+			return cfg, fmt.Errorf("--runtimed-kruntimes-api-ca-file %s holds no PEM certificate", o.RuntimedKruntimesAPICAFile)
+		}
+		cfg.RuntimedKruntimesAPI = &runtimecontroller.KruntimesAPI{Server: o.RuntimedKruntimesAPIServer, CA: ca}
+	}
 	return cfg, nil
 }
 

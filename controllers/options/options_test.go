@@ -105,6 +105,13 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		{"a renew deadline past the lease duration is refused", nil, func(o *Options) { o.Controllers.Manager.LeaderElection.RenewDeadline = time.Minute },
 			"leader election needs --leader-elect-lease-duration (15s) > --leader-elect-renew-deadline (1m0s) > --leader-elect-retry-period (2s) > 0"},
 		{"a Lease without a name is refused", nil, func(o *Options) { o.Controllers.Manager.LeaderElection.Name = "" }, "leader election needs the namespace and name of its Lease"},
+		{"runtimed's direct server without its CA is refused", nil, func(o *Options) {
+			o.Controllers.RuntimedKruntimesAPIServer = "https://kruntimes-apiserver.kruntimes-system.svc"
+		},
+			"--runtimed-kruntimes-api-server and --runtimed-kruntimes-api-ca-file go together"},
+		{"runtimed's direct server over http is refused", nil, func(o *Options) {
+			o.Controllers.RuntimedKruntimesAPIServer, o.Controllers.RuntimedKruntimesAPICAFile = "http://kruntimes-apiserver.kruntimes-system.svc", "ca.crt"
+		}, "--runtimed-kruntimes-api-server must be https://host[:port] with no path"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -154,4 +161,29 @@ func TestRuntimedTLSFollowsTheCAFiles(t *testing.T) {
 	o.RuntimedCAFile, o.RuntimedCAKeyFile = caFile, filepath.Join(dir, "missing.key")
 	_, err = o.Config(nil, nil)
 	assert.ErrorContains(t, err, "read --runtimed-ca-key-file")
+}
+
+func TestRuntimedKruntimesAPIReadsItsCA(t *testing.T) {
+	ca, err := pki.NewCA(pki.InvokeCACommonName, time.Hour)
+	require.NoError(t, err)
+	dir := t.TempDir()
+	caFile, notPEM := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "not.pem")
+	require.NoError(t, os.WriteFile(caFile, ca.CertPEM, 0o600))
+	require.NoError(t, os.WriteFile(notPEM, []byte("not a certificate"), 0o600))
+
+	o := NewControllersOptions()
+	cfg, err := o.Config(nil, nil)
+	require.NoError(t, err)
+	assert.Nil(t, cfg.RuntimedKruntimesAPI, "without the flags runtimed goes through the Kubernetes API")
+
+	o.RuntimedKruntimesAPIServer, o.RuntimedKruntimesAPICAFile = "https://kruntimes-apiserver.kruntimes-system.svc", caFile
+	cfg, err = o.Config(nil, nil)
+	require.NoError(t, err)
+	require.NotNil(t, cfg.RuntimedKruntimesAPI)
+	assert.Equal(t, "https://kruntimes-apiserver.kruntimes-system.svc", cfg.RuntimedKruntimesAPI.Server)
+	assert.Equal(t, ca.CertPEM, cfg.RuntimedKruntimesAPI.CA)
+
+	o.RuntimedKruntimesAPICAFile = notPEM
+	_, err = o.Config(nil, nil)
+	assert.ErrorContains(t, err, "--runtimed-kruntimes-api-ca-file "+notPEM+" holds no PEM certificate")
 }

@@ -116,6 +116,26 @@ func TestDeploymentWithInvokeTLSMountsTheSecretIntoRuntimedAlone(t *testing.T) {
 	assert.NotEqual(t, newDeployment(rt, podOptions{}).Annotations[lifecycle.AnnotationTemplateHash], newDeployment(rt, podOptions{invokeTLS: true}).Annotations[lifecycle.AnnotationTemplateHash])
 }
 
+func TestDeploymentWithKruntimesAPIPointsRuntimedAtIt(t *testing.T) {
+	rt := bashRuntime()
+	api := &KruntimesAPI{Server: "https://kruntimes-apiserver.kruntimes-system.svc", CA: []byte("-----BEGIN CERTIFICATE-----\n")}
+	spec := newDeployment(rt, podOptions{invokeTLS: true, kruntimesAPI: api}).Spec.Template.Spec
+	runtimeC, runtimed := spec.Containers[0], spec.Containers[1]
+	assert.Contains(t, runtimed.Args, "--kruntimes-api-server=https://kruntimes-apiserver.kruntimes-system.svc")
+	assert.Contains(t, runtimed.Env, corev1.EnvVar{Name: runtimepod.EnvKruntimesAPICA, Value: "-----BEGIN CERTIFICATE-----\n"})
+	for _, e := range runtimeC.Env {
+		assert.NotEqual(t, runtimepod.EnvKruntimesAPICA, e.Name, "runtimed's alone")
+	}
+	without := newDeployment(rt, podOptions{invokeTLS: true})
+	assert.NotContains(t, without.Spec.Template.Spec.Containers[1].Args, "--kruntimes-api-server=https://kruntimes-apiserver.kruntimes-system.svc")
+	other := *api
+	other.CA = []byte("another CA")
+	assert.NotEqual(t, newDeployment(rt, podOptions{invokeTLS: true, kruntimesAPI: api}).Annotations[lifecycle.AnnotationTemplateHash],
+		newDeployment(rt, podOptions{invokeTLS: true, kruntimesAPI: &other}).Annotations[lifecycle.AnnotationTemplateHash], "a new CA rolls the Pods")
+	assert.NotEqual(t, newDeployment(rt, podOptions{invokeTLS: true, kruntimesAPI: api}).Annotations[lifecycle.AnnotationTemplateHash],
+		without.Annotations[lifecycle.AnnotationTemplateHash])
+}
+
 func TestPodTemplateMountsTheTokenIntoRuntimedAlone(t *testing.T) {
 	rt := bashRuntime()
 	rt.Spec.Template.Spec.AutomountServiceAccountToken = ptr.To(true)

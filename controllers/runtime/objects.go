@@ -82,6 +82,9 @@ func newRoleBinding(rt *v1alpha1.Runtime) *rbacv1.RoleBinding {
 type podOptions struct {
 	invokeTLS    bool
 	endpointBase string
+	// kruntimesAPI, when set, is where runtimed reaches the kruntimes.io
+	// API directly.
+	kruntimesAPI *KruntimesAPI
 }
 
 func newDeployment(rt *v1alpha1.Runtime, opts podOptions) *appsv1.Deployment {
@@ -171,6 +174,10 @@ func podTemplate(rt *v1alpha1.Runtime, opts podOptions) corev1.PodTemplateSpec {
 	}
 	if opts.endpointBase != "" {
 		runtimed.Args = append(runtimed.Args, "--endpoint-base="+opts.endpointBase)
+	}
+	if api := opts.kruntimesAPI; api != nil {
+		runtimed.Args = append(runtimed.Args, "--kruntimes-api-server="+api.Server)
+		runtimed.Env = append(runtimed.Env, corev1.EnvVar{Name: runtimepod.EnvKruntimesAPICA, Value: string(api.CA)})
 	}
 	if opts.invokeTLS {
 		// Mounted into runtimed alone: user code never sees the key.

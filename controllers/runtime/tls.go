@@ -48,6 +48,20 @@ func WithRuntimedTLS(t RuntimedTLS) Option {
 	return func(c *Controller) { c.runtimedTLS = &t }
 }
 
+// KruntimesAPI is kruntimes-apiserver's own Service as runtimed reaches it
+// directly, past kube-apiserver's aggregation proxy: Server is its
+// https://host[:port], CA the PEM bundle that verifies it.
+type KruntimesAPI struct {
+	Server string
+	CA     []byte
+}
+
+// WithKruntimesAPI makes runtimed reach the kruntimes.io API at api instead
+// of through the Kubernetes API.
+func WithKruntimesAPI(api KruntimesAPI) Option {
+	return func(c *Controller) { c.kruntimesAPI = &api }
+}
+
 // syncTLSSecret issues the serving pair of rt's runtimed when the Secret is
 // missing, was made by another CA, or nears its expiry. It reads the Secret
 // by name: the controller may get, create and update Secrets, but watches

@@ -31,8 +31,13 @@ type Options struct {
 	PodUID        string
 	HealthAddress string
 	Kubeconfig    string
-	KubeAPIQPS    float32
-	KubeAPIBurst  int
+	// KruntimesAPIServer, when set, is where runtimed reaches the kruntimes.io
+	// API (its Runs: watch, reads, status writes) directly, past
+	// kube-apiserver's aggregation proxy, with KruntimesAPICA to verify it.
+	KruntimesAPIServer string
+	KruntimesAPICA     string
+	KubeAPIQPS         float32
+	KubeAPIBurst       int
 	// RuntimeName names the Runtime of this Pod, for logs.
 	RuntimeName string
 	// InvokeAddress serves the apiserver's invocations with mutual TLS from
@@ -82,15 +87,16 @@ func NewOptions() *Options {
 		host = "127.0.0.1"
 	}
 	return &Options{
-		RuntimeSocket: runtimepod.RuntimeSocket,
-		WorkspaceDir:  runtimepod.WorkspacePath,
-		Capacity:      1,
-		PodName:       os.Getenv(runtimepod.EnvPodName),
-		PodNamespace:  os.Getenv(runtimepod.EnvPodNamespace),
-		PodUID:        os.Getenv(runtimepod.EnvPodUID),
-		HealthAddress: net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedHealthPort)),
-		RuntimeName:   os.Getenv(runtimepod.EnvRuntime),
-		InvokeAddress: net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedInvokePort)),
+		RuntimeSocket:  runtimepod.RuntimeSocket,
+		WorkspaceDir:   runtimepod.WorkspacePath,
+		Capacity:       1,
+		PodName:        os.Getenv(runtimepod.EnvPodName),
+		PodNamespace:   os.Getenv(runtimepod.EnvPodNamespace),
+		PodUID:         os.Getenv(runtimepod.EnvPodUID),
+		HealthAddress:  net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedHealthPort)),
+		RuntimeName:    os.Getenv(runtimepod.EnvRuntime),
+		KruntimesAPICA: os.Getenv(runtimepod.EnvKruntimesAPICA),
+		InvokeAddress:  net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedInvokePort)),
 		// Every Run costs runtimed two status writes (claim, outcome); at
 		// client-go's default of 5 QPS a Pod would finish 2.5 Runs/s.
 		KubeAPIQPS:   200,
@@ -127,6 +133,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Float32Var(&o.KubeAPIQPS, "kube-api-qps", o.KubeAPIQPS, "Requests per second runtimed may send to the Kubernetes API; the API server's priority and fairness still applies.")
 	fs.IntVar(&o.KubeAPIBurst, "kube-api-burst", o.KubeAPIBurst, "Burst of requests runtimed may send to the Kubernetes API above --kube-api-qps.")
 	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Kubeconfig to reach the Kubernetes API; when empty, $KUBECONFIG and then the in-cluster configuration are used.")
+	fs.StringVar(&o.KruntimesAPIServer, "kruntimes-api-server", o.KruntimesAPIServer, "https://host[:port] of kruntimes-apiserver's own Service: runtimed reaches the kruntimes.io API there directly, with the same token, instead of through kube-apiserver's aggregation proxy; Leases and Events stay on the Kubernetes API. Needs $"+runtimepod.EnvKruntimesAPICA+", the PEM bundle that verifies that server. Empty: through the Kubernetes API.")
 	fs.StringVar(&o.RuntimeName, "runtime-name", o.RuntimeName, "Name of the Runtime of this Pod, for logs; defaults to $"+runtimepod.EnvRuntime+".")
 	fs.StringVar(&o.InvokeAddress, "invoke-address", o.InvokeAddress, "Address serving the apiserver's invocations (gRPC with mutual TLS); defaults to $"+runtimepod.EnvPodIP+" (or 127.0.0.1) on the invoke port.")
 	fs.StringVar(&o.InvokeCertFile, "invoke-tls-cert-file", o.InvokeCertFile, "Serving certificate of the invoke server, reloaded when the file changes; the invoke server is off without it.")
@@ -169,6 +176,14 @@ func (o *Options) Validate() error {
 	} {
 		if f.value == "" {
 			errs = append(errs, fmt.Errorf("%s is required; set it or $%s from the downward API", f.flag, f.env))
+		}
+	}
+	if o.KruntimesAPIServer != "" {
+		if u, err := url.Parse(o.KruntimesAPIServer); err != nil || u.Scheme != "https" || u.Host == "" || strings.TrimSuffix(u.Path, "/") != "" || u.RawQuery != "" {
+			errs = append(errs, fmt.Errorf("--kruntimes-api-server must be https://host[:port] with no path, got %q", o.KruntimesAPIServer))
+		}
+		if o.KruntimesAPICA == "" {
+			errs = append(errs, fmt.Errorf("--kruntimes-api-server needs $%s, the PEM bundle that verifies kruntimes-apiserver's serving certificate", runtimepod.EnvKruntimesAPICA))
 		}
 	}
 	if u, err := url.Parse(o.EndpointBase); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || strings.TrimSuffix(u.Path, "/") != "" {

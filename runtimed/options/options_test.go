@@ -8,6 +8,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/client-go/rest"
 
 	"kruntimes.io/kruntimes/apis/runtimepod"
 )
@@ -99,4 +100,42 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.want)
 		})
 	}
+}
+
+func TestKruntimesAPIServer(t *testing.T) {
+	t.Setenv(runtimepod.EnvPodName, "p")
+	t.Setenv(runtimepod.EnvPodNamespace, "ns")
+	t.Setenv(runtimepod.EnvPodUID, "uid")
+	parse := func(args ...string) *Options {
+		o := NewOptions()
+		fs := pflag.NewFlagSet("runtimed", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		require.NoError(t, fs.Parse(args))
+		return o
+	}
+
+	t.Setenv(runtimepod.EnvKruntimesAPICA, "")
+	err := parse("--kruntimes-api-server=https://kruntimes-apiserver.kruntimes-system.svc").Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "needs $"+runtimepod.EnvKruntimesAPICA)
+
+	t.Setenv(runtimepod.EnvKruntimesAPICA, "-----BEGIN CERTIFICATE-----")
+	err = parse("--kruntimes-api-server=http://kruntimes-apiserver.kruntimes-system.svc/apis").Validate()
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "--kruntimes-api-server must be https://host[:port] with no path")
+
+	o := parse("--kruntimes-api-server=https://kruntimes-apiserver.kruntimes-system.svc:443")
+	require.NoError(t, o.Validate())
+	kube := &rest.Config{Host: "https://10.96.0.1", BearerTokenFile: "/var/run/secrets/token", QPS: 200,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: "/var/run/secrets/ca.crt", ServerName: "kubernetes"}}
+	c := o.kruntimesConfig(kube)
+	assert.Equal(t, "https://kruntimes-apiserver.kruntimes-system.svc:443", c.Host)
+	assert.Equal(t, "/var/run/secrets/token", c.BearerTokenFile, "the same Pod-bound token")
+	assert.Equal(t, float32(200), c.QPS)
+	assert.Empty(t, c.CAFile, "the cluster's CA does not verify kruntimes-apiserver")
+	assert.Equal(t, []byte("-----BEGIN CERTIFICATE-----"), c.CAData)
+	assert.Empty(t, c.ServerName)
+	assert.Equal(t, "https://10.96.0.1", kube.Host, "the Kubernetes API config is left alone")
+
+	assert.Same(t, kube, parse().kruntimesConfig(kube), "without the flag, through the Kubernetes API")
 }

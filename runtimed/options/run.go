@@ -114,7 +114,7 @@ func (o *Options) Run(signalCtx context.Context) error {
 	if err != nil {
 		return err
 	}
-	runClient, err := versioned.NewForConfig(restConfig)
+	runClient, err := versioned.NewForConfig(o.kruntimesConfig(restConfig))
 	if err != nil {
 		return err
 	}
@@ -278,6 +278,20 @@ func (o *Options) restConfig() (*rest.Config, error) {
 	restConfig.ContentType = runtime.ContentTypeProtobuf
 	restConfig.AcceptContentTypes = runtime.ContentTypeProtobuf + "," + runtime.ContentTypeJSON
 	return restConfig, nil
+}
+
+// kruntimesConfig is restConfig for the kruntimes.io API: the same
+// credentials and limits, at --kruntimes-api-server when it is set, which
+// is verified with $KRUNTIMES_API_CA alone.
+func (o *Options) kruntimesConfig(restConfig *rest.Config) *rest.Config {
+	if o.KruntimesAPIServer == "" {
+		return restConfig
+	}
+	c := rest.CopyConfig(restConfig)
+	c.Host = o.KruntimesAPIServer
+	c.TLSClientConfig.CAFile, c.TLSClientConfig.CAData = "", []byte(o.KruntimesAPICA)
+	c.TLSClientConfig.ServerName, c.TLSClientConfig.Insecure = "", false
+	return c
 }
 
 // sweepWorkspaces removes the workspace directories of Runs that are not

@@ -435,6 +435,10 @@ func TestRefuses(t *testing.T) {
 			"install kruntimes into the namespace kruntimes-system"},
 		{"an unknown invokeEndpoint", []string{"--set", "invokeEndpoint=proxy"},
 			"invokeEndpoint must be aggregated or direct"},
+		{"an unknown runtimedAPI", []string{"--set", "runtimedAPI=proxy"},
+			"runtimedAPI must be aggregated or direct"},
+		{"runtimed direct with a serving Secret that need not hold ca.crt", []string{"--set", "runtimedAPI=direct", "--set", "tls.type=secret", "--set", "apiService.caBundle=Zm9v"},
+			"runtimedAPI=direct gives runtimed the serving Secret's ca.crt"},
 		{"direct with a serving Secret that need not hold ca.crt", []string{"--set", "invokeEndpoint=direct", "--set", "tls.type=secret", "--set", "apiService.caBundle=Zm9v"},
 			"invokeEndpoint=direct gives callers the serving Secret's ca.crt"},
 	} {
@@ -634,8 +638,9 @@ func TestNotes(t *testing.T) {
 }
 
 // TestInvokeEndpoint: invokeEndpoint=direct makes Ready functions advertise
-// the chart's Service, verified with the serving Secret's CA, which the
-// apiserver mounts; the default adds no flag (aggregated).
+// the chart's Service, and runtimedAPI=direct points runtimed at it, each
+// verified with the serving Secret's CA, which the apiserver mounts; the
+// defaults add no flag (aggregated).
 func TestInvokeEndpoint(t *testing.T) {
 	requireHelm(t)
 	for _, tc := range []struct {
@@ -654,6 +659,10 @@ func TestInvokeEndpoint(t *testing.T) {
 			"--invoke-direct-endpoint-base=https://kruntimes-apiserver.kruntimes-system.svc:8443",
 			"--invoke-direct-endpoint-ca-file=/var/run/kruntimes/serving-cert/ca.crt",
 		}},
+		{"runtimed direct", []string{"--set", "runtimedAPI=direct", "--set", "service.port=8443"}, []string{
+			"--runtimed-kruntimes-api-server=https://kruntimes-apiserver.kruntimes-system.svc:8443",
+			"--runtimed-kruntimes-api-ca-file=/var/run/kruntimes/serving-cert/ca.crt",
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, err := Template(testContext(t), repoRoot, tc.args...)
@@ -671,7 +680,7 @@ func TestInvokeEndpoint(t *testing.T) {
 			require.NoError(t, err)
 			var invokeArgs []string
 			for _, a := range cs[0].(map[string]any)["args"].([]any) {
-				if strings.HasPrefix(a.(string), "--invoke-") {
+				if strings.HasPrefix(a.(string), "--invoke-") || strings.HasPrefix(a.(string), "--runtimed-kruntimes-api-") {
 					invokeArgs = append(invokeArgs, a.(string))
 				}
 			}

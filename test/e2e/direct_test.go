@@ -134,3 +134,53 @@ func TestDirectInvoke(t *testing.T) {
 		assert.True(t, strings.HasPrefix(run.Status.Endpoint.URL, f.Cluster.APIServerURL+"/"), "%s", run.Status.Endpoint.URL)
 	})
 }
+
+// TestRuntimedReachesItsRunsDirectly: with --runtimed-kruntimes-api-server
+// (the local cluster's default), runtimed writes its Runs' status straight
+// to kruntimes-apiserver with its Pod-bound token: kruntimes-apiserver
+// audits those writes as direct, and kube-apiserver never sees them.
+func TestRuntimedReachesItsRunsDirectly(t *testing.T) {
+	f := framework.Get(t)
+	require.False(t, f.Cluster.Config().RuntimedThroughAggregation, "the e2e cluster runs runtimed direct")
+	runs := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "rtdirect")
+	ctx := framework.Context(t, 5*time.Minute)
+	_, err := runs.KruntimesV1alpha1().Runtimes(ns).Create(ctx, newTestRuntime("bash", 1, 2), metav1.CreateOptions{})
+	require.NoError(t, err)
+	createRun(ctx, t, runs, ns, taskRun("direct", "echo direct"))
+	done := waitForRun(ctx, t, runs, ns, "direct", functionTimeout, "Succeeded", inPhase(lifecycle.Succeeded))
+
+	statusWrites := func(path string) []auditEvent {
+		data, err := os.ReadFile(path)
+		require.NoError(t, err)
+		var found []auditEvent
+		for _, line := range strings.Split(string(data), "\n") {
+			var e auditEvent
+			if json.Unmarshal([]byte(line), &e) == nil && e.Stage == "ResponseComplete" && e.ObjectRef.Subresource == "status" &&
+				e.ObjectRef.Namespace == ns && e.ObjectRef.Name == "direct" {
+				found = append(found, e)
+			}
+		}
+		return found
+	}
+	runtimedUser := "system:serviceaccount:" + ns + ":"
+	var byRuntimed []auditEvent
+	err = framework.Poll(ctx, framework.PollInterval, framework.ShortTimeout, func(_ context.Context, seen *framework.Observed) (bool, error) {
+		byRuntimed = byRuntimed[:0]
+		for _, e := range statusWrites(f.Cluster.KruntimesAuditLogPath()) {
+			if strings.HasPrefix(e.User.Username, runtimedUser) {
+				byRuntimed = append(byRuntimed, e)
+			}
+		}
+		seen.State("%d status writes by a ServiceAccount of %s", len(byRuntimed), ns)
+		return len(byRuntimed) >= 2, nil
+	})
+	require.NoError(t, err, "runtimed claimed and finished Run %s/direct (on Pod %s)", ns, done.Status.AssignedPod)
+	for _, e := range byRuntimed {
+		assert.Equal(t, entrypoint.Direct, e.Annotations[entrypoint.AuditAnnotation], "runtimed's write (%s) came direct", e.User.Username)
+		assert.Equal(t, http.StatusOK, e.ResponseStatus.Code)
+	}
+	for _, e := range statusWrites(f.Cluster.AuditLogPath()) {
+		assert.False(t, strings.HasPrefix(e.User.Username, runtimedUser), "kube-apiserver proxied a status write of runtimed (%s)", e.User.Username)
+	}
+}

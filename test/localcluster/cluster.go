@@ -59,6 +59,11 @@ type Config struct {
 	// (default 1), behind a Service front that hands each new connection to
 	// the next ready one. More than one needs KruntimesStorage etcd3.
 	KruntimesReplicas int
+	// RuntimedThroughAggregation makes runtimed reach the kruntimes.io API
+	// through kube-apiserver's aggregation proxy, as it does without
+	// --runtimed-kruntimes-api-server; by default it reaches
+	// kruntimes-apiserver (or its Service front) directly.
+	RuntimedThroughAggregation bool
 	// KruntimesArgs are extra flags of kruntimes-apiserver, after the ones
 	// the cluster sets, e.g. a short --recovery-heartbeat-grace-period.
 	KruntimesArgs []string
@@ -411,7 +416,8 @@ func (c *Cluster) apiServerArgs(etcdURL string, port int) []string {
 	return args
 }
 
-// auditPolicy records every invocation, with its user, Run and response
+// auditPolicy records every invocation and every write of a Run's status
+// (which way runtimed's came), with its user, Run and response
 // code, and nothing else: invoke is the call users most need to account
 // for, and the one no peer audits per call.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
@@ -422,6 +428,11 @@ rules:
   resources:
   - group: kruntimes.io
     resources: ["runs/invoke"]
+- level: Metadata
+  verbs: ["update", "patch"]
+  resources:
+  - group: kruntimes.io
+    resources: ["runs/status"]
 - level: None
 `
 

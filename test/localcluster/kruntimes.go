@@ -152,6 +152,27 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 	pool.AppendCertsFromPEM(caPEM)
 	backends := make([]string, n)
 	for i, port := range ports {
+		backends[i] = fmt.Sprintf("127.0.0.1:%d", port)
+	}
+	// Direct callers, and runtimed, reach the first replica, or with more
+	// than one the Service front, which is up before them.
+	port := ports[0]
+	c.KruntimesURL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	if n > 1 {
+		// The front lives as long as the cluster, not this start call.
+		frontCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+		front, err := startServiceFront(frontCtx, "127.0.0.1:0", backends, tlsWithRoots(pool))
+		if err != nil {
+			stop()
+			return err
+		}
+		c.front, c.stopFront = front, stop
+		_, frontPort, _ := net.SplitHostPort(front.Addr())
+		port, _ = strconv.Atoi(frontPort)
+		c.KruntimesURL = "https://" + front.Addr()
+		c.progress("Service front of %d kruntimes-apiserver replicas on 127.0.0.1:%d (each new connection to the next ready one)", n, port)
+	}
+	for i, port := range ports {
 		name, debugSocket, auditLog := repobin.APIServer.Name, filepath.Join(dir, "debug.sock"), c.KruntimesAuditLogPath()
 		if i > 0 {
 			name, debugSocket = fmt.Sprintf("%s-%d", name, i), filepath.Join(dir, fmt.Sprintf("debug-%d.sock", i))
@@ -187,6 +208,10 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 			"--audit-log-maxsize=100",
 			"--audit-log-maxbackup=1",
 		}
+		if !c.cfg.RuntimedThroughAggregation {
+			// runtimed reaches this API as a Pod reaches the Service.
+			args = append(args, "--runtimed-kruntimes-api-server="+c.KruntimesURL, "--runtimed-kruntimes-api-ca-file="+c.pki.clusterCA())
+		}
 		args = append(args, storage...)
 		args = append(args, c.cfg.KruntimesArgs...)
 		replica := replicaStart{logDir: logDir, name: name, args: args, readyz: fmt.Sprintf("https://127.0.0.1:%d/readyz", port), tls: tlsWithRoots(pool)}
@@ -197,24 +222,6 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 		c.components = append(c.components, proc)
 		c.kruntimesUp = append(c.kruntimesUp, proc)
 		c.kruntimesStarts = append(c.kruntimesStarts, replica)
-		backends[i] = fmt.Sprintf("127.0.0.1:%d", port)
-	}
-	port := ports[0]
-	// Direct callers reach the first replica (or the front, below).
-	c.KruntimesURL = fmt.Sprintf("https://127.0.0.1:%d", port)
-	if n > 1 {
-		// The front lives as long as the cluster, not this start call.
-		frontCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
-		front, err := startServiceFront(frontCtx, "127.0.0.1:0", backends, tlsWithRoots(pool))
-		if err != nil {
-			stop()
-			return err
-		}
-		c.front, c.stopFront = front, stop
-		_, frontPort, _ := net.SplitHostPort(front.Addr())
-		port, _ = strconv.Atoi(frontPort)
-		c.KruntimesURL = "https://" + front.Addr()
-		c.progress("Service front of %d kruntimes-apiserver replicas on 127.0.0.1:%d (each new connection to the next ready one)", n, port)
 	}
 	proc := c.kruntimesUp[0]
 	if n > 1 {

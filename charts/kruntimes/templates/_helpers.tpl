@@ -73,6 +73,12 @@ wrong values file fails at helm template/install rather than in the cluster.
 {{- if not (has .Values.invokeEndpoint (list "aggregated" "direct")) }}
 {{- fail (printf "invokeEndpoint must be aggregated or direct, not %q" .Values.invokeEndpoint) }}
 {{- end }}
+{{- if not (has .Values.runtimedAPI (list "aggregated" "direct")) }}
+{{- fail (printf "runtimedAPI must be aggregated or direct, not %q" .Values.runtimedAPI) }}
+{{- end }}
+{{- if and (eq .Values.runtimedAPI "direct") (eq .Values.tls.type "secret") .Values.apiService.caBundle }}
+{{- fail "runtimedAPI=direct gives runtimed the serving Secret's ca.crt, but with tls.type=secret and apiService.caBundle that Secret need not have one: put ca.crt in the Secret and unset apiService.caBundle, or keep runtimedAPI=aggregated" }}
+{{- end }}
 {{- if and (eq .Values.invokeEndpoint "direct") (eq .Values.tls.type "secret") .Values.apiService.caBundle }}
 {{- fail "invokeEndpoint=direct gives callers the serving Secret's ca.crt, but with tls.type=secret and apiService.caBundle that Secret need not have one: put ca.crt in the Secret and unset apiService.caBundle, or keep invokeEndpoint=aggregated" }}
 {{- end }}

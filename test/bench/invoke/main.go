@@ -28,7 +28,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -197,8 +196,7 @@ func run(ctx context.Context, o options) error {
 
 	// The local cluster's processes are the descendants of the one holding
 	// its state directory's lock; their CPU is reported per request.
-	lock, _ := os.ReadFile(filepath.Join(o.state, "lock"))
-	clusterPID, _ := strconv.Atoi(strings.TrimSpace(string(lock)))
+	clusterPID := cputime.ClusterPID(o.state)
 
 	paths := []struct {
 		name string
@@ -249,7 +247,7 @@ func run(ctx context.Context, o options) error {
 			fmt.Printf("%-16s %12d %10s %10s %10s %12.0f\n", p.name, c, pct(latencies, 50), pct(latencies, 99),
 				latencies[len(latencies)-1].Round(10*time.Microsecond), float64(len(latencies))/elapsed.Seconds())
 			if clusterPID > 0 {
-				fmt.Printf("%16s cpu per request: %s\n", "", cpuPerRequest(before, after, len(latencies)))
+				fmt.Printf("%16s cpu per request: %s\n", "", cputime.PerOp(before, after, len(latencies)))
 			}
 		}
 	}
@@ -343,18 +341,6 @@ func runtimeSocket(pod *corev1.Pod) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("no runtimed of Pod %s on this machine: run the benchmark on the local cluster's machine", pod.Name)
-}
-
-// cpuPerRequest is the CPU each process (by command name, as the kernel
-// shortens it) used between two samples, divided by the requests made.
-func cpuPerRequest(before, after map[string]time.Duration, requests int) string {
-	var parts []string
-	for _, command := range slices.Sorted(maps.Keys(after)) {
-		if used := after[command] - before[command]; used > 0 {
-			parts = append(parts, fmt.Sprintf("%s %.3f ms", command, float64(used.Microseconds())/1e3/float64(requests)))
-		}
-	}
-	return strings.Join(parts, ", ")
 }
 
 func pct(d []time.Duration, p int) string {

@@ -48,6 +48,7 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
+	"kruntimes.io/kruntimes/test/bench/cputime"
 )
 
 type options struct {
@@ -66,6 +67,7 @@ type options struct {
 	profileOut      string
 	profileDelay    time.Duration
 	profileSeconds  int
+	stateDir        string
 }
 
 func main() {
@@ -85,6 +87,7 @@ func main() {
 	flag.StringVar(&o.profileOut, "profile-out", "kruntimes-apiserver.cpu.pb.gz", "Where to write the CPU profile.")
 	flag.DurationVar(&o.profileDelay, "profile-delay", 5*time.Second, "Start the CPU profile this long after the first create.")
 	flag.IntVar(&o.profileSeconds, "profile-seconds", 30, "Length of the CPU profile; the batch must last longer than --profile-delay plus this.")
+	flag.StringVar(&o.stateDir, "state-dir", ".local/cluster", "The local cluster's state directory: the CPU its processes used during the batch is reported per Run, by command. Ignored when no local cluster holds it.")
 	flag.Parse()
 	modes := []lifecycle.Mode{lifecycle.ModeTask}
 	switch o.mode {
@@ -255,6 +258,8 @@ func run(ctx context.Context, o options, mode lifecycle.Mode) error {
 			fail(fmt.Errorf("%s was not done within %s: %w", name, o.timeout, ctx.Err()))
 		}
 	}
+	clusterPID := cputime.ClusterPID(o.stateDir)
+	cpuBefore := cputime.ByCommand(clusterPID)
 	work := make(chan int)
 	start := time.Now()
 	var window profileWindow
@@ -307,6 +312,9 @@ feed:
 		return firstErr
 	}
 	report(o, mode, samples, time.Since(start))
+	if clusterPID > 0 {
+		fmt.Printf("cpu per Run: %s\n", cputime.PerOp(cpuBefore, cputime.ByCommand(clusterPID), len(samples)))
+	}
 	if o.profileSocket != "" {
 		bound := 0
 		for _, s := range samples {

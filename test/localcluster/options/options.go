@@ -31,6 +31,9 @@ type Options struct {
 	Storage    string
 	// Replicas is the number of kruntimes-apiserver processes.
 	Replicas int
+	// RuntimedAPI is how runtimed reaches the kruntimes.io API: direct or
+	// aggregated.
+	RuntimedAPI string
 	// KruntimesArgs are extra flags of kruntimes-apiserver.
 	KruntimesArgs []string
 	Build         bool
@@ -43,13 +46,14 @@ type Options struct {
 // directory, kruntimes-apiserver required on its embedded storage.
 func NewOptions(out io.Writer) *Options {
 	return &Options{
-		NodeName:  localcluster.DefaultNodeName,
-		PodIPBase: "127.100.0.0",
-		Kruntimes: string(localcluster.KruntimesRequired),
-		Storage:   "embedded",
-		Replicas:  1,
-		Build:     true,
-		Out:       out,
+		NodeName:    localcluster.DefaultNodeName,
+		PodIPBase:   "127.100.0.0",
+		Kruntimes:   string(localcluster.KruntimesRequired),
+		Storage:     "embedded",
+		Replicas:    1,
+		RuntimedAPI: "direct",
+		Build:       true,
+		Out:         out,
 	}
 }
 
@@ -92,6 +96,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Kruntimes, "kruntimes-apiserver", o.Kruntimes, "How to run kruntimes-apiserver: required (a host process), chart (helm upgrade --install of charts/kruntimes: the chart's Deployment, Service, PVC, RBAC and APIService; needs bin/helm), or disabled (Kubernetes alone).")
 	fs.StringVar(&o.Storage, "kruntimes-storage", o.Storage, "kruntimes-apiserver's storage backend: embedded (a file in the state directory), or etcd3 (the cluster's etcd, under /kruntimes).")
 	fs.IntVar(&o.Replicas, "kruntimes-apiserver-replicas", o.Replicas, "How many kruntimes-apiserver processes to run, behind a Service front that hands each new connection to the next one whose /readyz passes; more than 1 needs --kruntimes-storage=etcd3. The hosted controllers elect one leader among them.")
+	fs.StringVar(&o.RuntimedAPI, "runtimed-api", o.RuntimedAPI, "How Runtime Pods' runtimed reach the kruntimes.io API: direct (kruntimes-apiserver, or its Service front, as in-cluster Pods reach its Service; kruntimes-apiserver --runtimed-kruntimes-api-server) or aggregated (through kube-apiserver).")
 	fs.StringArrayVar(&o.KruntimesArgs, "kruntimes-apiserver-arg", o.KruntimesArgs, "An extra flag of kruntimes-apiserver, e.g. --kruntimes-apiserver-arg=--recovery-heartbeat-grace-period=5s; repeat for more.")
 	fs.BoolVar(&o.Build, "build", o.Build, "Build the repository binaries container images map to (bin/runtimed, bin/e2e-testserver, …) before starting.")
 }
@@ -135,6 +140,9 @@ func (o *Options) Validate(args []string) error {
 	case o.Replicas > 1 && o.Storage != "etcd3":
 		errs = append(errs, fmt.Errorf("--kruntimes-apiserver-replicas=%d needs --kruntimes-storage=etcd3: the embedded backend's data file has one writer", o.Replicas))
 	}
+	if o.RuntimedAPI != "direct" && o.RuntimedAPI != "aggregated" {
+		errs = append(errs, fmt.Errorf("--runtimed-api must be direct or aggregated, got %q", o.RuntimedAPI))
+	}
 	switch localcluster.KruntimesMode(o.Kruntimes) {
 	case localcluster.KruntimesRequired, localcluster.KruntimesDisabled:
 	case localcluster.KruntimesChart:
@@ -153,16 +161,17 @@ func (o *Options) Validate(args []string) error {
 // Config is the cluster the flags describe.
 func (o *Options) Config() localcluster.Config {
 	return localcluster.Config{
-		RepoRoot:          o.RepoRoot,
-		StateDir:          o.StateDir,
-		KubeconfigPath:    o.Kubeconfig,
-		NodeName:          o.NodeName,
-		PodIPBase:         net.ParseIP(o.PodIPBase).To4(),
-		Kruntimes:         localcluster.KruntimesMode(o.Kruntimes),
-		KruntimesStorage:  o.Storage,
-		KruntimesArgs:     o.KruntimesArgs,
-		KruntimesReplicas: o.Replicas,
-		Progress:          o.Out,
+		RepoRoot:                   o.RepoRoot,
+		StateDir:                   o.StateDir,
+		KubeconfigPath:             o.Kubeconfig,
+		NodeName:                   o.NodeName,
+		PodIPBase:                  net.ParseIP(o.PodIPBase).To4(),
+		Kruntimes:                  localcluster.KruntimesMode(o.Kruntimes),
+		KruntimesStorage:           o.Storage,
+		KruntimesArgs:              o.KruntimesArgs,
+		KruntimesReplicas:          o.Replicas,
+		RuntimedThroughAggregation: o.RuntimedAPI == "aggregated",
+		Progress:                   o.Out,
 	}
 }
 

@@ -34,6 +34,9 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		{name: "the defaults are valid", podIPs: "127.100.0.0"},
 		{name: "Pod IPs off loopback are refused", podIPs: "10.0.0.0", wantErr: "is not a 127.x.0.0 address"},
 		{name: "an IPv6 base is refused", podIPs: "::1", wantErr: "is not a 127.x.0.0 address"},
+		{name: "runtimed through aggregation is valid", podIPs: "127.100.0.0", mutate: func(o *Options) { o.RuntimedAPI = "aggregated" }},
+		{name: "an unknown way for runtimed is refused", podIPs: "127.100.0.0", mutate: func(o *Options) { o.RuntimedAPI = "proxy" },
+			wantErr: "--runtimed-api must be direct or aggregated"},
 		{name: "an argument is refused", args: []string{"up"}, podIPs: "127.100.0.0", wantErr: "takes no arguments"},
 	}
 	for _, tc := range cases {
