@@ -1,16 +1,17 @@
 package e2e
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -313,15 +314,13 @@ func TestInvoke(t *testing.T) {
 			return answer{code: resp.StatusCode, header: resp.Header, body: data}
 		}
 
-		// The body stalls after its first 64 KiB until the answer is read:
-		// kruntimes must answer from the Content-Length alone. (Sent whole,
-		// the client could still be writing when kube-apiserver closes the
-		// connection after the early answer, and the reset that follows
-		// would beat the answer to the client.)
+		// Sent on a connection of its own, read apart from the writes:
+		// kube-apiserver answers the 413 early and closes the connection
+		// with the body unread, so the client's writes meet a reset, and
+		// net/http's client then returns its write error rather than the
+		// answer it had already received.
 		big := append([]byte(`"`), append(bytes.Repeat([]byte("x"), 1<<20), '"')...)
-		answered := make(chan struct{})
-		a := send(&stallingReader{r: bytes.NewReader(big), n: 64 << 10, release: answered}, int64(len(big)))
-		close(answered)
+		a := postEarlyAnswered(ctx, t, tlsConfig, f.AdminConfig.Host+invokePath(ns, "echo"), f.AdminConfig.BearerToken, big)
 		assert.Equal(t, http.StatusRequestEntityTooLarge, a.code, "a body over 1 MiB with a Content-Length is refused before it is read: %s", a.body)
 
 		// A body of unknown length must be read to be judged, and reading it
@@ -720,23 +719,42 @@ func mustReadFile(t *testing.T, path string) []byte {
 	return data
 }
 
-// stallingReader reads the first n bytes of r, then blocks until release
-// is closed and fails: a client still sending, as long as the test wants.
-type stallingReader struct {
-	r       io.Reader
-	n       int
-	release <-chan struct{}
-}
+// postEarlyAnswered POSTs body over HTTP/1.1 on a TLS connection of its
+// own with Expect: 100-continue, writes the body only after a 100 Continue
+// and in the background, ignoring write errors, and returns the final
+// answer: what a client that reads while it sends (curl) sees of an answer
+// given before the body was read.
+func postEarlyAnswered(ctx context.Context, t *testing.T, tlsConfig *tls.Config, target, token string, body []byte) answer {
+	t.Helper()
+	u, err := url.Parse(target)
+	require.NoError(t, err)
+	config := tlsConfig.Clone()
+	config.NextProtos = []string{"http/1.1"}
+	conn, err := (&tls.Dialer{Config: config}).DialContext(ctx, "tcp", u.Host)
+	require.NoError(t, err)
+	defer conn.Close()
+	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
+	defer stop()
 
-func (s *stallingReader) Read(p []byte) (int, error) {
-	if s.n <= 0 {
-		<-s.release
-		return 0, errors.New("the test stopped sending the body")
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, nil)
+	require.NoError(t, err)
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\nExpect: 100-continue\r\n", u.RequestURI(), u.Host, len(body))
+	if token != "" {
+		head += "Authorization: Bearer " + token + "\r\n"
 	}
-	if len(p) > s.n {
-		p = p[:s.n]
+	_, err = io.WriteString(conn, head+"\r\n")
+	require.NoError(t, err)
+	reader := bufio.NewReader(conn)
+	for {
+		resp, err := http.ReadResponse(reader, req)
+		require.NoError(t, err, "reading the answer")
+		if resp.StatusCode == http.StatusContinue {
+			go func() { _, _ = conn.Write(body) }()
+			continue
+		}
+		defer resp.Body.Close()
+		data, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return answer{code: resp.StatusCode, header: resp.Header, body: data}
 	}
-	n, err := s.r.Read(p)
-	s.n -= n
-	return n, err
 }
