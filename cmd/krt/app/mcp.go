@@ -74,7 +74,7 @@ func newMCPCommand(flags *genericclioptions.ConfigFlags, streams genericiooption
 	o := &mcpOptions{}
 	cmd := &cobra.Command{
 		Use:   "mcp [-n NAMESPACE[,NAMESPACE...] | -A] [-l SELECTOR] [--listen HOST:PORT]",
-		Short: "Serve the namespace's Ready function Runs as Model Context Protocol tools, over stdio or HTTP",
+		Short: "Serve the Ready function Runs of one or more namespaces as Model Context Protocol tools, over stdio or HTTP",
 		Long: `Serve the Ready function Runs of a namespace that match the label selector
 (default ` + DefaultToolSelector + `) and that you may invoke (create runs/invoke,
 asked with a SelfSubjectAccessReview per Run, cached 30s) as Model Context
