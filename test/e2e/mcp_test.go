@@ -556,6 +556,41 @@ func TestKrtMCPHTTP(t *testing.T) {
 		names, _ := toolNames(ctx, t, agent)
 		assert.Equal(t, []string{"forecast", "late"}, names)
 	})
+
+	t.Run("a listen address that is not loopback is refused at start without TLS", func(t *testing.T) {
+		cmd := exec.CommandContext(ctx, filepath.Join(f.RepoRoot, "bin", "krt"), "--kubeconfig="+kubeconfigFor(t, f.AdminConfig, ""), "-n", ns, "mcp", "--listen", "0.0.0.0:0")
+		out, err := cmd.CombinedOutput()
+		var exit *exec.ExitError
+		require.ErrorAs(t, err, &exit, "%s", out)
+		assert.Equal(t, 1, exit.ExitCode())
+		assert.Contains(t, string(out), `--listen "0.0.0.0:0" is not a loopback address`)
+		assert.Contains(t, string(out), "--tls-cert-file and --tls-private-key-file")
+	})
+
+	// Reported, not asserted: what a tools/call costs over streamable
+	// HTTP (TestKrtMCP measures the same over stdio).
+	t.Run("tools/call round trip over HTTP against a direct invoke", func(t *testing.T) {
+		const n = 40
+		p := func(d []time.Duration, q float64) time.Duration {
+			sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+			return d[int(float64(len(d)-1)*q)]
+		}
+		agentRuns, err := versioned.NewForConfig(bearerConfigFor(f.AdminConfig, agentToken))
+		require.NoError(t, err)
+		var viaMCP, direct []time.Duration
+		for range n {
+			start := time.Now()
+			r, err := agent.CallTool(ctx, &mcp.CallToolParams{Name: "forecast", Arguments: map[string]any{"city": "Oslo"}})
+			require.NoError(t, err)
+			require.False(t, r.IsError)
+			viaMCP = append(viaMCP, time.Since(start))
+			start = time.Now()
+			_, err = agentRuns.KruntimesV1alpha1().Runs(ns).Invoke(ctx, "forecast", []byte(`{"city":"Oslo"}`), typedv1alpha1.InvokeOptions{})
+			require.NoError(t, err)
+			direct = append(direct, time.Since(start))
+		}
+		t.Logf("tools/call via krt mcp over HTTP: p50 %v p99 %v; direct Invoke: p50 %v p99 %v (%d each)", p(viaMCP, 0.5), p(viaMCP, 0.99), p(direct, 0.5), p(direct, 0.99), n)
+	})
 }
 
 func krtMCPListenArgs(ctx context.Context, t *testing.T, f *framework.Framework, kubeconfig, ns string, args ...string) string {
@@ -800,4 +835,131 @@ func TestKrtMCPToolsListScale(t *testing.T) {
 	}
 	t.Logf("tools/list, %d tools of %d Runs: new session connect p50 %v max %v; first list p50 %v max %v (5 sessions); later lists p50 %v p99 %v (50); a list of the %d Runs as the agent p50 %v",
 		invocable, total, p(connect, 0.5), p(connect, 1), p(cold, 0.5), p(cold, 1), p(warm, 0.5), p(warm, 0.99), total, p(lists, 0.5))
+}
+
+// bindClusterRoles binds the ClusterRoles, in namespace ns, to the
+// ServiceAccount saNamespace/sa.
+func bindClusterRoles(ctx context.Context, t *testing.T, f *framework.Framework, ns, saNamespace, sa string, roles ...string) {
+	t.Helper()
+	for _, role := range roles {
+		_, err := f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: saNamespace + "-" + sa + "-" + role},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa, Namespace: saNamespace}},
+		}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+}
+
+// TestKrtMCPNamespaces: krt mcp -n A,B -n C --listen serves the tools of
+// several namespaces to each session as its token, named NAMESPACE.NAME: a
+// Run name in two namespaces is two tools, each called in its own
+// namespace; a namespace the token may not read (C) is skipped; a tool
+// appearing in the second namespace is announced with list_changed. Over
+// stdio, -A serves every namespace's tools to a ServiceAccount allowed
+// cluster-wide, with the same names.
+func TestKrtMCPNamespaces(t *testing.T) {
+	f := framework.Get(t)
+	runs := controllersClient(t, f)
+	nsA := f.CreateNamespace(t, "mcpns")
+	nsB := f.CreateNamespace(t, "mcpns")
+	nsC := f.CreateNamespace(t, "mcpns")
+	ctx := framework.Context(t, 6*time.Minute)
+	tool := func(run *v1alpha1.Run) *v1alpha1.Run {
+		run.Labels = map[string]string{"kruntimes.io/tool": "true"}
+		return run
+	}
+	for _, ns := range []string{nsA, nsB} {
+		_, err := runs.KruntimesV1alpha1().Runtimes(ns).Create(ctx, functionRuntime("python", "python", 8), metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	// forecast in A forecasts; forecast in B is another function under
+	// the same name, so each answer says which namespace was called.
+	createRun(ctx, t, runs, nsA, tool(functionRun("forecast", "python", "tools.py", mcpHandlers, "tools.forecast")))
+	createRun(ctx, t, runs, nsA, tool(functionRun("boom", "python", "tools.py", mcpHandlers, "tools.boom")))
+	createRun(ctx, t, runs, nsB, tool(functionRun("forecast", "python", "tools.py", mcpHandlers, "tools.slow")))
+	for _, run := range []string{nsA + "/forecast", nsA + "/boom", nsB + "/forecast"} {
+		ns, name, _ := strings.Cut(run, "/")
+		out, err := f.Kubectl(ctx, "-n", ns, "wait", "--for=condition=Ready", "run/"+name, "--timeout=120s")
+		require.NoError(t, err, "kubectl wait --for=condition=Ready run/%s: %s", run, out)
+	}
+	_, token := serviceAccountConfig(ctx, t, f, nsA, "agent", "kruntimes-view", "kruntimes-invoker")
+	bindClusterRoles(ctx, t, f, nsB, nsA, "agent", "kruntimes-view", "kruntimes-invoker")
+	// sorted: toolNames sorts what it lists.
+	sorted := func(names ...string) []string {
+		sort.Strings(names)
+		return names
+	}
+	wantTools := sorted(nsA+".boom", nsA+".forecast", nsB+".forecast")
+	withLate := sorted(append(append([]string{}, wantTools...), nsB+".late")...)
+
+	t.Run("over HTTP, -n A,B -n C serves A's and B's tools as NAMESPACE.NAME and skips C", func(t *testing.T) {
+		url := krtMCPListenWith(ctx, t, f, []string{"--kubeconfig=" + kubeconfigFor(t, f.AdminConfig, ""), "mcp",
+			"-n", nsA + "," + nsB, "-n", nsC, "--listen", "127.0.0.1:0"})
+		changed := make(chan struct{}, 16)
+		agent := mcpHTTPSession(ctx, t, url, token, &mcp.ClientOptions{
+			ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) {
+				select {
+				case changed <- struct{}{}:
+				default:
+				}
+			},
+		})
+		names, _ := toolNames(ctx, t, agent)
+		assert.Equal(t, wantTools, names)
+
+		out := callJSON(ctx, t, agent, nsA+".forecast", map[string]any{"city": "Bergen"})
+		assert.Equal(t, "Bergen", out["city"], "A's forecast")
+		out = callJSON(ctx, t, agent, nsB+".forecast", map[string]any{"sleep": 0})
+		assert.Contains(t, out, "slept", "B's forecast")
+		assert.Contains(t, callError(ctx, t, agent, nsA+".boom", map[string]any{}), "ValueError: no good")
+
+		for len(changed) > 0 {
+			<-changed
+		}
+		createRun(ctx, t, runs, nsB, tool(functionRun("late", "python", "tools.py", mcpHandlers, "tools.forecast")))
+		select {
+		case <-changed:
+		case <-time.After(2 * time.Minute):
+			t.Fatal("no notifications/tools/list_changed after a Run of the second namespace became Ready")
+		}
+		require.NoError(t, framework.Poll(ctx, framework.PollInterval, time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+			names, _ := toolNames(ctx, t, agent)
+			seen.State("tools %v", names)
+			return assert.ObjectsAreEqual(withLate, names), nil
+		}))
+	})
+
+	t.Run("over stdio, -A serves every namespace's tools to a ServiceAccount allowed cluster-wide", func(t *testing.T) {
+		_, clusterToken := serviceAccountConfig(ctx, t, f, nsC, "cluster-agent")
+		for _, role := range []string{"kruntimes-view", "kruntimes-invoker"} {
+			name := nsC + "-cluster-agent-" + role
+			_, err := f.Client.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+				Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "cluster-agent", Namespace: nsC}},
+			}, metav1.CreateOptions{})
+			require.NoError(t, err)
+			t.Cleanup(func() {
+				_ = f.Client.RbacV1().ClusterRoleBindings().Delete(context.Background(), name, metav1.DeleteOptions{})
+			})
+		}
+		cmd := exec.Command(filepath.Join(f.RepoRoot, "bin", "krt"), "--kubeconfig="+kubeconfigFor(t, f.AdminConfig, clusterToken), "mcp", "-A")
+		cmd.Stderr = &testWriter{t: t}
+		session, err := mcp.NewClient(&mcp.Implementation{Name: "e2e", Version: "v0"}, nil).Connect(ctx, &mcp.CommandTransport{Command: cmd}, nil)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = session.Close() })
+		// Other tests' tools may be listed too: those of this test's
+		// namespaces are exactly A's and B's.
+		names, _ := toolNames(ctx, t, session)
+		var ours []string
+		for _, name := range names {
+			if strings.HasPrefix(name, nsA+".") || strings.HasPrefix(name, nsB+".") || strings.HasPrefix(name, nsC+".") {
+				ours = append(ours, name)
+			}
+		}
+		assert.Equal(t, withLate, ours)
+		out := callJSON(ctx, t, session, nsB+".late", map[string]any{"city": "Oslo"})
+		assert.Equal(t, "Oslo", out["city"])
+	})
 }

@@ -57,21 +57,25 @@ const accessTTL = 30 * time.Second
 const maxToolNameLen = 128
 
 type mcpOptions struct {
-	selector    string
-	timeout     time.Duration
-	listen      string
-	sandbox     string
-	tlsCertFile string
-	tlsKeyFile  string
-	idleTimeout time.Duration
+	// namespaces are the values of -n (each may list several,
+	// comma-separated); allNamespaces is -A.
+	namespaces    []string
+	allNamespaces bool
+	selector      string
+	timeout       time.Duration
+	listen        string
+	sandbox       string
+	tlsCertFile   string
+	tlsKeyFile    string
+	idleTimeout   time.Duration
 }
 
 func newMCPCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
 	o := &mcpOptions{}
 	cmd := &cobra.Command{
-		Use:   "mcp [-n NAMESPACE] [-l SELECTOR] [--listen HOST:PORT]",
-		Short: "Serve the namespace's Ready function Runs as Model Context Protocol tools, over stdio or HTTP",
-		Long: `Serve the Ready function Runs of one namespace that match the label selector
+		Use:   "mcp [-n NAMESPACE[,NAMESPACE...] | -A] [-l SELECTOR] [--listen HOST:PORT]",
+		Short: "Serve the Ready function Runs of one or more namespaces as Model Context Protocol tools, over stdio or HTTP",
+		Long: `Serve the Ready function Runs of a namespace that match the label selector
 (default ` + DefaultToolSelector + `) and that you may invoke (create runs/invoke,
 asked with a SelfSubjectAccessReview per Run, cached 30s) as Model Context
 Protocol tools, over stdio (JSON-RPC on standard input and output), as the
@@ -80,7 +84,17 @@ official Go SDK implements; older revisions are negotiated).
 
 Each tool is named after its Run: the Run's name when it is at most 128
 characters, else its first 119 characters, "-" and 8 hex digits of the
-name's SHA-256. Its description is spec.mode.function.description, its
+name's SHA-256.
+
+-n may name several namespaces (-n a,b or -n a -n b), and -A serves all
+of them (one watch of the whole cluster's Runs, so the caller needs list
+and watch of runs in every namespace). Then each tool is named
+NAMESPACE.NAME instead (a namespace has no "."), shortened the same way
+when longer than 128 characters, so names never collide across
+namespaces. A namespace the caller may not list Runs in is skipped (and
+said on standard error) when several are named.
+
+A tool's description is spec.mode.function.description, its
 inputSchema spec.mode.function.schema.input ({"type":"object"} when unset),
 its outputSchema schema.output. The list follows a watch of the Runs, and
 notifications/tools/list_changed is sent when it changes.
@@ -121,6 +135,9 @@ ends, or after its idle timeout.`,
 			return nil
 		},
 	}
+	// -n here shadows kubectl's -n of the root command, to take several.
+	cmd.Flags().StringSliceVarP(&o.namespaces, "namespace", "n", nil, "The namespaces to serve the Runs of, comma-separated or repeated; the kubeconfig's namespace when unset. With more than one, tools are named NAMESPACE.NAME.")
+	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Serve the Runs of every namespace (the caller must list and watch runs cluster-wide); tools are named NAMESPACE.NAME.")
 	cmd.Flags().StringVarP(&o.selector, "selector", "l", DefaultToolSelector, "Label selector of the Runs to serve as tools.")
 	cmd.Flags().StringVar(&o.sandbox, "sandbox-runtime", "", "Add the sandbox tools (create_sandbox, run_code, run_command, write_file, read_file, list_files, delete_sandbox), creating each sandbox on this Python Runtime (capacity.runs 1).")
 	cmd.Flags().StringVar(&o.listen, "listen", "", "Serve MCP's streamable HTTP transport on HOST:PORT (path /mcp) instead of stdio; port 0 picks a free one.")
@@ -155,13 +172,20 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 	if err != nil {
 		return err
 	}
+	scope, err := newToolScope(o.namespaces, o.allNamespaces, namespace)
+	if err != nil {
+		return err
+	}
+	if o.sandbox != "" && scope.qualified() {
+		return fmt.Errorf("--sandbox-runtime needs a single namespace (-n NAMESPACE), the one sandboxes are created in; %s were given", scope)
+	}
 	// SIGINT or SIGTERM end the sessions, which deletes their sandboxes.
 	ctx, cancel := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer cancel()
 	if o.listen != "" {
-		return serveMCPHTTP(ctx, config, namespace, selector, streams, o)
+		return serveMCPHTTP(ctx, config, scope, selector, streams, o)
 	}
-	session, err := newMCPSession(ctx, config, namespace, selector, o, nil)
+	session, err := newMCPSession(ctx, config, scope, selector, o, nil)
 	if err != nil {
 		return err
 	}
@@ -170,7 +194,7 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 	if err := session.waitSynced(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintf(streams.ErrOut, "krt mcp: serving the Ready function Runs of namespace %s matching %q over stdio (MCP %s)\n", namespace, selector.String(), MCPProtocolRevision)
+	fmt.Fprintf(streams.ErrOut, "krt mcp: serving the Ready function Runs of %s matching %q over stdio (MCP %s)\n", scope, selector.String(), MCPProtocolRevision)
 	err = session.server.Run(ctx, &mcp.IOTransport{Reader: readCloser{streams.In}, Writer: writeCloser{streams.Out}})
 	if err != nil && (errors.Is(err, context.Canceled) || errors.Is(err, mcp.ErrConnectionClosed)) {
 		return nil
@@ -179,36 +203,48 @@ func serveMCP(ctx context.Context, flags *genericclioptions.ConfigFlags, streams
 }
 
 // mcpSession is one MCP server and what feeds its tools, acting as one
-// identity: its own watch of the Runs, its own SelfSubjectAccessReviews and
-// invocations. krt mcp over stdio has one; over HTTP each MCP session has
-// its own, acting as the bearer token that created it.
+// identity: its own watches of the Runs, its own SelfSubjectAccessReviews
+// and invocations. krt mcp over stdio has one; over HTTP each MCP session
+// has its own, acting as the bearer token that created it.
 type mcpSession struct {
 	server   *mcp.Server
 	tools    *toolSet
-	informer cache.SharedIndexInformer
-	// done is closed when the informer has stopped; running says it was
-	// started (read after synced is closed).
-	done      chan struct{}
-	running   bool
-	runs      typedv1alpha1.RunInterface
-	selector  labels.Selector
-	namespace string
+	watches  []*runWatch
+	selector labels.Selector
+	scope    toolScope
 
 	ctx    context.Context
 	cancel context.CancelFunc
+	// informers counts the running informers; stop waits for them.
+	informers sync.WaitGroup
 
 	// sandboxes are the sandbox Runs this session created (nil without
 	// --sandbox-runtime).
 	sandboxes *sandboxes
 
 	startOnce sync.Once
-	synced    chan struct{} // closed when the watch has listed, or failed (err)
+	synced    chan struct{} // closed when the watches have listed, or failed (err)
 	err       error
+}
+
+// runWatch lists and watches the selected Runs of one namespace (of all
+// with metav1.NamespaceAll).
+type runWatch struct {
+	namespace string
+	runs      typedv1alpha1.RunInterface
+	informer  cache.SharedIndexInformer
+}
+
+func (w *runWatch) String() string {
+	if w.namespace == metav1.NamespaceAll {
+		return "all namespaces"
+	}
+	return "namespace " + w.namespace
 }
 
 // newMCPSession builds a session acting as config's identity. Nothing is
 // asked of the cluster before start. opts may be nil.
-func newMCPSession(parent context.Context, config *rest.Config, namespace string, selector labels.Selector, o *mcpOptions, opts *mcp.ServerOptions) (*mcpSession, error) {
+func newMCPSession(parent context.Context, config *rest.Config, scope toolScope, selector labels.Selector, o *mcpOptions, opts *mcp.ServerOptions) (*mcpSession, error) {
 	config = rest.CopyConfig(config)
 	// client-go's default limit (5 requests/s, bursts of 10) would hold
 	// an agent's 11th call in a second back by 200 ms; the apiserver's
@@ -228,40 +264,46 @@ func newMCPSession(parent context.Context, config *rest.Config, namespace string
 	if err != nil {
 		return nil, err
 	}
-	runs := client.KruntimesV1alpha1().Runs(namespace)
-	informer := cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
-			lo.LabelSelector = selector.String()
-			return runs.List(ctx, lo)
-		},
-		WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
-			lo.LabelSelector = selector.String()
-			return runs.Watch(ctx, lo)
-		},
-	}}, &v1alpha1.Run{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	var watches []*runWatch
+	var listers []listersv1alpha1.RunLister
+	for _, namespace := range scope.watched() {
+		runs := client.KruntimesV1alpha1().Runs(namespace)
+		informer := cache.NewSharedIndexInformer(plainListWatch{&cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, lo metav1.ListOptions) (runtime.Object, error) {
+				lo.LabelSelector = selector.String()
+				return runs.List(ctx, lo)
+			},
+			WatchFuncWithContext: func(ctx context.Context, lo metav1.ListOptions) (watch.Interface, error) {
+				lo.LabelSelector = selector.String()
+				return runs.Watch(ctx, lo)
+			},
+		}}, &v1alpha1.Run{}, 0, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+		watches = append(watches, &runWatch{namespace: namespace, runs: runs, informer: informer})
+		listers = append(listers, listersv1alpha1.NewRunLister(informer.GetIndexer()))
+	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: version.Get().String()}, opts)
 	ctx, cancel := context.WithCancel(parent)
 	s := &mcpSession{
 		server: server,
 		tools: &toolSet{
-			server:    server,
-			lister:    listersv1alpha1.NewRunLister(informer.GetIndexer()).Runs(namespace),
-			runs:      client.KruntimesV1alpha1().Runs(namespace),
-			access:    &accessCache{review: ssarReviewer(kube), rules: ssrrReviewer(kube), now: time.Now},
-			namespace: namespace,
-			timeout:   o.timeout,
-			served:    map[string]servedTool{},
+			server:  server,
+			listers: listers,
+			client:  client.KruntimesV1alpha1(),
+			access:  &accessCache{review: ssarReviewer(kube), rules: ssrrReviewer(kube), now: time.Now},
+			scope:   scope,
+			timeout: o.timeout,
+			served:  map[string]servedTool{},
 		},
-		informer:  informer,
-		done:      make(chan struct{}),
-		runs:      client.KruntimesV1alpha1().Runs(namespace),
-		selector:  selector,
-		namespace: namespace,
-		ctx:       ctx,
-		cancel:    cancel,
-		synced:    make(chan struct{}),
+		watches:  watches,
+		selector: selector,
+		scope:    scope,
+		ctx:      ctx,
+		cancel:   cancel,
+		synced:   make(chan struct{}),
 	}
 	if o.sandbox != "" {
+		// serveMCP refuses --sandbox-runtime with more than one namespace.
+		namespace := scope.namespaces[0]
 		s.sandboxes = &sandboxes{
 			runs:      client.KruntimesV1alpha1().Runs(namespace),
 			runtimes:  client.KruntimesV1alpha1().Runtimes(namespace),
@@ -273,7 +315,7 @@ func newMCPSession(parent context.Context, config *rest.Config, namespace string
 	}
 	// tools/list re-checks what the caller may invoke (answers older than
 	// 30 s are asked again) before the SDK lists the tools; it waits for
-	// the watch's first list.
+	// the watches' first lists.
 	server.AddReceivingMiddleware(func(next mcp.MethodHandler) mcp.MethodHandler {
 		return func(ctx context.Context, method string, req mcp.Request) (mcp.Result, error) {
 			if method == "tools/list" || method == "tools/call" {
@@ -301,30 +343,20 @@ func (s *mcpSession) start() {
 			default:
 			}
 		}
-		if _, err := s.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { poke() },
-			UpdateFunc: func(any, any) { poke() },
-			DeleteFunc: func(any) { poke() },
-		}); err != nil {
-			s.err = err
-			close(s.synced)
-			return
+		for _, w := range s.watches {
+			if _, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc:    func(any) { poke() },
+				UpdateFunc: func(any, any) { poke() },
+				DeleteFunc: func(any) { poke() },
+			}); err != nil {
+				s.err = err
+				close(s.synced)
+				return
+			}
 		}
 		go func() {
 			defer close(s.synced)
-			// One list first: a caller that may not list the Runs gets
-			// the apiserver's answer instead of a watch retrying forever.
-			if _, err := s.runs.List(s.ctx, metav1.ListOptions{LabelSelector: s.selector.String(), Limit: 1}); err != nil {
-				s.err = fmt.Errorf("list the Runs of namespace %s: %w", s.namespace, err)
-				return
-			}
-			s.running = true
-			go func() {
-				defer close(s.done)
-				s.informer.RunWithContext(s.ctx)
-			}()
-			if !cache.WaitForCacheSync(s.ctx.Done(), s.informer.HasSynced) {
-				s.err = fmt.Errorf("list the Runs of namespace %s: %w", s.namespace, s.ctx.Err())
+			if s.err = s.runWatches(); s.err != nil {
 				return
 			}
 			s.tools.sync(s.ctx)
@@ -342,6 +374,45 @@ func (s *mcpSession) start() {
 	})
 }
 
+// runWatches starts the watches and waits for their first lists. Each
+// namespace is listed once first: a caller that may not list its Runs gets
+// the apiserver's answer instead of a watch retrying forever. Of several
+// namespaces, one the caller may not list is skipped and said on standard
+// error; the session fails only when it may list none.
+func (s *mcpSession) runWatches() error {
+	var running []*runWatch
+	var forbidden []error
+	for _, w := range s.watches {
+		_, err := w.runs.List(s.ctx, metav1.ListOptions{LabelSelector: s.selector.String(), Limit: 1})
+		if err != nil {
+			err = fmt.Errorf("list the Runs of %s: %w", w, err)
+			if !s.scope.qualified() || !apierrors.IsForbidden(err) {
+				return err
+			}
+			fmt.Fprintf(os.Stderr, "krt mcp: skipping %s, whose Runs the caller may not list: %v\n", w, err)
+			forbidden = append(forbidden, err)
+			continue
+		}
+		running = append(running, w)
+	}
+	if len(running) == 0 {
+		return errors.Join(forbidden...)
+	}
+	for _, w := range running {
+		s.informers.Add(1)
+		go func() {
+			defer s.informers.Done()
+			w.informer.RunWithContext(s.ctx)
+		}()
+	}
+	for _, w := range running {
+		if !cache.WaitForCacheSync(s.ctx.Done(), w.informer.HasSynced) {
+			return fmt.Errorf("list the Runs of %s: %w", w, s.ctx.Err())
+		}
+	}
+	return nil
+}
+
 // plainListWatch lists and then watches the Runs, instead of client-go's
 // streaming list (a watch that sends the initial state as events): against
 // kruntimes-apiserver the first tools/list of a session with 500 Runs took
@@ -350,7 +421,7 @@ type plainListWatch struct{ *cache.ListWatch }
 
 func (plainListWatch) IsWatchListSemanticsUnSupported() bool { return true }
 
-// waitSynced waits until the first list of the Runs is in.
+// waitSynced waits until the first lists of the Runs are in.
 func (s *mcpSession) waitSynced(ctx context.Context) error {
 	select {
 	case <-s.synced:
@@ -360,7 +431,8 @@ func (s *mcpSession) waitSynced(ctx context.Context) error {
 	}
 }
 
-// stop deletes the session's sandboxes, ends the watch and waits for it.
+// stop deletes the session's sandboxes, ends the watches and waits for
+// them.
 func (s *mcpSession) stop() {
 	if s.sandboxes != nil {
 		s.sandboxes.removeAll()
@@ -372,9 +444,7 @@ func (s *mcpSession) stop() {
 		close(s.synced)
 	})
 	<-s.synced
-	if s.running {
-		<-s.done
-	}
+	s.informers.Wait()
 }
 
 type readCloser struct {
@@ -395,7 +465,9 @@ func (writeCloser) Close() error                  { return nil }
 // when it fits MCP's 128 characters (a Run's name, a DNS subdomain, uses
 // only characters MCP allows: a-z, 0-9, "-" and "."), else its first 119
 // characters, "-" and the first 8 hex digits of the name's SHA-256. Names
-// are unique in a namespace, so the tools of one namespace never collide.
+// are unique in a namespace; two Runs of one namespace share a tool name
+// only if one is named exactly like the other's shortened name (or by a
+// 32-bit hash collision), and then toolSet serves only one of them.
 func ToolName(runName string) string {
 	if len(runName) <= maxToolNameLen {
 		return runName
@@ -415,12 +487,13 @@ type servedTool struct {
 // toolSet keeps the server's tools equal to the Ready, selected Runs the
 // caller may invoke.
 type toolSet struct {
-	server    *mcp.Server
-	lister    listersv1alpha1.RunNamespaceLister
-	runs      typedv1alpha1.RunInterface
-	access    *accessCache
-	namespace string
-	timeout   time.Duration
+	server *mcp.Server
+	// listers hold the watched Runs, one per watch.
+	listers []listersv1alpha1.RunLister
+	client  typedv1alpha1.KruntimesV1alpha1Interface
+	access  *accessCache
+	scope   toolScope
+	timeout time.Duration
 
 	mu     sync.Mutex
 	served map[string]servedTool // by tool name
@@ -436,22 +509,42 @@ func isTool(run *v1alpha1.Run) bool {
 func (s *toolSet) sync(ctx context.Context) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	all, err := s.lister.List(labels.Everything())
-	if err != nil {
-		return
-	}
 	var candidates []*v1alpha1.Run
-	for _, run := range all {
-		if isTool(run) {
-			candidates = append(candidates, run)
+	for _, lister := range s.listers {
+		all, err := lister.List(labels.Everything())
+		if err != nil {
+			return
+		}
+		for _, run := range all {
+			if isTool(run) {
+				candidates = append(candidates, run)
+			}
 		}
 	}
-	allowed := s.access.allowedAll(ctx, s.namespace, candidates)
+	// In order, so that which of two Runs sharing a tool name is served
+	// does not change from one sync to the next.
+	sort.Slice(candidates, func(i, j int) bool {
+		a, b := candidates[i], candidates[j]
+		return a.Namespace < b.Namespace || a.Namespace == b.Namespace && a.Name < b.Name
+	})
+	allowed := s.access.allowedAll(ctx, candidates)
 	want := map[string]*v1alpha1.Run{}
 	for i, run := range candidates {
-		if allowed[i] {
-			want[ToolName(run.Name)] = run
+		if !allowed[i] {
+			continue
 		}
+		name := s.scope.toolName(run.Namespace, run.Name)
+		if first, ok := want[name]; ok {
+			// The Run whose name is the tool name as it is keeps it over
+			// one whose shortened name it merely equals.
+			served, hidden := first, run
+			if !s.scope.shortened(run.Namespace, run.Name) && s.scope.shortened(first.Namespace, first.Name) {
+				served, hidden = run, first
+			}
+			fmt.Fprintf(os.Stderr, "krt mcp: not serving the Run %s/%s: its tool name %s is the one of %s/%s\n", hidden.Namespace, hidden.Name, name, served.Namespace, served.Name)
+			run = served
+		}
+		want[name] = run
 	}
 	var gone []string
 	for name := range s.served {
@@ -471,7 +564,7 @@ func (s *toolSet) sync(ctx context.Context) {
 		if s.served[name] == now {
 			continue
 		}
-		s.server.AddTool(toolOf(name, run), s.handler(run.Name, run.UID))
+		s.server.AddTool(toolOf(name, run), s.handler(run.Namespace, run.Name, run.UID))
 		s.served[name] = now
 	}
 }
@@ -498,15 +591,15 @@ func toolOf(name string, run *v1alpha1.Run) *mcp.Tool {
 	return tool
 }
 
-// handler invokes the Run name with UID uid once per call.
-func (s *toolSet) handler(name string, uid types.UID) mcp.ToolHandler {
+// handler invokes the Run namespace/name with UID uid once per call.
+func (s *toolSet) handler(namespace, name string, uid types.UID) mcp.ToolHandler {
 	return func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		input := []byte("{}")
 		if req.Params != nil && len(req.Params.Arguments) > 0 && string(req.Params.Arguments) != "null" {
 			input = req.Params.Arguments
 		}
 		id := string(uuid.NewUUID())
-		result, err := s.runs.Invoke(ctx, name, input, typedv1alpha1.InvokeOptions{UID: uid, Timeout: s.timeout, InvocationID: id})
+		result, err := s.client.Runs(namespace).Invoke(ctx, name, input, typedv1alpha1.InvokeOptions{UID: uid, Timeout: s.timeout, InvocationID: id})
 		return callResult(result, err, id), nil
 	}
 }
@@ -665,17 +758,17 @@ type accessCache struct {
 	answers map[types.UID]accessAnswer
 }
 
-// allowedAll answers for each of runs, asking at most 8 reviews at once
-// (or one rules review for more).
+// allowedAll answers for each of runs (of any namespaces), asking at most
+// 8 reviews at once (or one rules review per namespace with more to ask).
 // A review that fails counts as not allowed and is not cached.
-func (c *accessCache) allowedAll(ctx context.Context, namespace string, runs []*v1alpha1.Run) []bool {
+func (c *accessCache) allowedAll(ctx context.Context, runs []*v1alpha1.Run) []bool {
 	out := make([]bool, len(runs))
 	now := c.now()
 	c.mu.Lock()
 	if c.answers == nil {
 		c.answers = map[types.UID]accessAnswer{}
 	}
-	var ask []int
+	askIn := map[string][]int{} // by namespace
 	keep := map[types.UID]bool{}
 	for i, run := range runs {
 		keep[run.UID] = true
@@ -683,7 +776,7 @@ func (c *accessCache) allowedAll(ctx context.Context, namespace string, runs []*
 			out[i] = a.allowed
 			continue
 		}
-		ask = append(ask, i)
+		askIn[run.Namespace] = append(askIn[run.Namespace], i)
 	}
 	for uid := range c.answers {
 		if !keep[uid] {
@@ -692,24 +785,30 @@ func (c *accessCache) allowedAll(ctx context.Context, namespace string, runs []*
 	}
 	c.mu.Unlock()
 
-	// Many Runs to ask about (a new session, or every 30 s): one
-	// SelfSubjectRulesReview instead of a review per Run, when the
-	// cluster's authorizers can list all they allow (RBAC can; a webhook
-	// cannot, and then each Run is asked about).
-	if len(ask) > reviewsPerRound && c.rules != nil {
+	// Many Runs of a namespace to ask about (a new session, or every
+	// 30 s): one SelfSubjectRulesReview instead of a review per Run, when
+	// the cluster's authorizers can list all they allow (RBAC can; a
+	// webhook cannot, and then each Run is asked about).
+	var ask []int
+	for namespace, indexes := range askIn {
+		if len(indexes) <= reviewsPerRound || c.rules == nil {
+			ask = append(ask, indexes...)
+			continue
+		}
 		rules, complete, err := c.rules(ctx, namespace)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "krt mcp: SelfSubjectRulesReview of namespace %s: %v\n", namespace, err)
 		}
-		if err == nil && complete {
-			c.mu.Lock()
-			for _, i := range ask {
-				out[i] = mayInvoke(rules, runs[i].Name)
-				c.answers[runs[i].UID] = accessAnswer{allowed: out[i], at: now}
-			}
-			c.mu.Unlock()
-			return out
+		if err != nil || !complete {
+			ask = append(ask, indexes...)
+			continue
 		}
+		c.mu.Lock()
+		for _, i := range indexes {
+			out[i] = mayInvoke(rules, runs[i].Name)
+			c.answers[runs[i].UID] = accessAnswer{allowed: out[i], at: now}
+		}
+		c.mu.Unlock()
 	}
 
 	var wg sync.WaitGroup
@@ -720,14 +819,15 @@ func (c *accessCache) allowedAll(ctx context.Context, namespace string, runs []*
 		go func(i int) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			allowed, err := c.review(ctx, namespace, runs[i].Name)
+			run := runs[i]
+			allowed, err := c.review(ctx, run.Namespace, run.Name)
 			if err != nil {
-				fmt.Fprintf(os.Stderr, "krt mcp: SelfSubjectAccessReview of runs/invoke %s/%s: %v\n", namespace, runs[i].Name, err)
+				fmt.Fprintf(os.Stderr, "krt mcp: SelfSubjectAccessReview of runs/invoke %s/%s: %v\n", run.Namespace, run.Name, err)
 				return
 			}
 			out[i] = allowed
 			c.mu.Lock()
-			c.answers[runs[i].UID] = accessAnswer{allowed: allowed, at: now}
+			c.answers[run.UID] = accessAnswer{allowed: allowed, at: now}
 			c.mu.Unlock()
 		}(i)
 	}

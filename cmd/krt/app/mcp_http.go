@@ -308,10 +308,10 @@ func (h *mcpHTTP) close() {
 	}
 }
 
-func serveMCPHTTP(ctx context.Context, config *rest.Config, namespace string, selector labels.Selector, streams genericiooptions.IOStreams, o *mcpOptions) error {
+func serveMCPHTTP(ctx context.Context, config *rest.Config, scope toolScope, selector labels.Selector, streams genericiooptions.IOStreams, o *mcpOptions) error {
 	tokens := &tokenCache{authenticate: selfSubjectReviewer(config), now: time.Now}
 	h := newMCPHTTP(tokens, func(id *identity) (*mcp.Server, sessionBackend, error) {
-		s, err := newMCPSession(context.Background(), bearerConfig(config, id.token), namespace, selector, o, nil)
+		s, err := newMCPSession(context.Background(), bearerConfig(config, id.token), scope, selector, o, nil)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -330,8 +330,8 @@ func serveMCPHTTP(ctx context.Context, config *rest.Config, namespace string, se
 	if o.tlsCertFile != "" {
 		scheme = "https"
 	}
-	fmt.Fprintf(streams.ErrOut, "krt mcp: serving the Ready function Runs of namespace %s matching %q at %s://%s%s (MCP %s, streamable HTTP)\n",
-		namespace, selector.String(), scheme, ln.Addr(), MCPPath, MCPProtocolRevision)
+	fmt.Fprintf(streams.ErrOut, "krt mcp: serving the Ready function Runs of %s matching %q at %s://%s%s (MCP %s, streamable HTTP)\n",
+		scope, selector.String(), scheme, ln.Addr(), MCPPath, MCPProtocolRevision)
 	served := make(chan error, 1)
 	go func() {
 		if o.tlsCertFile != "" {

@@ -349,7 +349,7 @@ func TestMCPListenTLS(t *testing.T) {
 	o := &mcpOptions{listen: "127.0.0.1:0", tlsCertFile: certFile, tlsKeyFile: keyFile, idleTimeout: time.Minute}
 	served := make(chan error, 1)
 	go func() {
-		served <- serveMCPHTTP(ctx, &rest.Config{Host: "https://127.0.0.1:1"}, "ns", labels.Everything(), streams, o)
+		served <- serveMCPHTTP(ctx, &rest.Config{Host: "https://127.0.0.1:1"}, toolScope{namespaces: []string{"ns"}}, labels.Everything(), streams, o)
 	}()
 	address := regexp.MustCompile(`at (https://127\.0\.0\.1:\d+/mcp) `)
 	var url string

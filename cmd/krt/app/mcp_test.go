@@ -146,17 +146,17 @@ func TestAccessCache(t *testing.T) {
 		return &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}}
 	}
 	runs := []*v1alpha1.Run{run("yes"), run("no")}
-	assert.Equal(t, []bool{true, false}, c.allowedAll(context.Background(), "ns", runs))
+	assert.Equal(t, []bool{true, false}, c.allowedAll(context.Background(), runs))
 	assert.EqualValues(t, 2, asked.Load())
 	now = now.Add(29 * time.Second)
-	assert.Equal(t, []bool{true, false}, c.allowedAll(context.Background(), "ns", runs))
+	assert.Equal(t, []bool{true, false}, c.allowedAll(context.Background(), runs))
 	assert.EqualValues(t, 2, asked.Load(), "answers are reused within 30 s")
 	now = now.Add(time.Second)
 	fail = true
-	assert.Equal(t, []bool{false, false}, c.allowedAll(context.Background(), "ns", runs), "a failed review is not allowed")
+	assert.Equal(t, []bool{false, false}, c.allowedAll(context.Background(), runs), "a failed review is not allowed")
 	assert.EqualValues(t, 4, asked.Load(), "answers 30 s old are asked again")
 	fail = false
-	assert.Equal(t, []bool{true, false}, c.allowedAll(context.Background(), "ns", runs))
+	assert.Equal(t, []bool{true, false}, c.allowedAll(context.Background(), runs))
 	assert.EqualValues(t, 6, asked.Load(), "a failed review is not cached")
 }
 
@@ -188,13 +188,13 @@ func TestToolSetSync(t *testing.T) {
 	}
 	server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: "test"}, nil)
 	tools := &toolSet{
-		server: server,
-		lister: listersv1alpha1.NewRunLister(indexer).Runs("ns"),
+		server:  server,
+		listers: []listersv1alpha1.RunLister{listersv1alpha1.NewRunLister(indexer)},
 		access: &accessCache{now: time.Now, review: func(_ context.Context, ns, name string) (bool, error) {
 			return name != "denied", nil
 		}},
-		namespace: "ns",
-		served:    map[string]servedTool{},
+		scope:  toolScope{namespaces: []string{"ns"}},
+		served: map[string]servedTool{},
 	}
 	tools.sync(ctx)
 	st, ct := mcp.NewInMemoryTransports()
@@ -290,21 +290,21 @@ func TestAccessCacheRulesReview(t *testing.T) {
 	}
 	want := make([]bool, 20)
 	want[3] = true
-	assert.Equal(t, want, c.allowedAll(context.Background(), "ns", runs))
+	assert.Equal(t, want, c.allowedAll(context.Background(), runs))
 	assert.EqualValues(t, 1, rulesReviews.Load())
 	assert.EqualValues(t, 0, reviews.Load())
-	assert.Equal(t, want, c.allowedAll(context.Background(), "ns", runs))
+	assert.Equal(t, want, c.allowedAll(context.Background(), runs))
 	assert.EqualValues(t, 1, rulesReviews.Load(), "cached")
 
 	c2 := &accessCache{now: time.Now, review: c.review, rules: c.rules}
 	complete = false
-	assert.Equal(t, want, c2.allowedAll(context.Background(), "ns", runs))
+	assert.Equal(t, want, c2.allowedAll(context.Background(), runs))
 	assert.EqualValues(t, 2, rulesReviews.Load())
 	assert.EqualValues(t, 20, reviews.Load(), "incomplete rules: a review per Run")
 
 	c3 := &accessCache{now: time.Now, review: c.review, rules: c.rules}
 	complete = true
-	assert.Equal(t, want[:8], c3.allowedAll(context.Background(), "ns", runs[:8]))
+	assert.Equal(t, want[:8], c3.allowedAll(context.Background(), runs[:8]))
 	assert.EqualValues(t, 2, rulesReviews.Load(), "one round of reviews is asked directly")
 	assert.EqualValues(t, 28, reviews.Load())
 }
