@@ -40,7 +40,7 @@ func newToolScope(namespaces []string, all bool, defaultNamespace string) (toolS
 	}
 	if all {
 		if len(names) > 0 {
-			return toolScope{}, errors.New("-A (--all-namespaces) and -n go not together: give one or the other")
+			return toolScope{}, errors.New("-A (--all-namespaces) and -n cannot be used together: give one or the other")
 		}
 		return toolScope{all: true}, nil
 	}

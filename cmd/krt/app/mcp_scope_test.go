@@ -36,7 +36,7 @@ func TestNewToolScope(t *testing.T) {
 		{name: "comma-separated and repeated -n are merged, sorted, without duplicates", values: []string{"b,a", "c", "a"}, want: toolScope{namespaces: []string{"a", "b", "c"}}, qualified: true},
 		{name: "-n a,a is one namespace", values: []string{"a,a"}, want: toolScope{namespaces: []string{"a"}}},
 		{name: "-A serves all, names qualified", all: true, want: toolScope{all: true}, qualified: true},
-		{name: "-A with -n is refused", values: []string{"a"}, all: true, err: "-A (--all-namespaces) and -n go not together"},
+		{name: "-A with -n is refused", values: []string{"a"}, all: true, err: "-A (--all-namespaces) and -n cannot be used together"},
 		{name: "an empty namespace is refused", values: []string{"a,"}, err: "an empty namespace"},
 		{name: "a name that is no namespace is refused", values: []string{"a.b"}, err: "a.b is not a namespace name"},
 	} {
@@ -189,7 +189,7 @@ current-context: c
 	}{
 		{[]string{"-n", "b,a", "-n", "c", "--sandbox-runtime", "sandbox"}, "--sandbox-runtime needs a single namespace (-n NAMESPACE), the one sandboxes are created in; namespaces a,b,c were given"},
 		{[]string{"-A", "--sandbox-runtime", "sandbox"}, "all namespaces were given"},
-		{[]string{"-A", "-n", "a"}, "-A (--all-namespaces) and -n go not together"},
+		{[]string{"-A", "-n", "a"}, "-A (--all-namespaces) and -n cannot be used together"},
 		{[]string{"--namespace", "Not_A_Namespace"}, "Not_A_Namespace is not a namespace name"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
