@@ -65,8 +65,17 @@ func TestRuntimeControllerCreatesPool(t *testing.T) {
 			"--shutdown-drain-timeout=800ms", "--shutdown-timeout=2.5s",
 			// The cluster runs kruntimes-apiserver with its invoke endpoint and CA.
 			"--endpoint-base=" + f.Cluster.APIServerURL,
+			// ... and runtimed reaching it directly (--runtimed-api=direct).
+			"--kruntimes-api-server=" + f.Cluster.KruntimesURL,
 			"--invoke-tls-cert-file=/etc/kruntimes/runtimed-tls/tls.crt", "--invoke-tls-key-file=/etc/kruntimes/runtimed-tls/tls.key",
 			"--invoke-client-ca-file=/etc/kruntimes/runtimed-tls/ca.crt"}, runtimed.Args)
+		var apiCA string
+		for _, e := range runtimed.Env {
+			if e.Name == runtimepod.EnvKruntimesAPICA {
+				apiCA = e.Value
+			}
+		}
+		assert.Contains(t, apiCA, "-----BEGIN CERTIFICATE-----", "runtimed gets the CA of kruntimes-apiserver's serving certificate")
 		require.NotNil(t, runtimed.ReadinessProbe)
 		assert.Equal(t, "/readyz", runtimed.ReadinessProbe.HTTPGet.Path)
 		for _, c := range []corev1.Container{runtimed, containers[runtimepod.ContainerRuntime]} {
