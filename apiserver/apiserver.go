@@ -35,6 +35,9 @@ type InvokeConfig struct {
 	Router invokerouter.Config
 	// MaxTimeout bounds every invocation.
 	MaxTimeout time.Duration
+	// WaitForReady is how long an invocation of a function on its way to
+	// Ready waits for it before it is answered 503 + Retry-After.
+	WaitForReady time.Duration
 	// Endpoint is what Ready function Runs advertise in status.endpoint.
 	Endpoint runregistry.Endpoint
 }
@@ -59,7 +62,8 @@ func (c *Config) Complete() CompletedConfig {
 // New builds the server and installs the kruntimes.io API group.
 func (c CompletedConfig) New() (*Server, error) {
 	router := invokerouter.New(c.invoke.Router)
-	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter, router, c.invoke.MaxTimeout, c.invoke.Endpoint)
+	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter, router,
+		runregistry.InvokeSettings{MaxTimeout: c.invoke.MaxTimeout, WaitForReady: c.invoke.WaitForReady}, c.invoke.Endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("building runs storage: %w", err)
 	}

@@ -25,6 +25,7 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/toolschema"
 	"kruntimes.io/kruntimes/client/tombstone"
+	runregistry "kruntimes.io/kruntimes/registry/run"
 )
 
 // RunSource is where the cache reads Runs: the runs storage of this server,
@@ -144,8 +145,10 @@ func slimRun(obj any) (any, error) {
 	if f := run.Spec.Mode.Function; f != nil && f.Schema != nil && f.Schema.Input != nil {
 		slim.Spec.Mode.Function.Schema = &kruntimes.FunctionSchema{Input: f.Schema.Input}
 	}
-	if c := meta.FindStatusCondition(run.Status.Conditions, lifecycle.ConditionReady); c != nil {
-		slim.Status.Conditions = []metav1.Condition{{Type: c.Type, Status: c.Status, Reason: c.Reason}}
+	for _, t := range []string{lifecycle.ConditionReady, lifecycle.ConditionScheduled} {
+		if c := meta.FindStatusCondition(run.Status.Conditions, t); c != nil {
+			slim.Status.Conditions = append(slim.Status.Conditions, metav1.Condition{Type: c.Type, Status: c.Status, Reason: c.Reason})
+		}
 	}
 	return slim, nil
 }
@@ -264,6 +267,20 @@ func ended(run *kruntimes.Run) error {
 	return apierrors.NewConflict(kruntimes.Resource("runs"), run.Name, errors.New(why))
 }
 
+// notReady answers for a function Run that cannot be routed now: 503, and
+// ErrBecomingReady unless the scheduler parked it (no such Runtime, no
+// free slot), which no short wait is likely to change.
 func notReady(run *kruntimes.Run, why string) error {
-	return apierrors.NewServiceUnavailable(fmt.Sprintf("Run %s/%s %s; retry shortly", run.Namespace, run.Name, why))
+	err := apierrors.NewServiceUnavailable(fmt.Sprintf("Run %s/%s %s; retry shortly", run.Namespace, run.Name, why))
+	if parked(run) {
+		return err
+	}
+	return runregistry.BecomingReady(err)
+}
+
+// parked reports whether the scheduler could not place run and said why.
+func parked(run *kruntimes.Run) bool {
+	c := meta.FindStatusCondition(run.Status.Conditions, lifecycle.ConditionScheduled)
+	return c != nil && c.Status == metav1.ConditionFalse &&
+		(c.Reason == lifecycle.ReasonNoCapacity || c.Reason == lifecycle.ReasonRuntimeNotFound)
 }

@@ -43,11 +43,14 @@ type Router struct {
 	// cache is set by Start; until then and until it synced, Route answers
 	// that routing is starting.
 	cache atomic.Pointer[ownershipCache]
+	// changes wakes invocations waiting for a function to become routable.
+	changes *routeChanges
 }
 
 var (
-	_ runregistry.Router    = &Router{}
-	_ runregistry.PodRouter = &Router{}
+	_ runregistry.Router      = &Router{}
+	_ runregistry.PodRouter   = &Router{}
+	_ runregistry.RouteWaiter = &Router{}
 )
 
 // New returns a router that routes nothing until Start.
@@ -58,7 +61,7 @@ func New(cfg Config) *Router {
 	case cfg.ClientTLS == nil:
 		return &Router{off: "invoke is not configured: kruntimes-apiserver has no client certificate for runtimed (--runtimed-client-cert-file)"}
 	}
-	return &Router{kube: cfg.Kube, conns: newRuntimedConns(cfg.ClientTLS, clock.RealClock{})}
+	return &Router{kube: cfg.Kube, conns: newRuntimedConns(cfg.ClientTLS, clock.RealClock{}), changes: newRouteChanges()}
 }
 
 // Start fills the ownership cache from runs, this server's runs storage
@@ -81,6 +84,8 @@ func (r *Router) Start(ctx context.Context, runs RunSource) {
 		AddFunc:    func(obj any) { r.warm(c, obj) },
 		UpdateFunc: func(_, cur any) { r.warm(c, cur) },
 	})
+	_, _ = c.runs.AddEventHandler(r.changes.runHandler())
+	_, _ = c.pods.AddEventHandler(r.changes.podHandler())
 	r.cache.Store(c)
 	go func() {
 		if c.run(ctx) {
@@ -146,6 +151,16 @@ func (r *Router) Route(ctx context.Context, namespace, name string, uid types.UI
 		return nil, apierrors.NewServiceUnavailable(err.Error())
 	}
 	return &runregistry.Route{RunUID: o.runUID, Attempt: o.attempt, PodUID: o.podUID, Deadline: o.deadline, Runtimed: client, Input: o.input}, nil
+}
+
+// RouteChanged implements runregistry.RouteWaiter from the ownership
+// cache's events. With invoke off nothing changes: the channel is never
+// closed.
+func (r *Router) RouteChanged(namespace, name string) (<-chan struct{}, func()) {
+	if r.changes == nil {
+		return make(chan struct{}), func() {}
+	}
+	return r.changes.watch(namespace + "/" + name)
 }
 
 // Runtimed implements runregistry.PodRouter from the cache's Pods, with

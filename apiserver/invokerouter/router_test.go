@@ -156,6 +156,20 @@ func TestRoute(t *testing.T) {
 		}),
 		functionRun("pod-no-ip", func(r *kruntimes.Run) { r.Status.AssignedPod, r.Status.AssignedPodUID = "pod-no-ip", "pod-no-ip-uid" }),
 		functionRun("task", func(r *kruntimes.Run) { r.Spec.Mode = kruntimes.RunMode{Task: &kruntimes.TaskMode{}} }),
+		functionRun("relocating", func(r *kruntimes.Run) {
+			r.Status.Phase, r.Status.Conditions = lifecycle.Pending, []metav1.Condition{
+				{Type: lifecycle.ConditionReady, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonRelocating},
+				{Type: lifecycle.ConditionScheduled, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonRelocating},
+			}
+		}),
+		functionRun("no-runtime", func(r *kruntimes.Run) {
+			r.Status.Phase, r.Status.Conditions = lifecycle.Pending, []metav1.Condition{
+				{Type: lifecycle.ConditionScheduled, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonRuntimeNotFound}}
+		}),
+		functionRun("no-capacity", func(r *kruntimes.Run) {
+			r.Status.Phase, r.Status.Conditions = lifecycle.Pending, []metav1.Condition{
+				{Type: lifecycle.ConditionScheduled, Status: metav1.ConditionFalse, Reason: lifecycle.ReasonNoCapacity}}
+		}),
 	)
 	router := startedRouter(t, runs,
 		runtimePod("pod-a"),
@@ -170,6 +184,9 @@ func TestRoute(t *testing.T) {
 		// code is the API error's; zero when the invocation is routed.
 		code    int32
 		message string
+		// becomingReady: an invocation may wait for the Run (a 503 whose
+		// Run is on its way to Ready, not parked).
+		becomingReady bool
 	}{
 		{name: "a Ready function Run routes to its Pod", run: "ready"},
 		{name: "the Run's own UID routes", run: "ready", uid: "ready-uid"},
@@ -177,14 +194,17 @@ func TestRoute(t *testing.T) {
 		{name: "an unknown Run is 404", run: "unknown", code: 404},
 		{name: "a task Run is 400", run: "task", code: 400, message: "Run ns/task is a task; only function Runs are invoked"},
 		{name: "a task Run under another UID is 404", run: "task", uid: "earlier", code: 404},
-		{name: "a Run still registering is 503", run: "registering", code: 503, message: "Run ns/registering is not Ready; retry shortly"},
-		{name: "a Run whose Ready condition is false is 503", run: "not-ready", code: 503, message: "Run ns/not-ready is not Ready; retry shortly"},
+		{name: "a Run still registering is 503", run: "registering", code: 503, message: "Run ns/registering is not Ready; retry shortly", becomingReady: true},
+		{name: "a Run whose Ready condition is false is 503", run: "not-ready", code: 503, message: "Run ns/not-ready is not Ready; retry shortly", becomingReady: true},
 		{name: "an ended Run is 409", run: "ended", code: 409, message: `Operation cannot be fulfilled on runs.kruntimes.io "ended": it ended (Succeeded) and is not invoked any more`},
 		{name: "a Run being deleted is 409", run: "deleting", code: 409, message: `Operation cannot be fulfilled on runs.kruntimes.io "deleting": it is being deleted and is not invoked any more`},
-		{name: "a Run whose Pod is gone is 503", run: "pod-gone", code: 503, message: "Run ns/pod-gone is assigned to Pod pod-gone, which is gone; retry shortly"},
-		{name: "a Run assigned to an earlier Pod of the name is 503", run: "earlier-pod", code: 503, message: "Run ns/earlier-pod is assigned to an earlier Pod of the name pod-a; retry shortly"},
-		{name: "a Run whose Pod is being deleted is 503", run: "pod-deleting", code: 503, message: "Run ns/pod-deleting is assigned to Pod pod-deleting, which is being deleted; retry shortly"},
-		{name: "a Run whose Pod has no IP is 503", run: "pod-no-ip", code: 503, message: "Run ns/pod-no-ip is assigned to Pod pod-no-ip, which has no IP; retry shortly"},
+		{name: "a Run whose Pod is gone is 503", run: "pod-gone", code: 503, message: "Run ns/pod-gone is assigned to Pod pod-gone, which is gone; retry shortly", becomingReady: true},
+		{name: "a Run assigned to an earlier Pod of the name is 503", run: "earlier-pod", code: 503, message: "Run ns/earlier-pod is assigned to an earlier Pod of the name pod-a; retry shortly", becomingReady: true},
+		{name: "a Run whose Pod is being deleted is 503", run: "pod-deleting", code: 503, message: "Run ns/pod-deleting is assigned to Pod pod-deleting, which is being deleted; retry shortly", becomingReady: true},
+		{name: "a function relocating to another Pod is 503, becoming Ready", run: "relocating", code: 503, becomingReady: true},
+		{name: "a Run parked for want of its Runtime is 503, not becoming Ready", run: "no-runtime", code: 503},
+		{name: "a Run parked for want of a free slot is 503, not becoming Ready", run: "no-capacity", code: 503},
+		{name: "a Run whose Pod has no IP is 503", run: "pod-no-ip", code: 503, message: "Run ns/pod-no-ip is assigned to Pod pod-no-ip, which has no IP; retry shortly", becomingReady: true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -196,6 +216,7 @@ func TestRoute(t *testing.T) {
 				if tc.message != "" {
 					assert.Equal(t, tc.message, status.Status().Message)
 				}
+				assert.Equal(t, tc.becomingReady, errors.Is(err, runregistry.ErrBecomingReady), "becoming Ready")
 				assert.Nil(t, route)
 				return
 			}
@@ -235,6 +256,69 @@ func TestRoute(t *testing.T) {
 		assert.Empty(t, kept.Spec.Env)
 		assert.Empty(t, kept.Spec.Mode.Function.Handler)
 		assert.Equal(t, []metav1.Condition{{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue, Reason: "Registered"}}, kept.Status.Conditions)
+	})
+}
+
+func TestRouteChanged(t *testing.T) {
+	runs := newFakeRuns(functionRun("fn", func(r *kruntimes.Run) { r.Status.Phase = lifecycle.Running; r.Status.Conditions = nil }))
+	kube := fake.NewClientset(runtimePod("pod-a"))
+	router := New(Config{Kube: kube, ClientTLS: &tls.Config{MinVersion: tls.VersionTLS13}})
+	router.Start(t.Context(), runs)
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return router.cache.Load().synced(), nil
+	}))
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	waitClosed := func(t *testing.T, ch <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-ch:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the channel was not closed within 10s", what)
+		}
+	}
+
+	t.Run("an event of the Run wakes its waiters, not another Run's", func(t *testing.T) {
+		fn, stopFn := router.RouteChanged("ns", "fn")
+		defer stopFn()
+		other, stopOther := router.RouteChanged("ns", "other")
+		defer stopOther()
+		runs.add(functionRun("fn"))
+		waitClosed(t, fn, "the Run became Ready")
+		_, err := router.Route(t.Context(), "ns", "fn", "")
+		require.NoError(t, err, "routed once the channel closed: the cache had the event")
+		assert.False(t, closed(other), "another Run's waiter sleeps on")
+	})
+
+	t.Run("a Runtime Pod's change wakes every waiter", func(t *testing.T) {
+		a, stopA := router.RouteChanged("ns", "fn")
+		defer stopA()
+		b, stopB := router.RouteChanged("ns", "other")
+		defer stopB()
+		_, err := kube.CoreV1().Pods("ns").Create(t.Context(), runtimePod("pod-b"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		waitClosed(t, a, "a Pod was added")
+		waitClosed(t, b, "a Pod was added")
+	})
+
+	t.Run("a waiter that stopped is forgotten", func(t *testing.T) {
+		_, stop := router.RouteChanged("ns", "fn")
+		stop()
+		router.changes.mu.Lock()
+		defer router.changes.mu.Unlock()
+		assert.Empty(t, router.changes.waiters)
+	})
+
+	t.Run("with invoke off nothing changes", func(t *testing.T) {
+		ch, stop := New(Config{}).RouteChanged("ns", "fn")
+		defer stop()
+		assert.False(t, closed(ch))
 	})
 }
 

@@ -24,13 +24,25 @@ type InvokeOptions struct {
 	ClientCertFile, ClientKeyFile, CAFile string
 	// MaxTimeout bounds every invocation.
 	MaxTimeout time.Duration
+	// WaitForReady is how long an invocation of a function on its way to
+	// Ready waits for it.
+	WaitForReady time.Duration
 	// Endpoint chooses what status.endpoint advertises.
 	Endpoint *EndpointOptions
 }
 
+// DefaultWaitForReady covers a function's move to another Pod in a Runtime
+// rollout (drain, give-back, placement, registration: 1–5 s measured),
+// so that its callers see a slower answer instead of a 503.
+const DefaultWaitForReady = 10 * time.Second
+
+// maxWaitForReady keeps a wait well inside kube-apiserver's 60 s request
+// timeout for aggregated APIs; a request waits half of its time at most.
+const maxWaitForReady = 30 * time.Second
+
 // NewInvokeOptions returns the defaults: invoke off until the files are set.
 func NewInvokeOptions() *InvokeOptions {
-	return &InvokeOptions{MaxTimeout: invocation.DefaultMaxTimeout, Endpoint: NewEndpointOptions()}
+	return &InvokeOptions{MaxTimeout: invocation.DefaultMaxTimeout, WaitForReady: DefaultWaitForReady, Endpoint: NewEndpointOptions()}
 }
 
 // AddFlags registers the invoke flags.
@@ -42,6 +54,8 @@ func (o *InvokeOptions) AddFlags(fs *pflag.FlagSet) {
 		"The kruntimes CA bundle runtimed serving certificates are verified against; reloaded when it changes.")
 	fs.DurationVar(&o.MaxTimeout, "invoke-max-timeout", o.MaxTimeout,
 		"Longest an invocation may run, whatever its request's timeout; keep it below kube-apiserver's request timeout for aggregated APIs (60s).")
+	fs.DurationVar(&o.WaitForReady, "invoke-wait-for-ready", o.WaitForReady,
+		"How long an invocation of a function on its way to Ready (just created, being scheduled, registering, moving to another Pod in a rollout or a recovery) waits for it before it is answered 503 with Retry-After; at most half of the request's timeout, and 0 answers at once. The handler has not run while it waits. A Run the scheduler parked (no such Runtime, no free slot) is answered at once.")
 	o.Endpoint.AddFlags(fs)
 }
 
@@ -54,6 +68,9 @@ func (o *InvokeOptions) Validate() []error {
 	if o.MaxTimeout <= 0 || o.MaxTimeout > time.Hour {
 		errs = append(errs, fmt.Errorf("--invoke-max-timeout must be between 0 and 1h, got %s", o.MaxTimeout))
 	}
+	if o.WaitForReady < 0 || o.WaitForReady > maxWaitForReady {
+		errs = append(errs, fmt.Errorf("--invoke-wait-for-ready must be between 0 and %s, got %s", maxWaitForReady, o.WaitForReady))
+	}
 	errs = append(errs, o.Endpoint.Validate()...)
 	return errs
 }
@@ -62,7 +79,7 @@ func (o *InvokeOptions) Validate() []error {
 // until ctx ends. coreAPI is nil without a cluster; aggregatedBase is
 // --invoke-endpoint-base.
 func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config, aggregatedBase string) (apiserver.InvokeConfig, error) {
-	cfg := apiserver.InvokeConfig{MaxTimeout: o.MaxTimeout}
+	cfg := apiserver.InvokeConfig{MaxTimeout: o.MaxTimeout, WaitForReady: o.WaitForReady}
 	endpoint, err := o.Endpoint.Config(aggregatedBase)
 	if err != nil {
 		return cfg, err

@@ -2,6 +2,7 @@ package run
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -29,6 +30,22 @@ type Router interface {
 	Route(ctx context.Context, namespace, name string, uid types.UID) (*Route, error)
 }
 
+// ErrBecomingReady marks a Route error (a 503) for a function Run on its
+// way to Ready: just created, being scheduled, registering, relocating or
+// recovered. Such a Run is expected to be routable soon; a Run the
+// scheduler parked (no such Runtime, no capacity) is not.
+var ErrBecomingReady = errors.New("the function is on its way to Ready")
+
+// A RouteWaiter is a Router that tells when a Run's route may have changed,
+// so that an invocation of a function on its way to Ready waits for it
+// instead of answering 503 at once.
+type RouteWaiter interface {
+	// RouteChanged returns a channel closed at the router's next change of
+	// the Run namespace/name or of a Runtime Pod, and a func that gives
+	// the channel up.
+	RouteChanged(namespace, name string) (changed <-chan struct{}, stop func())
+}
+
 // Route is where one invocation goes: the owning runtimed, and the fencing
 // tuple it checks against its own live registration.
 type Route struct {
@@ -50,6 +67,9 @@ type InvokeREST struct {
 	router Router
 	// maxTimeout bounds every invocation, whatever its request asks.
 	maxTimeout time.Duration
+	// waitForReady is how long an invocation of a function on its way to
+	// Ready waits for it; zero answers 503 at once.
+	waitForReady time.Duration
 }
 
 var (
@@ -57,14 +77,25 @@ var (
 	_ rest.Storage   = &InvokeREST{}
 )
 
-// newInvokeREST serves runs/invoke over router; maxTimeout is
-// invocation.DefaultMaxTimeout when zero.
-func newInvokeREST(router Router, maxTimeout time.Duration) *InvokeREST {
+// InvokeSettings bound runs/invoke's invocations.
+type InvokeSettings struct {
+	// MaxTimeout bounds every invocation, whatever its request asks;
+	// invocation.DefaultMaxTimeout when zero.
+	MaxTimeout time.Duration
+	// WaitForReady is how long an invocation of a function on its way to
+	// Ready (ErrBecomingReady, or its runtimed refused it before it
+	// started) waits for the Run to be routable, at most half of the
+	// request's time; zero answers 503 + Retry-After at once.
+	WaitForReady time.Duration
+}
+
+// newInvokeREST serves runs/invoke over router.
+func newInvokeREST(router Router, settings InvokeSettings) *InvokeREST {
 	registerInvokeMetrics()
-	if maxTimeout <= 0 {
-		maxTimeout = invocation.DefaultMaxTimeout
+	if settings.MaxTimeout <= 0 {
+		settings.MaxTimeout = invocation.DefaultMaxTimeout
 	}
-	return &InvokeREST{router: router, maxTimeout: maxTimeout}
+	return &InvokeREST{router: router, maxTimeout: settings.MaxTimeout, waitForReady: max(settings.WaitForReady, 0)}
 }
 
 // New returns the kind of what an invocation answers.
@@ -90,7 +121,7 @@ func (r *InvokeREST) Connect(ctx context.Context, name string, opts runtime.Obje
 	// The namespace is on ctx, not on the request the handler serves.
 	namespace, _ := genericapirequest.NamespaceFrom(ctx)
 	return &invokeHandler{
-		router: r.router, maxTimeout: r.maxTimeout,
+		router: r.router, maxTimeout: r.maxTimeout, waitForReady: r.waitForReady,
 		namespace: namespace, name: name, uid: types.UID(options.UID), responder: responder,
 	}, nil
 }

@@ -77,6 +77,11 @@ type invokeHandler struct {
 	// errorTiming is the Server-Timing of an error runtimed answered; empty
 	// for the apiserver's own share alone.
 	errorTiming string
+	// waitForReady bounds the wait for a function on its way to Ready;
+	// waited is how long this invocation waited.
+	waitForReady, waited time.Duration
+	// ready is that wait, in the handler to spare an allocation.
+	ready readyWait
 }
 
 func (h *invokeHandler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
@@ -120,58 +125,159 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 	if err != nil {
 		return h.fail(err)
 	}
-	route, err := h.router.Route(ctx, h.namespace, h.name, uid)
-	if err != nil {
-		return h.fail(routeStatus(err))
-	}
-	if route.Input != nil {
-		if violations := route.Input.Validate(input); len(violations) > 0 {
-			return h.fail(inputInvalid(h.name, violations))
-		}
-	}
-	timeout, rpcSlack, err := h.invocationTimeout(ctx, route.Deadline)
-	if err != nil {
-		return h.fail(err)
-	}
 	caller := ""
 	if user, ok := genericapirequest.UserFrom(ctx); ok {
 		caller = user.GetName()
 	}
+	inv := &runtimedv1.InvokeRequest{
+		InvocationId: invocationID,
+		Input:        input,
+		ContentType:  invocation.ContentTypeJSON, // readInput validated it: nothing downstream scans it again
+		Caller:       caller,
+		CallerSentId: callerSent,
+	}
+	wait := &h.ready
+	wait.start(ctx, h)
+	defer wait.stop()
+	for {
+		resp, replayed, err := h.dispatch(ctx, w, uid, inv)
+		if err == nil {
+			return h.answer(w, resp, replayed)
+		}
+		if !errors.Is(err, ErrBecomingReady) || !wait.next(ctx) {
+			if errors.Is(ctx.Err(), context.Canceled) {
+				return statusClientClosedRequest
+			}
+			return h.fail(err)
+		}
+		// Waited for the function: what runtimed said of the last try
+		// is not this answer's.
+		h.errorTiming = ""
+	}
+}
+
+// recheckInterval is how often a waiting invocation routes again without
+// a change the router saw: a runtimed that is unreachable, or that refused
+// the invocation, says so before its Pod or Run changes.
+const recheckInterval = 500 * time.Millisecond
+
+// readyWait is an invocation's wait for its function, on its way to Ready,
+// to become routable: it routes again at each change the router sees of
+// the Run or of a Runtime Pod, within its bound.
+type readyWait struct {
+	h      *invokeHandler
+	waiter RouteWaiter
+	// until is when the wait is over: waitForReady after the request
+	// arrived, and no later than half of the request's time, so that the
+	// other half is left to the invocation.
+	until   time.Time
+	changed <-chan struct{}
+	release func()
+}
+
+// start sets the wait of h's invocation up; it waits for nothing when h's
+// router cannot tell changes or waiting is off.
+func (w *readyWait) start(ctx context.Context, h *invokeHandler) {
+	w.h = h
+	waiter, ok := h.router.(RouteWaiter)
+	if !ok || h.waitForReady <= 0 {
+		return
+	}
+	w.waiter, w.until = waiter, h.started.Add(h.waitForReady)
+	if deadline, ok := ctx.Deadline(); ok {
+		if half := h.started.Add(deadline.Sub(h.started) / 2); half.Before(w.until) {
+			w.until = half
+		}
+	}
+}
+
+// next waits for a change of the function's route and reports whether to
+// route the invocation again: false once the wait is over or ctx ended.
+func (w *readyWait) next(ctx context.Context) bool {
+	now := time.Now()
+	if w.waiter == nil || !now.Before(w.until) || ctx.Err() != nil {
+		return false
+	}
+	if w.changed == nil {
+		// The first refusal: watch from now on and route again at once,
+		// so that a change made before the watch began is not missed.
+		w.changed, w.release = w.waiter.RouteChanged(w.h.namespace, w.h.name)
+		return true
+	}
+	timer := time.NewTimer(min(w.until.Sub(now), recheckInterval))
+	defer timer.Stop()
+	select {
+	case <-w.changed:
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	w.h.waited += time.Since(now)
+	if ctx.Err() != nil {
+		return false
+	}
+	w.release()
+	w.changed, w.release = w.waiter.RouteChanged(w.h.namespace, w.h.name)
+	return true
+}
+
+func (w *readyWait) stop() {
+	if w.release != nil {
+		w.release()
+	}
+	if w.h.waited > 0 {
+		invokeWaitDuration.Observe(w.h.waited.Seconds())
+	}
+}
+
+// dispatch routes inv, all but its route and timeout filled in, and sends
+// it to the owning runtimed. An error is the API error to answer with, marked
+// ErrBecomingReady when the handler did not run and the function is
+// expected to become routable soon.
+func (h *invokeHandler) dispatch(ctx context.Context, w http.ResponseWriter, uid types.UID, inv *runtimedv1.InvokeRequest) (*runtimedv1.InvokeResponse, bool, error) {
+	route, err := h.router.Route(ctx, h.namespace, h.name, uid)
+	if err != nil {
+		return nil, false, routeStatus(err)
+	}
+	if route.Input != nil {
+		if violations := route.Input.Validate(inv.GetInput()); len(violations) > 0 {
+			return nil, false, inputInvalid(h.name, violations)
+		}
+	}
+	timeout, rpcSlack, err := h.invocationTimeout(ctx, route.Deadline)
+	if err != nil {
+		return nil, false, err
+	}
 	rpcCtx, cancel := context.WithTimeout(ctx, timeout+rpcSlack)
 	defer cancel()
+	// The same request each try: only the route's part and the time left
+	// change.
+	inv.RunUid, inv.Attempt, inv.PodUid = string(route.RunUID), route.Attempt, string(route.PodUID)
+	inv.TimeoutMillis = timeout.Milliseconds()
 	var dispatched peer.Peer
 	var header metadata.MD
-	resp, err := route.Runtimed.Invoke(rpcCtx, &runtimedv1.InvokeRequest{
-		RunUid:        string(route.RunUID),
-		Attempt:       route.Attempt,
-		PodUid:        string(route.PodUID),
-		InvocationId:  invocationID,
-		Input:         input,
-		ContentType:   invocation.ContentTypeJSON, // readInput validated it: nothing downstream scans it again
-		TimeoutMillis: timeout.Milliseconds(),
-		Caller:        caller,
-		CallerSentId:  callerSent,
-	}, grpc.Peer(&dispatched), grpc.Header(&header))
+	resp, err := route.Runtimed.Invoke(rpcCtx, inv, grpc.Peer(&dispatched), grpc.Header(&header))
 	replayed := replayedBy(header)
 	if replayed {
 		w.Header().Set(invocation.HeaderDeduplicated, "true")
 	}
 	if err != nil {
-		if errors.Is(ctx.Err(), context.Canceled) {
-			return statusClientClosedRequest
-		}
 		if v := header.Get(invocation.MetadataRuntimedNanos); len(v) == 1 {
 			if nanos, perr := strconv.ParseInt(v[0], 10, 64); perr == nil {
-				h.errorTiming = errorServerTiming(time.Since(h.started), nanos, replayed)
+				h.errorTiming = withWait(errorServerTiming(time.Since(h.started)-h.waited, nanos, replayed), h.waited)
 			}
 		}
-		return h.fail(rpcStatus(err, dispatched.Addr != nil, timeout))
+		return nil, replayed, rpcStatus(err, dispatched.Addr != nil, timeout)
 	}
+	return resp, replayed, nil
+}
+
+// answer writes runtimed's answer resp.
+func (h *invokeHandler) answer(w http.ResponseWriter, resp *runtimedv1.InvokeResponse, replayed bool) int {
 	if e := resp.GetError(); e != nil {
 		w.Header().Set(invocation.HeaderFunctionError, e.GetType())
 	}
 	result := invokeResult(resp)
-	w.Header().Set(invocation.HeaderServerTiming, serverTiming(time.Since(h.started), resp, replayed))
+	w.Header().Set(invocation.HeaderServerTiming, withWait(serverTiming(time.Since(h.started)-h.waited, resp, replayed), h.waited))
 	h.responder.Object(http.StatusOK, result)
 	return http.StatusOK
 }
@@ -182,7 +288,7 @@ func (h *invokeHandler) fail(err error) int {
 	// An error runtimed did not answer is the apiserver's time alone.
 	timing := h.errorTiming
 	if timing == "" {
-		timing = serverTiming(time.Since(h.started), nil, false)
+		timing = withWait(serverTiming(time.Since(h.started)-h.waited, nil, false), h.waited)
 	}
 	h.header.Set(invocation.HeaderServerTiming, timing)
 	h.responder.Error(err)
@@ -288,10 +394,31 @@ func inputInvalid(name string, violations field.ErrorList) error {
 }
 
 func unavailable(message string) error {
+	return unavailableStatus(message)
+}
+
+func unavailableStatus(message string) *apierrors.StatusError {
 	err := apierrors.NewServiceUnavailable(message)
 	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: retryAfterSeconds}
 	return err
 }
+
+// becomingReady is a 503 + Retry-After for a function on its way to Ready:
+// the invocation may wait for it (ErrBecomingReady) before answering it.
+func becomingReady(message string) error {
+	return BecomingReady(unavailableStatus(message))
+}
+
+// BecomingReady marks err, a 503 the router answers, as ErrBecomingReady.
+func BecomingReady(err *apierrors.StatusError) error {
+	return becomingReadyError{err}
+}
+
+// becomingReadyError is still the API error it holds, for the responder
+// (which asks the error itself, not its chain, for its status).
+type becomingReadyError struct{ *apierrors.StatusError }
+
+func (becomingReadyError) Is(target error) bool { return target == ErrBecomingReady }
 
 // routeStatus is the answer to an invocation the router could not route:
 // its API error, with Retry-After when it is a 503 and only then (a 409 or
@@ -304,6 +431,9 @@ func routeStatus(err error) error {
 	st := status.Status()
 	switch {
 	case st.Code == http.StatusServiceUnavailable:
+		if errors.Is(err, ErrBecomingReady) {
+			return becomingReady(st.Message)
+		}
 		return unavailable(st.Message)
 	case st.Code >= 400 && st.Code < 500, st.Code == http.StatusNotImplemented:
 		if st.Details != nil && st.Details.RetryAfterSeconds != 0 {
@@ -333,9 +463,11 @@ func rpcStatus(err error, dispatched bool, timeout time.Duration) error {
 		case codes.InvalidArgument:
 			return apierrors.NewBadRequest(st.Message())
 		}
-		return unavailable("the owning runtimed refused the invocation before it started: " + st.Message())
+		// Closing for a move, or not (yet) the owner the route named:
+		// the Run is about to say where the function went.
+		return becomingReady("the owning runtimed refused the invocation before it started: " + st.Message())
 	case !dispatched:
-		return unavailable("the owning runtimed is unreachable: " + st.Message())
+		return becomingReady("the owning runtimed is unreachable: " + st.Message())
 	case st.Code() == codes.DeadlineExceeded:
 		return apierrors.NewTimeoutError(fmt.Sprintf("the invocation did not complete within %s and was stopped", timeout.Round(time.Millisecond)), 0)
 	}
@@ -445,6 +577,15 @@ func errorServerTiming(total time.Duration, runtimedNanos int64, replayed bool) 
 		timing += ", dedup;desc=replayed"
 	}
 	return timing
+}
+
+// withWait adds to timing how long the invocation waited for its function
+// to be routable, when it did: timing's parts count the rest.
+func withWait(timing string, waited time.Duration) string {
+	if waited <= 0 {
+		return timing
+	}
+	return timing + ", wait;dur=" + millis(waited.Microseconds())
 }
 
 // millis writes whole microseconds as milliseconds, Server-Timing's unit.

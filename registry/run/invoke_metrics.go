@@ -24,6 +24,13 @@ var (
 		Buckets:        metrics.ExponentialBuckets(0.0005, 2, 18),
 		StabilityLevel: metrics.ALPHA,
 	})
+	invokeWaitDuration = metrics.NewHistogram(&metrics.HistogramOpts{
+		Namespace: "kruntimes", Subsystem: "invoke",
+		Name:           "wait_for_ready_seconds",
+		Help:           "Time invocations of a function on its way to Ready (scheduled, registering, relocating) waited for it, of those that waited.",
+		Buckets:        metrics.ExponentialBuckets(0.01, 2, 12),
+		StabilityLevel: metrics.ALPHA,
+	})
 	invokeInFlight = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "kruntimes", Subsystem: "invoke",
 		Name:           "in_flight",
@@ -36,6 +43,6 @@ var registerInvokeMetricsOnce sync.Once
 
 func registerInvokeMetrics() {
 	registerInvokeMetricsOnce.Do(func() {
-		legacyregistry.MustRegister(invokeRequests, invokeDuration, invokeInFlight)
+		legacyregistry.MustRegister(invokeRequests, invokeDuration, invokeWaitDuration, invokeInFlight)
 	})
 }

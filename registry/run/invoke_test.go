@@ -200,7 +200,7 @@ func invoke(t *testing.T, router Router, maxTimeout time.Duration, inv call) ans
 		req.Header.Set(k, v)
 	}
 	rec := httptest.NewRecorder()
-	handler, err := newInvokeREST(router, maxTimeout).Connect(genericapirequest.WithNamespace(ctx, "ns"), "fn",
+	handler, err := newInvokeREST(router, InvokeSettings{MaxTimeout: maxTimeout}).Connect(genericapirequest.WithNamespace(ctx, "ns"), "fn",
 		&kruntimes.RunInvokeOptions{UID: inv.uid}, responder{w: rec, req: req})
 	require.NoError(t, err)
 	code := handler.(*invokeHandler).serve(rec, req)
@@ -693,7 +693,7 @@ func TestInvokeIsCountedByCode(t *testing.T) {
 	}
 	router := &fakeRouter{runtimed: &fakeRuntimed{}}
 	ok, unsupported := count("200"), count("415")
-	rest := newInvokeREST(router, time.Minute)
+	rest := newInvokeREST(router, InvokeSettings{MaxTimeout: time.Minute})
 	for _, contentType := range []string{"application/json", "text/plain"} {
 		req := httptest.NewRequestWithContext(t.Context(), http.MethodPost, "/invoke", strings.NewReader(`{}`))
 		req.Header.Set("Content-Type", contentType)
@@ -737,7 +737,7 @@ func BenchmarkInvokeOutput(b *testing.B) {
 	require.NoError(b, err)
 	for _, contentType := range []string{"application/json", ""} {
 		b.Run("content type "+strconv.Quote(contentType), func(b *testing.B) {
-			rest := newInvokeREST(&fakeRouter{runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: output, ContentType: contentType})}, time.Minute)
+			rest := newInvokeREST(&fakeRouter{runtimed: runtimedAnswers(&runtimedv1.InvokeResponse{Output: output, ContentType: contentType})}, InvokeSettings{MaxTimeout: time.Minute})
 			ctx := genericapirequest.WithNamespace(b.Context(), "ns")
 			b.SetBytes(int64(len(output)))
 			b.ReportAllocs()
@@ -833,7 +833,7 @@ func BenchmarkInvokeInputValidation(b *testing.B) {
 	}{{"invoke without schema", nil}, {"invoke with schema", validator}} {
 		b.Run(bc.name, func(b *testing.B) {
 			router := &fakeRouter{runtimed: &fakeRuntimed{}, input: bc.input}
-			rest := newInvokeREST(router, 0)
+			rest := newInvokeREST(router, InvokeSettings{})
 			ctx := genericapirequest.WithNamespace(genericapirequest.WithUser(b.Context(), &user.DefaultInfo{Name: "alice"}), "ns")
 			b.ReportAllocs()
 			var took []time.Duration

@@ -1,8 +1,6 @@
 package run
 
 import (
-	"time"
-
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/generic"
@@ -33,10 +31,9 @@ type REST struct {
 }
 
 // NewStorage builds the runs and runs/status storage over the backend that
-// optsGetter selects, and runs/invoke over router; maxInvokeTimeout bounds
-// every invocation; endpoint is what Ready function Runs advertise in
-// status.endpoint.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, maxInvokeTimeout time.Duration, endpoint Endpoint) (Storage, error) {
+// optsGetter selects, and runs/invoke over router within invoke's bounds;
+// endpoint is what Ready function Runs advertise in status.endpoint.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, invoke InvokeSettings, endpoint Endpoint) (Storage, error) {
 	strategy := NewStrategy(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &kruntimes.Run{} },
@@ -70,7 +67,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 	return Storage{
 		Run:    &REST{store},
 		Status: statusrest.New(store, NewStatusStrategy(strategy, endpoint)),
-		Invoke: newInvokeREST(router, maxInvokeTimeout),
+		Invoke: newInvokeREST(router, invoke),
 		Log:    &LogREST{router: router, runs: store, logs: logs, scheme: scheme, fanout: logfanout.New(logfanout.DefaultWindowBytes)},
 	}, nil
 }

@@ -242,17 +242,26 @@ func TestRuntimeRolloutRelocatesFunctions(t *testing.T) {
 	})
 
 	// The numbers the issue asks for (reported, not asserted).
-	var longest, mostRefused time.Duration
+	var longest, mostRefused, slowest time.Duration
 	for _, name := range names {
 		window := longestRefusal(calls[name], answeredAt)
 		longest = max(longest, window)
 		refused := longestRefusal(calls[name], sentAt)
 		mostRefused = max(mostRefused, refused)
-		t.Logf("%s: %d answers, longest 503 window %s (refusing %s: first 503 sent to the accepted call sent)",
-			name, len(calls[name]), window.Round(time.Millisecond), refused.Round(time.Millisecond))
+		// A call that waited in the apiserver for the function to move
+		// is answered 200, later: the longest one is the function's stall.
+		var longestOK time.Duration
+		for _, c := range calls[name] {
+			if c.code == http.StatusOK {
+				longestOK = max(longestOK, c.answered.Sub(c.sent))
+			}
+		}
+		slowest = max(slowest, longestOK)
+		t.Logf("%s: %d answers, longest 503 window %s (refusing %s: first 503 sent to the accepted call sent), longest 200 %s (sent to answered, the handler's 1.5 s included)",
+			name, len(calls[name]), window.Round(time.Millisecond), refused.Round(time.Millisecond), longestOK.Round(time.Millisecond))
 	}
-	t.Logf("rollout restart of %d Ready functions: all Ready on the new Pod %s after the rollout started; longest 503 window of a function %s (until the 200 answered, so it includes one handler's 1.5 s), longest refusing %s",
-		rolloutFunctions, allReady.Sub(started).Round(time.Millisecond), longest.Round(time.Millisecond), mostRefused.Round(time.Millisecond))
+	t.Logf("rollout restart of %d Ready functions: all Ready on the new Pod %s after the rollout started; longest 503 window of a function %s (until the 200 answered, so it includes one handler's 1.5 s), longest refusing %s, longest 200 %s",
+		rolloutFunctions, allReady.Sub(started).Round(time.Millisecond), longest.Round(time.Millisecond), mostRefused.Round(time.Millisecond), slowest.Round(time.Millisecond))
 	mu.Lock()
 	timeline.report(t, names, calls)
 	mu.Unlock()

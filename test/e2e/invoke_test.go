@@ -183,6 +183,25 @@ func TestInvoke(t *testing.T) {
 		}
 	})
 
+	t.Run("an invocation sent before the function is Ready waits for it and is answered", func(t *testing.T) {
+		createRun(ctx, t, runs, ns, functionRun("early", "python", "handlers.py", invokeHandlers, "handlers.echo"))
+		// Sent at once: the Run is Pending, then registering; the
+		// apiserver holds the call until it is Ready.
+		a := admin.post(ctx, t, invokePath(ns, "early"), []byte(`{"x":1}`), nil)
+		require.Equal(t, http.StatusOK, a.code, "%s", a.body)
+		var out struct {
+			Echo json.RawMessage `json:"echo"`
+		}
+		require.NoError(t, json.Unmarshal(a.result(t).Output.Raw, &out))
+		assert.JSONEq(t, `{"x":1}`, string(out.Echo), "the handler ran on the input sent")
+		timing := a.header.Get(invocation.HeaderServerTiming)
+		assert.Contains(t, timing, ", wait;dur=", "Server-Timing shows the wait for the function: %s", timing)
+		run, err := runs.KruntimesV1alpha1().Runs(ns).Get(ctx, "early", metav1.GetOptions{})
+		require.NoError(t, err)
+		assert.Equal(t, lifecycle.Ready, run.Status.Phase)
+		assert.Equal(t, int32(1), run.Status.Attempt, "no attempt was spent")
+	})
+
 	t.Run("kubectl create --raw returns the handler's output, with no Content-Type", func(t *testing.T) {
 		// kubectl takes commas in -f as separators: a name without any.
 		file, err := os.CreateTemp("", "input-*.json")

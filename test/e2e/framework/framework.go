@@ -35,6 +35,12 @@ const KeepEnv = "KRUNTIMES_E2E_KEEP"
 // than a runtimed that a test kills takes to come back and renew.
 const RecoveryHeartbeatGracePeriod = 3 * time.Second
 
+// InvokeWaitForReady is kruntimes-apiserver's --invoke-wait-for-ready in
+// the suite's cluster: longer than its default, so that a test's
+// invocation of a function on its way to Ready is answered when the
+// function is, even when a loaded machine registers it slowly.
+const InvokeWaitForReady = 30 * time.Second
+
 // Framework is the cluster shared by every test of one go test invocation.
 type Framework struct {
 	RepoRoot    string
@@ -160,6 +166,7 @@ func start(ctx context.Context, configure func(*localcluster.Config)) (*Framewor
 		Kruntimes: mode,
 		KruntimesArgs: []string{
 			"--recovery-heartbeat-grace-period=" + RecoveryHeartbeatGracePeriod.String(),
+			"--invoke-wait-for-ready=" + InvokeWaitForReady.String(),
 		},
 		Progress:    os.Stderr,
 		KeepPodLogs: true,
