@@ -48,7 +48,7 @@ var violationCases = []struct {
 		`input.level: Invalid value: "null": level in body must be of type integer: "null"`,
 		`input.level: Unsupported value: null: supported values: "1", "2", "null"`,
 	}},
-	{"every kind valid", kinds, `{"note":"n","level":2,"ratio":0.5,"when":"2026-12-03","id":"7d444840-9dc0-11d1-b245-5ffdce74fad2","tags":["a","bc"],"meta":{"k":"v"},"code":"AB-12","either":"x","both":4,"even":6,"flag":true,"small":{"a":1}}`, nil},
+	{"every kind valid", kinds, `{"note":"n","level":2,"ratio":0.5,"when":"2026-12-03","id":"7d444840-9dc0-11d1-b245-5ffdce74fad2","tags":["a","bc"],"meta":{"k":"v"},"code":"AB-12","either":"x","both":4,"even":6,"small":{"a":1}}`, nil},
 	{"the other branch of anyOf", kinds, `{"either":3}`, nil},
 	{"formats", kinds, `{"when":"2026-13-45","id":"nope"}`, []string{
 		`input.id: Invalid value: "nope": id in body must be of type uuid: "nope"`,
@@ -92,6 +92,7 @@ var violationCases = []struct {
 	{"not", kinds, `{"flag":false}`, []string{
 		`input: Invalid value: "": "flag" must not validate the schema (not)`,
 	}},
+	{"not, valid", kinds, `{"flag":true}`, nil},
 	{"nested required and types", kinds, `{"small":{"b":"x"}}`, []string{
 		`input.small.a: Required value`,
 		`input.small.b: Invalid value: "string": small.b in body must be of type boolean: "string"`,
