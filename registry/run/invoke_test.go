@@ -814,19 +814,30 @@ func BenchmarkInvokeInputValidation(b *testing.B) {
 	require.NoError(b, err)
 	require.Empty(b, validator.Validate(body))
 
-	b.Run("validate only", func(b *testing.B) {
-		b.ReportAllocs()
-		var took []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			errs := validator.Validate(body)
-			took = append(took, time.Since(start))
-			if len(errs) > 0 {
-				b.Fatal(errs)
+	// The same input with p19 renamed p20: p19 is missing and p20 is not
+	// allowed.
+	invalid := bytes.Replace(body, []byte(`"p19"`), []byte(`"p20"`), 1)
+	require.Len(b, validator.Validate(invalid), 2)
+
+	for _, bc := range []struct {
+		name       string
+		input      []byte
+		violations int
+	}{{"validate only", body, 0}, {"validate only, two violations", invalid, 2}} {
+		b.Run(bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			var took []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				errs := validator.Validate(bc.input)
+				took = append(took, time.Since(start))
+				if len(errs) != bc.violations {
+					b.Fatal(errs)
+				}
 			}
-		}
-		reportPercentiles(b, took)
-	})
+			reportPercentiles(b, took)
+		})
+	}
 	for _, bc := range []struct {
 		name  string
 		input *toolschema.Validator
