@@ -211,7 +211,7 @@ func run(ctx context.Context, o options) error {
 			return err
 		}},
 		{"runtime-server", func(ctx context.Context, t *target) error {
-			_, err := t.server.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{RunUid: string(t.run.UID), RegistrationId: t.regID, Input: []byte(`{}`)})
+			_, err := t.server.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{RunUid: string(t.run.UID), RegistrationId: t.regID, InvocationId: "bench", Input: []byte(`{}`)})
 			return err
 		}},
 		{"get-run", func(ctx context.Context, t *target) error {
