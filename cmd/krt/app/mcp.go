@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/signal"
@@ -495,8 +496,22 @@ type toolSet struct {
 	scope   toolScope
 	timeout time.Duration
 
+	// warnings is where a Run that cannot be served is reported;
+	// os.Stderr when nil.
+	warnings io.Writer
+
 	mu     sync.Mutex
 	served map[string]servedTool // by tool name
+	// hidden are the Runs not served for another's tool name, each
+	// reported once while it stays hidden.
+	hidden map[types.UID]bool
+}
+
+func (s *toolSet) warningsTo() io.Writer {
+	if s.warnings == nil {
+		return os.Stderr
+	}
+	return s.warnings
 }
 
 // isTool says whether run is served: a function Run that is not a sandbox
@@ -529,6 +544,7 @@ func (s *toolSet) sync(ctx context.Context) {
 	})
 	allowed := s.access.allowedAll(ctx, candidates)
 	want := map[string]*v1alpha1.Run{}
+	hidden := map[types.UID]bool{}
 	for i, run := range candidates {
 		if !allowed[i] {
 			continue
@@ -537,15 +553,19 @@ func (s *toolSet) sync(ctx context.Context) {
 		if first, ok := want[name]; ok {
 			// The Run whose name is the tool name as it is keeps it over
 			// one whose shortened name it merely equals.
-			served, hidden := first, run
+			served, hiddenRun := first, run
 			if !s.scope.shortened(run.Namespace, run.Name) && s.scope.shortened(first.Namespace, first.Name) {
-				served, hidden = run, first
+				served, hiddenRun = run, first
 			}
-			fmt.Fprintf(os.Stderr, "krt mcp: not serving the Run %s/%s: its tool name %s is the one of %s/%s\n", hidden.Namespace, hidden.Name, name, served.Namespace, served.Name)
+			if !s.hidden[hiddenRun.UID] {
+				fmt.Fprintf(s.warningsTo(), "krt mcp: not serving the Run %s/%s: its tool name %s is the one of %s/%s\n", hiddenRun.Namespace, hiddenRun.Name, name, served.Namespace, served.Name)
+			}
+			hidden[hiddenRun.UID] = true
 			run = served
 		}
 		want[name] = run
 	}
+	s.hidden = hidden
 	var gone []string
 	for name := range s.served {
 		if _, ok := want[name]; !ok {

@@ -108,16 +108,21 @@ func TestToolSetSyncNamespaces(t *testing.T) {
 	}
 	require.NoError(t, b.Add(function("b", "forecast")))
 	server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: "test"}, nil)
+	var warnings strings.Builder
 	tools := &toolSet{
 		server:  server,
 		listers: []listersv1alpha1.RunLister{listersv1alpha1.NewRunLister(a), listersv1alpha1.NewRunLister(b)},
 		access: &accessCache{now: time.Now, review: func(_ context.Context, ns, name string) (bool, error) {
 			return !(ns == "a" && name == "secret"), nil
 		}},
-		scope:  toolScope{namespaces: []string{"a", "b"}},
-		served: map[string]servedTool{},
+		scope:    toolScope{namespaces: []string{"a", "b"}},
+		served:   map[string]servedTool{},
+		warnings: &warnings,
 	}
 	tools.sync(ctx)
+	tools.sync(ctx)
+	assert.Equal(t, "krt mcp: not serving the Run a/"+long+": its tool name a."+impostor+" is the one of a/"+impostor+"\n", warnings.String(),
+		"the hidden Run is reported once, not at every sync")
 	st, ct := mcp.NewInMemoryTransports()
 	ss, err := server.Connect(ctx, st, nil)
 	require.NoError(t, err)
