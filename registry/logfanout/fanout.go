@@ -302,7 +302,10 @@ func (fl *follower) Recv() (*runtimev1.FollowLogResponse, error) {
 }
 
 // from answers a follower at offset, which the window holds, with the
-// rest of the entry that holds it. s.mu is held.
+// rest of the entry that holds it, and with what the attempt wrote by now
+// rather than when the entry was cut: a follower that reads the window
+// after the fact has caught up (where tailLines cuts) only at its end, as
+// a stream of its own would tell it. s.mu is held.
 func (s *share) from(offset int64) *runtimev1.FollowLogResponse {
 	i := 0
 	for s.window[i].end <= offset {
@@ -310,10 +313,10 @@ func (s *share) from(offset int64) *runtimev1.FollowLogResponse {
 	}
 	r := s.window[i].resp
 	if offset <= r.GetOffset() {
-		return &runtimev1.FollowLogResponse{Offset: r.GetOffset(), SkippedBytes: r.GetOffset() - offset, Chunks: r.GetChunks(), Written: r.GetWritten()}
+		return &runtimev1.FollowLogResponse{Offset: r.GetOffset(), SkippedBytes: r.GetOffset() - offset, Chunks: r.GetChunks(), Written: s.written}
 	}
 	cut := offset - r.GetOffset()
-	out := &runtimev1.FollowLogResponse{Offset: offset, Written: r.GetWritten()}
+	out := &runtimev1.FollowLogResponse{Offset: offset, Written: s.written}
 	for _, c := range r.GetChunks() {
 		n := int64(len(c.GetData()))
 		if cut >= n {

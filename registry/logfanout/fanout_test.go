@@ -540,3 +540,34 @@ func TestLateFunctionFollowerGetsWhatTheRegistrationKeeps(t *testing.T) {
 	}
 	pollUpstreams(t, f, 0)
 }
+
+// TestJoiningFollowerIsToldWhereTheLogStands: a follower that joins a
+// shared function stream reads what the window holds, and every response
+// says how much the registration wrote by now, not when the window's
+// response was cut: it has caught up (where tailLines cuts) only at the
+// window's end, as a stream of its own would tell it.
+func TestJoiningFollowerIsToldWhereTheLogStands(t *testing.T) {
+	rs := startRuntimeServer(t)
+	fn := rs.register(t, 3)
+	f := New(0)
+	ctx := t.Context()
+	first := f.Follow(ctx, fnKey, 0, fn.open())
+	for _, id := range []string{"inv-1", "inv-2", "inv-3"} {
+		fn.invoke(t, id)
+	}
+	_, written, _ := fn.kept(t, 0)
+	_, err := readFunction(first, 0, written)
+	require.NoError(t, err)
+
+	joined := f.Follow(ctx, fnKey, 0, fn.open())
+	for end := int64(0); end < written; {
+		resp, err := joined.Recv()
+		require.NoError(t, err)
+		end = resp.GetOffset()
+		for _, c := range resp.GetChunks() {
+			end += int64(len(c.GetData()))
+		}
+		assert.Equal(t, written, resp.GetWritten(), "the response ending at %d says where the log stands", end)
+	}
+	assert.Equal(t, int32(2), rs.opens.Load(), "the joining follower read from the shared stream")
+}

@@ -289,7 +289,16 @@ func TestFunctionFollowersShareOneUpstream(t *testing.T) {
 			got[i] += line
 		}
 	}
-	assert.Equal(t, int32(1), fs.follows.opened.Load(), "runtimed opened one stream on the Runtime Server for %d follows", n)
+	// A follow that joins now reads what the shared stream holds, and
+	// tailLines cuts it where the log stands now.
+	tailed, err := httpc.Get(logURL + "&tailLines=2")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tailed.Body.Close() })
+	require.Equal(t, http.StatusOK, tailed.StatusCode)
+	line, err := bufio.NewReader(tailed.Body).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "[invocation/inv-3] hello from inv-3\n", line, "tailLines=2: the last two lines written")
+	assert.Equal(t, int32(1), fs.follows.opened.Load(), "runtimed opened one stream on the Runtime Server for %d follows", n+1)
 
 	// The Run ends, and its runtimed unregisters it: so do the follows.
 	run, err := fs.runs.Get(ctx, "fn", metav1.GetOptions{})
