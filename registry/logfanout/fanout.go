@@ -20,8 +20,8 @@ import (
 const DefaultWindowBytes = 256 << 10
 
 // Stream is a follow of an attempt's log, as runtimed's FollowLog answers
-// it: responses until io.EOF (the attempt ended and everything was sent) or
-// an error.
+// it: responses until io.EOF (the attempt, or the function's registration,
+// ended and everything was sent) or an error.
 type Stream interface {
 	Recv() (*runtimev1.FollowLogResponse, error)
 }
@@ -35,6 +35,13 @@ type Key struct {
 	RunUID  types.UID
 	Attempt int32
 	PodUID  types.UID
+	// Function says the attempt is a function Run's registration, whose
+	// follows FollowFunctionLog answers: the first response comes at once
+	// (empty when nothing is kept from the offset on), and an offset past
+	// what was written is OutOfRange at once (the Runtime Server restarted
+	// and registered the function again, so its log starts anew). Every
+	// follower of a shared function stream gets the same.
+	Function bool
 }
 
 // Fanout holds the shared streams of one kruntimes-apiserver.
@@ -132,6 +139,10 @@ type share struct {
 	// changed is closed, and replaced, when the window grows or the
 	// upstream ends.
 	changed chan struct{}
+	// answered says the upstream sent a response; written is what the
+	// latest one said the attempt had written.
+	answered bool
+	written  int64
 }
 
 // entry is one upstream response, covering [begin, end): its skipped
@@ -176,6 +187,7 @@ func (s *share) add(resp *runtimev1.FollowLogResponse) {
 	s.window = append(s.window, e)
 	s.bytes += n
 	s.end = e.end
+	s.answered, s.written = true, resp.GetWritten()
 	for s.bytes > s.fanout.windowBytes && len(s.window) > 1 {
 		s.bytes -= int(s.window[0].end - s.window[0].resp.GetOffset())
 		s.window[0] = entry{}
@@ -192,7 +204,10 @@ type follower struct {
 	share  *share
 	open   Open
 	offset int64
-	left   sync.Once
+	// answered says Recv returned a response: a function's follower gets
+	// its first one at once.
+	answered bool
+	left     sync.Once
 
 	mu sync.Mutex
 	// own, while set, is the follower's own stream, read until the share
@@ -254,7 +269,19 @@ func (fl *follower) Recv() (*runtimev1.FollowLogResponse, error) {
 			resp := s.from(fl.offset)
 			s.mu.Unlock()
 			fl.advance(resp)
+			fl.answered = true
 			return resp, nil
+		case s.key.Function && !fl.answered && s.answered:
+			// As FollowFunctionLog answers a follow that has nothing to
+			// read yet: at once, saying where the log stands.
+			written := s.written
+			s.mu.Unlock()
+			if fl.offset > written {
+				fl.leave()
+				return nil, status.Errorf(codes.OutOfRange, "offset %d is past the %d bytes the registration wrote", fl.offset, written)
+			}
+			fl.answered = true
+			return &runtimev1.FollowLogResponse{Offset: fl.offset, Written: written}, nil
 		case s.done:
 			err := s.err
 			end := s.end
@@ -275,7 +302,10 @@ func (fl *follower) Recv() (*runtimev1.FollowLogResponse, error) {
 }
 
 // from answers a follower at offset, which the window holds, with the
-// rest of the entry that holds it. s.mu is held.
+// rest of the entry that holds it, and with what the attempt wrote by now
+// rather than when the entry was cut: a follower that reads the window
+// after the fact has caught up (where tailLines cuts) only at its end, as
+// a stream of its own would tell it. s.mu is held.
 func (s *share) from(offset int64) *runtimev1.FollowLogResponse {
 	i := 0
 	for s.window[i].end <= offset {
@@ -283,10 +313,10 @@ func (s *share) from(offset int64) *runtimev1.FollowLogResponse {
 	}
 	r := s.window[i].resp
 	if offset <= r.GetOffset() {
-		return &runtimev1.FollowLogResponse{Offset: r.GetOffset(), SkippedBytes: r.GetOffset() - offset, Chunks: r.GetChunks(), Written: r.GetWritten()}
+		return &runtimev1.FollowLogResponse{Offset: r.GetOffset(), SkippedBytes: r.GetOffset() - offset, Chunks: r.GetChunks(), Written: s.written}
 	}
 	cut := offset - r.GetOffset()
-	out := &runtimev1.FollowLogResponse{Offset: offset, Written: r.GetWritten()}
+	out := &runtimev1.FollowLogResponse{Offset: offset, Written: s.written}
 	for _, c := range r.GetChunks() {
 		n := int64(len(c.GetData()))
 		if cut >= n {
@@ -339,6 +369,7 @@ func (fl *follower) recvOwn(own Stream) (*runtimev1.FollowLogResponse, error) {
 		return nil, err
 	}
 	fl.advance(resp)
+	fl.answered = true
 	s := fl.share
 	s.mu.Lock()
 	back := fl.offset >= s.begin && (fl.offset < s.end || !s.done)

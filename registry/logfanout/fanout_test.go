@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +17,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
@@ -28,8 +31,9 @@ import (
 // runtimeServer is a real bash Runtime Server on a unix socket, and the
 // gRPC client of it the fan-out's upstreams are opened on.
 type runtimeServer struct {
-	dir   string
-	tasks runtimev1.RuntimeClient
+	dir       string
+	tasks     runtimev1.RuntimeClient
+	functions runtimev1.FunctionRuntimeClient
 	// opens counts the upstream streams opened.
 	opens atomic.Int32
 }
@@ -39,7 +43,8 @@ func startRuntimeServer(t *testing.T) *runtimeServer {
 		t.Skip("bash is required to run tasks")
 	}
 	dir := t.TempDir()
-	rs, err := server.New(server.Options{Language: bash.New("", dir), StateDir: filepath.Join(dir, "state"), BaseEnv: []string{"PATH=" + os.Getenv("PATH")}})
+	b := bash.New("", dir)
+	rs, err := server.New(server.Options{Language: b, Functions: b, StateDir: filepath.Join(dir, "state"), BaseEnv: []string{"PATH=" + os.Getenv("PATH")}})
 	require.NoError(t, err)
 	sock := filepath.Join(dir, "runtime.sock")
 	lis, err := net.Listen("unix", sock)
@@ -56,7 +61,7 @@ func startRuntimeServer(t *testing.T) *runtimeServer {
 		defer cancel()
 		rs.Close(ctx)
 	})
-	return &runtimeServer{dir: dir, tasks: runtimev1.NewRuntimeClient(conn)}
+	return &runtimeServer{dir: dir, tasks: runtimev1.NewRuntimeClient(conn), functions: runtimev1.NewFunctionRuntimeClient(conn)}
 }
 
 // start executes script as task id; it may wait for the file gate in its
@@ -280,4 +285,289 @@ func TestFollowerFromAnOffsetInTheWindow(t *testing.T) {
 	assert.Equal(t, kept, append(head, firstRest...))
 	assert.Equal(t, kept[offset:], rest, "the resumed follower has the log from its offset")
 	assert.Equal(t, int32(1), rs.opens.Load(), "the resumed follower read from the shared stream")
+}
+
+// function is a Bash function registered on a runtimeServer, whose
+// handler writes lines of its invocation ID to stderr.
+type function struct {
+	rs     *runtimeServer
+	runUID string
+	regID  string
+}
+
+// register registers a function whose invocations each write lines
+// numbered lines to stderr.
+func (r *runtimeServer) register(t *testing.T, lines int) *function {
+	handler := fmt.Sprintf("for i in $(seq 1 %d); do echo \"line $i of $KRUNTIMES_INVOCATION_ID\" >&2; done\necho '{}'\n", lines)
+	require.NoError(t, os.WriteFile(filepath.Join(r.dir, "handler.sh"), []byte(handler), 0o644))
+	const runUID = "function-run-uid"
+	reg, err := r.functions.RegisterFunction(t.Context(), &runtimev1.RegisterFunctionRequest{
+		RunUid: runUID, RegistrationAttempt: 1, RegistrationDigest: "d", WorkingDir: r.dir, Handler: "handler.sh",
+	})
+	require.NoError(t, err)
+	require.Equal(t, runtimev1.FunctionState_FUNCTION_STATE_READY, reg.GetState(), reg.GetFatalError())
+	return &function{rs: r, runUID: runUID, regID: reg.GetRegistrationId()}
+}
+
+func (fn *function) invoke(t *testing.T, id string) {
+	t.Helper()
+	resp, err := fn.rs.functions.InvokeFunction(t.Context(), &runtimev1.InvokeFunctionRequest{RunUid: fn.runUID, RegistrationId: fn.regID, InvocationId: id, Input: []byte(`{}`)})
+	require.NoError(t, err)
+	require.Nil(t, resp.GetError())
+}
+
+func (fn *function) unregister(t *testing.T) {
+	_, err := fn.rs.functions.UnregisterFunction(t.Context(), &runtimev1.UnregisterFunctionRequest{RunUid: fn.runUID, RegistrationId: fn.regID})
+	require.NoError(t, err)
+}
+
+// open is the fan-out's Open for the function's registration, counting
+// what it opens.
+func (fn *function) open() Open {
+	return func(ctx context.Context, offset int64) (Stream, error) {
+		fn.rs.opens.Add(1)
+		return fn.rs.functions.FollowFunctionLog(ctx, &runtimev1.FollowFunctionLogRequest{RunUid: fn.runUID, RegistrationId: fn.regID, Offset: offset})
+	}
+}
+
+// kept is what the registration keeps from offset on, as one follow of
+// its own reads it: the first response's offset, where the log ends, and
+// the bytes between, each run of one invocation's bytes prefixed with its
+// ID.
+func (fn *function) kept(t *testing.T, offset int64) (from, written int64, log string) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	s, err := fn.open()(ctx, offset)
+	require.NoError(t, err)
+	resp, err := s.Recv()
+	require.NoError(t, err)
+	var l marked
+	l.add(resp)
+	for resp.GetOffset()+l.n < resp.GetWritten() {
+		next, err := s.Recv()
+		require.NoError(t, err)
+		l.add(next)
+	}
+	return resp.GetOffset(), resp.GetOffset() + l.n, l.String()
+}
+
+// marked is a function's log as a follower read it: each run of one
+// invocation's bytes prefixed with its ID, however the runs were cut into
+// chunks.
+type marked struct {
+	b   []byte
+	id  string
+	n   int64
+	any bool
+}
+
+func (m *marked) add(resp *runtimev1.FollowLogResponse) {
+	for _, c := range resp.GetChunks() {
+		if !m.any || c.GetInvocationId() != m.id {
+			m.b = fmt.Appendf(m.b, "[%s]", c.GetInvocationId())
+			m.id, m.any = c.GetInvocationId(), true
+		}
+		m.b = append(m.b, c.GetData()...)
+		m.n += int64(len(c.GetData()))
+	}
+}
+
+func (m *marked) String() string { return string(m.b) }
+
+// readFunction reads s until it ends, or until it reached offset stopAt
+// (when positive), checking that its responses are consecutive from
+// offset after the first (which may skip to what the registration keeps).
+func readFunction(s Stream, offset int64, stopAt int64) (*marked, error) {
+	m := &marked{}
+	next := offset
+	for first := true; ; first = false {
+		resp, err := s.Recv()
+		if errors.Is(err, io.EOF) {
+			return m, nil
+		}
+		if err != nil {
+			return m, err
+		}
+		if resp.GetOffset() != next+resp.GetSkippedBytes() || (!first && resp.GetSkippedBytes() != 0) {
+			return m, fmt.Errorf("response at offset %d skipped %d bytes after offset %d", resp.GetOffset(), resp.GetSkippedBytes(), next)
+		}
+		m.add(resp)
+		next = resp.GetOffset()
+		for _, c := range resp.GetChunks() {
+			next += int64(len(c.GetData()))
+		}
+		if stopAt > 0 && next >= stopAt {
+			return m, nil
+		}
+	}
+}
+
+var fnKey = Key{RunUID: "function-run-uid", Attempt: 1, PodUID: "pod-uid", Function: true}
+
+// TestFunctionFollowersShareOneUpstream: N followers of a function's
+// registration, joining one after another, each start with what it keeps
+// (every byte of invocation "before"), then get identical bytes marked with
+// their invocation IDs, through one upstream stream, which closes when the
+// registration ends.
+func TestFunctionFollowersShareOneUpstream(t *testing.T) {
+	rs := startRuntimeServer(t)
+	fn := rs.register(t, 200)
+	fn.invoke(t, "before")
+	_, _, before := fn.kept(t, 0)
+	rs.opens.Store(0)
+
+	f := New(0)
+	const n = 8
+	streams := make([]Stream, n)
+	for i := range streams {
+		streams[i] = f.Follow(t.Context(), fnKey, 0, fn.open())
+		head, err := readFunction(streams[i], 0, int64(len(before)-len("[before]")))
+		require.NoError(t, err)
+		require.Equal(t, before, head.String(), "follower %d starts with what the registration keeps", i)
+	}
+	for _, id := range []string{"inv-1", "inv-2", "inv-3"} {
+		fn.invoke(t, id)
+	}
+	_, _, all := fn.kept(t, 0)
+	assert.Equal(t, int32(2), rs.opens.Load(), "one upstream for %d followers, and the test's own read", n)
+	fn.unregister(t)
+
+	got := make([]*marked, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range streams {
+		wg.Go(func() { got[i], errs[i] = readFunction(streams[i], int64(len(before)-len("[before]")), 0) })
+	}
+	wg.Wait()
+	for i := range got {
+		require.NoError(t, errs[i], "follower %d", i)
+		assert.Equal(t, all, before+got[i].String(), "follower %d has every invocation's bytes, marked", i)
+	}
+	for _, id := range []string{"before", "inv-1", "inv-2", "inv-3"} {
+		assert.Contains(t, all, "["+id+"]line 1 of "+id+"\n")
+	}
+	pollUpstreams(t, f, 0)
+}
+
+// TestFunctionFollowerIsAnsweredAtOnce: a follower that joins a shared
+// function stream with nothing to read yet is answered at once with where
+// the log stands, as FollowFunctionLog answers; one past what was written
+// is OutOfRange at once. Neither opens a stream of its own.
+func TestFunctionFollowerIsAnsweredAtOnce(t *testing.T) {
+	rs := startRuntimeServer(t)
+	fn := rs.register(t, 3)
+	f := New(0)
+	// Bounded, so that a Recv that waited fails the test rather than
+	// hanging it: nothing is written while the test reads.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+
+	first := f.Follow(ctx, fnKey, 0, fn.open())
+	resp, err := first.Recv()
+	require.NoError(t, err)
+	assert.Empty(t, resp.GetChunks(), "nothing was written")
+	assert.Zero(t, resp.GetWritten())
+
+	second := f.Follow(ctx, fnKey, 0, fn.open())
+	resp, err = second.Recv()
+	require.NoError(t, err, "the second follower is answered without a write")
+	assert.Empty(t, resp.GetChunks())
+	assert.Zero(t, resp.GetWritten())
+
+	fn.invoke(t, "one")
+	for _, s := range []Stream{first, second} {
+		got, err := readFunction(s, 0, int64(len("line 1 of one\nline 2 of one\nline 3 of one\n")))
+		require.NoError(t, err)
+		assert.Equal(t, "[one]line 1 of one\nline 2 of one\nline 3 of one\n", got.String())
+	}
+	written := int64(len("line 1 of one\nline 2 of one\nline 3 of one\n"))
+
+	resumed := f.Follow(ctx, fnKey, written, fn.open())
+	resp, err = resumed.Recv()
+	require.NoError(t, err, "a follower resuming at the end is answered without a write")
+	assert.Equal(t, written, resp.GetOffset())
+	assert.Equal(t, written, resp.GetWritten())
+	assert.Empty(t, resp.GetChunks())
+
+	past := f.Follow(ctx, fnKey, written+1, fn.open())
+	_, err = past.Recv()
+	assert.Equal(t, codes.OutOfRange, status.Code(err), "an offset past what was written: %v", err)
+	assert.Equal(t, int32(1), rs.opens.Load(), "every follower read from the shared stream")
+	assert.Equal(t, 1, f.Upstreams())
+}
+
+// TestLateFunctionFollowerGetsWhatTheRegistrationKeeps: a follower that
+// joins at offset 0 after the shared stream moved past its window reads
+// what the registration still keeps (its bounded tail) on its own, then
+// joins the shared stream, and reads what comes next from it.
+func TestLateFunctionFollowerGetsWhatTheRegistrationKeeps(t *testing.T) {
+	rs := startRuntimeServer(t)
+	fn := rs.register(t, 2500) // ~48 KiB an invocation
+	f := New(4 << 10)
+	ctx := t.Context()
+	first := f.Follow(ctx, fnKey, 0, fn.open())
+	for i := range 6 {
+		fn.invoke(t, fmt.Sprint("inv-", i))
+	}
+	keptFrom, written, kept := fn.kept(t, 0)
+	require.Positive(t, keptFrom, "the registration no longer keeps its first bytes")
+	// The first follower did not read meanwhile: it fell behind the
+	// window, and reads what the registration keeps on its own.
+	firstHead, err := readFunction(first, 0, written)
+	require.NoError(t, err)
+	assert.Equal(t, kept, firstHead.String())
+	pollUpstreams(t, f, 1)
+	opens := rs.opens.Load()
+
+	late := f.Follow(ctx, fnKey, 0, fn.open())
+	lateHead, err := readFunction(late, 0, written)
+	require.NoError(t, err)
+	assert.Equal(t, kept, lateHead.String(), "the late follower starts with what the registration keeps")
+	assert.Equal(t, opens+1, rs.opens.Load(), "the late follower read it on its own")
+	pollUpstreams(t, f, 1) // and then went back to the shared stream
+
+	fn.invoke(t, "next")
+	for _, s := range []Stream{first, late} {
+		got, err := readFunction(s, written, written+1)
+		require.NoError(t, err)
+		assert.True(t, strings.HasPrefix(got.String(), "[next]line 1 of next\nline 2 of next\n"), got.String()[:min(64, len(got.b))])
+	}
+	assert.Equal(t, opens+1, rs.opens.Load(), "both read the next invocation from the shared stream")
+	fn.unregister(t)
+	for _, s := range []Stream{first, late} {
+		_, err := readFunction(s, 0, 0)
+		require.NoError(t, err)
+	}
+	pollUpstreams(t, f, 0)
+}
+
+// TestJoiningFollowerIsToldWhereTheLogStands: a follower that joins a
+// shared function stream reads what the window holds, and every response
+// says how much the registration wrote by now, not when the window's
+// response was cut: it has caught up (where tailLines cuts) only at the
+// window's end, as a stream of its own would tell it.
+func TestJoiningFollowerIsToldWhereTheLogStands(t *testing.T) {
+	rs := startRuntimeServer(t)
+	fn := rs.register(t, 3)
+	f := New(0)
+	ctx := t.Context()
+	first := f.Follow(ctx, fnKey, 0, fn.open())
+	for _, id := range []string{"inv-1", "inv-2", "inv-3"} {
+		fn.invoke(t, id)
+	}
+	_, written, _ := fn.kept(t, 0)
+	_, err := readFunction(first, 0, written)
+	require.NoError(t, err)
+
+	joined := f.Follow(ctx, fnKey, 0, fn.open())
+	for end := int64(0); end < written; {
+		resp, err := joined.Recv()
+		require.NoError(t, err)
+		end = resp.GetOffset()
+		for _, c := range resp.GetChunks() {
+			end += int64(len(c.GetData()))
+		}
+		assert.Equal(t, written, resp.GetWritten(), "the response ending at %d says where the log stands", end)
+	}
+	assert.Equal(t, int32(2), rs.opens.Load(), "the joining follower read from the shared stream")
 }

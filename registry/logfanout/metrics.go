@@ -10,7 +10,7 @@ import (
 var upstreamStreams = metrics.NewGauge(&metrics.GaugeOpts{
 	Namespace: "kruntimes", Subsystem: "run_log",
 	Name:           "upstream_streams",
-	Help:           "FollowLog streams this server holds open to runtimeds for follows of running tasks: one per followed attempt, plus one per follower catching up on its own.",
+	Help:           "FollowLog streams this server holds open to runtimeds for follows of running tasks and Ready functions: one per followed attempt, plus one per follower catching up on its own.",
 	StabilityLevel: metrics.ALPHA,
 })
 

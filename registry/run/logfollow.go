@@ -291,16 +291,16 @@ func (r *LogREST) followLive(ctx context.Context, f *follower, client runtimedv1
 }
 
 // openFollow opens req's stream on its runtimed. Follows of one task
-// attempt share one stream through the fan-out (the first opens it, the
-// last closes it), so N followers cost the runtimed and the Runtime Server
-// one; a function's follow has its own.
+// attempt, or of one function Run's registration, share one stream
+// through the fan-out (the first opens it, the last closes it), so N
+// followers cost the runtimed and the Runtime Server one.
 func (r *LogREST) openFollow(ctx context.Context, client runtimedv1.RuntimedClient, req *runtimedv1.FollowLogRequest) (logfanout.Stream, error) {
-	if req.GetFunction() || r.fanout == nil {
+	if r.fanout == nil {
 		return client.FollowLog(ctx, req)
 	}
-	key := logfanout.Key{RunUID: types.UID(req.GetRunUid()), Attempt: req.GetAttempt(), PodUID: types.UID(req.GetPodUid())}
+	key := logfanout.Key{RunUID: types.UID(req.GetRunUid()), Attempt: req.GetAttempt(), PodUID: types.UID(req.GetPodUid()), Function: req.GetFunction()}
 	return r.fanout.Follow(ctx, key, req.GetOffset(), func(ctx context.Context, offset int64) (logfanout.Stream, error) {
-		return client.FollowLog(ctx, &runtimedv1.FollowLogRequest{RunUid: req.GetRunUid(), Attempt: req.GetAttempt(), PodUid: req.GetPodUid(), Offset: offset})
+		return client.FollowLog(ctx, &runtimedv1.FollowLogRequest{RunUid: req.GetRunUid(), Attempt: req.GetAttempt(), PodUid: req.GetPodUid(), Offset: offset, Function: req.GetFunction()})
 	}), nil
 }
 

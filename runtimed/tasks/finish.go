@@ -141,11 +141,13 @@ func firstLine(s string) string {
 // saveLog hands the attempt's kept log to kruntimes-apiserver before its
 // outcome is written, so a client that saw the outcome reads all of it. A
 // refused log is logged, never waited on: the outcome is written anyway.
+// An attempt that wrote nothing costs no write: runs/log answers an
+// attempt without a kept log as an empty one.
 func (c *Controller) saveLog(ctx context.Context, run *v1alpha1.Run, exec *execution) {
 	c.mu.Lock()
 	result := exec.result
 	c.mu.Unlock()
-	if result.GetLog() == nil {
+	if l := result.GetLog(); l == nil || (len(l.GetChunks()) == 0 && l.GetDroppedBytes() == 0) {
 		return
 	}
 	rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)

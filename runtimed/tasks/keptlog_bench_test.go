@@ -8,8 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -226,4 +229,28 @@ func createScheduled(ctx context.Context, client versioned.Interface, run *v1alp
 		return fmt.Errorf("schedule %s: %w", run.Name, err)
 	}
 	return nil
+}
+
+// TestSilentAttemptSavesNoLog: an attempt that wrote nothing costs no
+// runs/log write, and its log reads as an empty 200 all the same; one that
+// wrote is kept.
+func TestSilentAttemptSavesNoLog(t *testing.T) {
+	var logs *logSwitch
+	h := startWith(t, 2, func(runs kruntimesclient.RunsGetter) kruntimesclient.RunsGetter {
+		logs = &logSwitch{RunsGetter: runs}
+		logs.keep.Store(true)
+		return logs
+	}, scheduledRun("silent", "true"), scheduledRun("printer", "echo hi"))
+	for _, name := range []string{"silent", "printer"} {
+		run := h.waitFor(t, name, "terminal", terminal)
+		require.Equal(t, lifecycle.Succeeded, run.Status.Phase, run.Status.Message)
+	}
+	assert.Equal(t, int64(1), logs.saved.Load(), "only the attempt that wrote saved a log")
+	for name, want := range map[string]string{"silent": "", "printer": "hi\n"} {
+		for _, opts := range []*v1alpha1.RunLogOptions{{}, {Attempt: ptr.To[int32](1)}, {Follow: true}} {
+			got, err := h.client.KruntimesV1alpha1().Runs(testNamespace).GetLogs(name, opts).DoRaw(t.Context())
+			require.NoError(t, err, "%s %+v", name, opts)
+			assert.Equal(t, want, string(got), "%s %+v", name, opts)
+		}
+	}
 }

@@ -80,25 +80,45 @@ func TestRunLogKept(t *testing.T) {
 	assert.LessOrEqual(t, len(head)+len(tail), 1<<20, "what is kept is within --run-log-max-bytes (1 MiB)")
 	assert.Greater(t, len(head)+len(tail), 900<<10, "about the bound is kept")
 
-	t.Run("the log is served after the task's Pod is deleted", func(t *testing.T) {
-		run, err := client.KruntimesV1alpha1().Runs(ns).Get(ctx, "big", metav1.GetOptions{})
-		require.NoError(t, err)
-		pod := run.Status.AssignedPod
-		if pod == "" {
-			pods, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+	// A task that prints nothing: runtimed saves no log for it.
+	silent := strings.NewReplacer("name: hello", "name: silent", `echo "hello, $NAME"`, `true`).
+		Replace(mustRead(t, filepath.Join(examples, "run-task.yaml")))
+	out, err = f.KubectlWithInput(ctx, silent, "-n", ns, "create", "-f", "-")
+	require.NoError(t, err, out)
+	out, err = f.Kubectl(ctx, "-n", ns, "wait", "--for=jsonpath={.status.phase}=Succeeded", "run/silent", "--timeout=2m")
+	require.NoError(t, err, out)
+
+	t.Run("the log is served after the task's Pod is deleted; a silent task's is empty", func(t *testing.T) {
+		pods := map[string]bool{}
+		for _, name := range []string{"big", "silent"} {
+			run, err := client.KruntimesV1alpha1().Runs(ns).Get(ctx, name, metav1.GetOptions{})
 			require.NoError(t, err)
-			require.NotEmpty(t, pods.Items)
-			pod = pods.Items[0].Name
+			if run.Status.AssignedPod != "" {
+				pods[run.Status.AssignedPod] = true
+			}
 		}
-		require.NoError(t, f.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
-		require.NoError(t, framework.Poll(ctx, framework.PollInterval, 2*time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
-			_, err := f.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		}), "the Pod is gone")
+		if len(pods) == 0 {
+			list, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{})
+			require.NoError(t, err)
+			require.NotEmpty(t, list.Items)
+			pods[list.Items[0].Name] = true
+		}
+		for pod := range pods {
+			require.NoError(t, f.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{GracePeriodSeconds: new(int64)}))
+			require.NoError(t, framework.Poll(ctx, framework.PollInterval, 2*time.Minute, func(ctx context.Context, seen *framework.Observed) (bool, error) {
+				_, err := f.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
+				return apierrors.IsNotFound(err), nil
+			}), "the Pod is gone")
+		}
 		again, err := f.Kubectl(ctx, "get", "--raw", logPath)
 		require.NoError(t, err)
 		assert.Equal(t, len(kept), len(again))
 		assert.True(t, kept == again, "the same log")
+		for _, query := range []string{"", "?follow=true", "?attempt=1"} {
+			empty, err := f.Kubectl(ctx, "get", "--raw", "/apis/kruntimes.io/v1alpha1/namespaces/"+ns+"/runs/silent/log"+query)
+			require.NoError(t, err, "a silent task's log reads as an empty 200 (%s): %s", query, empty)
+			assert.Empty(t, empty, query)
+		}
 	})
 
 	t.Run("kruntimes-view reads the log; an identity without get runs/log is 403", func(t *testing.T) {

@@ -10,6 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,6 +63,21 @@ type functionLogServer struct {
 	run       *v1alpha1.Run
 	functions runtimev1.FunctionRuntimeClient
 	reg       *runtimev1.RegistrationStatus
+	// follows counts the FollowFunctionLog streams runtimed opened on the
+	// Runtime Server.
+	follows *countingFunctionFollows
+}
+
+// countingFunctionFollows counts the FollowFunctionLog streams opened on
+// the Runtime Server.
+type countingFunctionFollows struct {
+	runtimev1.FunctionRuntimeClient
+	opened atomic.Int32
+}
+
+func (c *countingFunctionFollows) FollowFunctionLog(ctx context.Context, in *runtimev1.FollowFunctionLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FollowLogResponse], error) {
+	c.opened.Add(1)
+	return c.FunctionRuntimeClient.FollowFunctionLog(ctx, in, opts...)
 }
 
 func startFunctionLogServer(t *testing.T) *functionLogServer {
@@ -100,9 +118,10 @@ func startFunctionLogServer(t *testing.T) *functionLogServer {
 	require.NoError(t, err)
 	require.Equal(t, runtimev1.FunctionState_FUNCTION_STATE_READY, reg.GetState(), reg.GetFatalError())
 	gate := oneRegistration{uid: run.UID, attempt: run.Status.Attempt, id: reg.GetRegistrationId()}
-	var logs runtimedv1.RuntimedServer = invoke.NewServer(gate, functions, "bash").FollowTasks(t.Context(), runtimev1.NewRuntimeClient(conn), "uid-a")
+	follows := &countingFunctionFollows{FunctionRuntimeClient: functions}
+	var logs runtimedv1.RuntimedServer = invoke.NewServer(gate, follows, "bash").FollowTasks(t.Context(), runtimev1.NewRuntimeClient(conn), "uid-a")
 	s.runtimed.logs.Store(&logs)
-	return &functionLogServer{invokeServer: s, runs: runs, run: run, functions: functions, reg: reg}
+	return &functionLogServer{invokeServer: s, runs: runs, run: run, functions: functions, reg: reg, follows: follows}
 }
 
 func TestRunLogFollowsAFunction(t *testing.T) {
@@ -211,16 +230,105 @@ func TestIdleFunctionFollowersCost(t *testing.T) {
 	warm := open() // connections, TLS and caches warm before measuring
 	defer warm.Body.Close()
 	heap0, g0 := measure()
+	opened0 := fs.follows.opened.Load()
 	bodies := make([]*http.Response, 0, n)
 	for range n {
 		bodies = append(bodies, open())
 	}
 	heap1, g1 := measure()
 	perFollower := float64(int64(heap1)-int64(heap0)) / 1024 / n
-	t.Logf("%d idle function followers: %.1f KiB of heap and %.1f goroutines per follower (apiserver + runtimed + Runtime Server + HTTP/2 client, one process)",
-		n, perFollower, float64(g1-g0)/n)
+	t.Logf("%d idle function followers: %.1f KiB of heap and %.1f goroutines per follower, %d streams opened on the Runtime Server (apiserver + runtimed + Runtime Server + HTTP/2 client, one process)",
+		n, perFollower, float64(g1-g0)/n, fs.follows.opened.Load()-opened0)
 	assert.Less(t, perFollower, 256.0, "an idle follower costs a bounded amount, not a log's worth")
+	assert.Equal(t, opened0, fs.follows.opened.Load(), "the follows share the first one's stream on the Runtime Server")
 	for _, b := range bodies {
 		_ = b.Body.Close()
+	}
+}
+
+// TestFunctionFollowersShareOneUpstream: ten follows of one Ready function
+// through kruntimes-apiserver get identical bytes, every line marked with
+// its invocation ID, from what the registration kept before them to the
+// Run's end, and runtimed opens one stream on the Runtime Server for all of
+// them.
+func TestFunctionFollowersShareOneUpstream(t *testing.T) {
+	fs := startFunctionLogServer(t)
+	ctx := t.Context()
+	invokeFn := func(id string) {
+		t.Helper()
+		_, err := fs.functions.InvokeFunction(ctx, &runtimev1.InvokeFunctionRequest{RunUid: string(fs.run.UID), RegistrationId: fs.reg.GetRegistrationId(), InvocationId: id, Input: []byte(`{}`)})
+		require.NoError(t, err)
+	}
+	httpc := httpClient(t, fs.config, false, true)
+	logURL := fs.config.Host + "/apis/kruntimes.io/v1alpha1/namespaces/" + namespace + "/runs/fn/log?follow=true"
+
+	invokeFn("before")
+	const n = 10
+	bodies := make([]*bufio.Reader, n)
+	got := make([]string, n)
+	for i := range bodies {
+		resp, err := httpc.Get(logURL)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = resp.Body.Close() })
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		bodies[i] = bufio.NewReader(resp.Body)
+		line, err := bodies[i].ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "[invocation/before] hello from before\n", line, "follow %d starts with what the registration keeps", i)
+		got[i] = line
+	}
+	for _, id := range []string{"inv-1", "inv-2", "inv-3"} {
+		invokeFn(id)
+	}
+	// Every follow reads the last invocation's line: all of them were live
+	// throughout.
+	for i, body := range bodies {
+		for !strings.HasSuffix(got[i], "[invocation/inv-3] hello from inv-3\n") {
+			line, err := body.ReadString('\n')
+			require.NoError(t, err, "follow %d: %q", i, got[i])
+			got[i] += line
+		}
+	}
+	// A follow that joins now reads what the shared stream holds, and
+	// tailLines cuts it where the log stands now.
+	tailed, err := httpc.Get(logURL + "&tailLines=2")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = tailed.Body.Close() })
+	require.Equal(t, http.StatusOK, tailed.StatusCode)
+	line, err := bufio.NewReader(tailed.Body).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "[invocation/inv-3] hello from inv-3\n", line, "tailLines=2: the last two lines written")
+	assert.Equal(t, int32(1), fs.follows.opened.Load(), "runtimed opened one stream on the Runtime Server for %d follows", n+1)
+
+	// The Run ends, and its runtimed unregisters it: so do the follows.
+	run, err := fs.runs.Get(ctx, "fn", metav1.GetOptions{})
+	require.NoError(t, err)
+	run.Status.Phase = lifecycle.Cancelled
+	now := metav1.NowMicro()
+	run.Status.CompletionTime = &now
+	run.Status.Conditions = nil
+	_, err = fs.runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	_, err = fs.functions.UnregisterFunction(ctx, &runtimev1.UnregisterFunctionRequest{RunUid: string(fs.run.UID), RegistrationId: fs.reg.GetRegistrationId()})
+	require.NoError(t, err)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i, body := range bodies {
+		wg.Go(func() {
+			rest, err := io.ReadAll(body)
+			got[i], errs[i] = got[i]+string(rest), err
+		})
+	}
+	wg.Wait()
+	var want strings.Builder
+	for i, id := range []string{"before", "inv-1", "inv-2", "inv-3"} {
+		if i > 0 {
+			want.WriteString("\n")
+		}
+		want.WriteString("[invocation/" + id + "] hello from " + id + "\n[invocation/" + id + "] partial")
+	}
+	for i := range got {
+		require.NoError(t, errs[i], "follow %d", i)
+		assert.Equal(t, want.String(), got[i], "follow %d has every invocation's lines, marked", i)
 	}
 }

@@ -327,6 +327,32 @@ func TestTaskFollowersShareOneUpstream(t *testing.T) {
 	assert.Equal(t, int32(1), ts.follows.opened.Load(), "runtimed opened one stream on the Runtime Server for %d follows", n)
 }
 
+// TestLateTaskFollowerTailsWhereTheLogStands: a follow with tailLines
+// that joins a shared stream which brought the task's lines in several
+// responses gets the last lines written by now, not the last lines of the
+// shared stream's first response.
+func TestLateTaskFollowerTailsWhereTheLogStands(t *testing.T) {
+	ts := startTaskLogServer(t)
+	ts.startGatedTask(t, "tailed", `echo one; sleep 0.1; echo two; sleep 0.1; echo three; while [ ! -e gate-tailed-end ]; do sleep 0.01; done`)
+	resp, body := ts.followReady(t, "tailed")
+	defer resp.Body.Close()
+	ts.openGate(t, "tailed")
+	for _, want := range []string{"one\n", "two\n", "three\n"} {
+		line, err := body.ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, want, line)
+	}
+	late, err := ts.httpc.Get(ts.logURL("tailed", "follow=true&tailLines=1"))
+	require.NoError(t, err)
+	defer late.Body.Close()
+	require.Equal(t, http.StatusOK, late.StatusCode)
+	line, err := bufio.NewReader(late.Body).ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "three\n", line, "tailLines=1: the last line written")
+	assert.Equal(t, int32(1), ts.follows.opened.Load(), "the late follow read from the shared stream")
+	ts.openGate(t, "tailed-end")
+}
+
 // TestIdleTaskFollowersCost opens 1,000 follows of one running task
 // through kruntimes-apiserver, runtimed and the Runtime Server, all in this
 // process with their HTTP client, and reports what each costs while idle.

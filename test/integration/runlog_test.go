@@ -25,9 +25,10 @@ import (
 // looks into.
 type logBackend struct {
 	start func(t *testing.T) *testServer
-	// stored says whether any run log record is in storage; the server is
-	// stopped for the embedded backend, whose file it locks.
-	stored func(t *testing.T, uid types.UID) bool
+	// stored says whether a log record of the Run named run (whose UID is
+	// uid) is in storage; the server is stopped for the embedded backend,
+	// whose file it locks.
+	stored func(t *testing.T, run string, uid types.UID) bool
 }
 
 // TestRunLogKeptOnEveryBackend hands a log over as runtimed does and reads
@@ -39,14 +40,14 @@ func TestRunLogKeptOnEveryBackend(t *testing.T) {
 	backends := map[string]logBackend{
 		"embedded": {
 			start: func(t *testing.T) *testServer { return startServer(t, dir) },
-			stored: func(t *testing.T, uid types.UID) bool {
+			stored: func(t *testing.T, run string, uid types.UID) bool {
 				backend, err := embedded.Open(dir, embedded.Options{})
 				require.NoError(t, err)
 				defer backend.Close()
 				store, err := logstore.NewStore(backend.RESTOptionsGetter(*storagebackend.NewDefaultConfig("/registry/kruntimes.io", apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion))))
 				require.NoError(t, err)
 				defer store.Destroy()
-				record, err := store.Get(context.Background(), namespace, "printer", uid, 1)
+				record, err := store.Get(context.Background(), namespace, run, uid, 1)
 				require.NoError(t, err)
 				return record != nil
 			},
@@ -55,8 +56,8 @@ func TestRunLogKeptOnEveryBackend(t *testing.T) {
 			start: func(t *testing.T) *testServer {
 				return startServer(t, "", "--storage-backend=etcd3", "--etcd-servers="+strings.Join(etcd.Endpoints(), ","))
 			},
-			stored: func(t *testing.T, _ types.UID) bool {
-				resp, err := etcd.KV.Get(context.Background(), "/registry/kruntimes.io/kruntimes.io/runlogs/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			stored: func(t *testing.T, run string, _ types.UID) bool {
+				resp, err := etcd.KV.Get(context.Background(), "/registry/kruntimes.io/kruntimes.io/runlogs/"+namespace+"/"+run+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 				require.NoError(t, err)
 				return resp.Count > 0
 			},
@@ -114,6 +115,27 @@ func testRunLog(t *testing.T, b logBackend) {
 	}
 	check(t, s)
 
+	// An attempt that wrote nothing: runtimed saves no log for it, and
+	// its log reads as an empty 200 all the same, follow or not, before
+	// and after a restart, with no record in storage. Nothing of the read
+	// asks for the Pod, which is gone by then in a cluster.
+	silent, err := runs.Create(ctx, taskRun("silent"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	for _, step := range steps(scheduled, running, succeeded) {
+		step(&silent.Status)
+		silent, err = runs.UpdateStatus(ctx, silent, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	checkSilent := func(t *testing.T, s *testServer) {
+		t.Helper()
+		for _, opts := range []*v1alpha1.RunLogOptions{{}, {Attempt: ptr[int32](1)}, {Follow: true}, {TailLines: ptr[int64](1)}} {
+			b, err := s.client.KruntimesV1alpha1().Runs(namespace).GetLogs("silent", opts).DoRaw(ctx)
+			require.NoError(t, err, "%+v", opts)
+			assert.Empty(t, b, "%+v", opts)
+		}
+	}
+	checkSilent(t, s)
+
 	t.Run("answers", func(t *testing.T) {
 		code, body := s.raw(t, http.MethodGet, logPath, "", nil, nil)
 		assert.Equal(t, http.StatusOK, code)
@@ -141,11 +163,13 @@ func testRunLog(t *testing.T, b logBackend) {
 
 	// Served after a restart; the record is in storage, outside the Run.
 	s.stop()
-	require.True(t, b.stored(t, run.UID), "the log is kept in storage")
+	require.True(t, b.stored(t, "printer", run.UID), "the log is kept in storage")
+	assert.False(t, b.stored(t, "silent", silent.UID), "a silent attempt has no log record")
 	s = b.start(t)
 	check(t, s)
+	checkSilent(t, s)
 
 	require.NoError(t, s.client.KruntimesV1alpha1().Runs(namespace).Delete(ctx, "printer", metav1.DeleteOptions{}))
 	s.stop()
-	assert.False(t, b.stored(t, run.UID), "the log is gone from storage with its Run")
+	assert.False(t, b.stored(t, "printer", run.UID), "the log is gone from storage with its Run")
 }
