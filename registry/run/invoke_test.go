@@ -179,6 +179,12 @@ func (a answer) result(t *testing.T) v1alpha1.InvokeResult {
 // POST …/namespaces/ns/runs/fn/invoke.
 func invoke(t *testing.T, router Router, maxTimeout time.Duration, inv call) answer {
 	t.Helper()
+	return invokeWith(t, router, InvokeSettings{MaxTimeout: maxTimeout}, inv)
+}
+
+// invokeWith serves inv with the REST over router and settings.
+func invokeWith(t *testing.T, router Router, settings InvokeSettings, inv call) answer {
+	t.Helper()
 	if inv.body == nil {
 		inv.body = []byte(`{}`)
 	}
@@ -200,7 +206,7 @@ func invoke(t *testing.T, router Router, maxTimeout time.Duration, inv call) ans
 		req.Header.Set(k, v)
 	}
 	rec := httptest.NewRecorder()
-	handler, err := newInvokeREST(router, InvokeSettings{MaxTimeout: maxTimeout}).Connect(genericapirequest.WithNamespace(ctx, "ns"), "fn",
+	handler, err := newInvokeREST(router, settings).Connect(genericapirequest.WithNamespace(ctx, "ns"), "fn",
 		&kruntimes.RunInvokeOptions{UID: inv.uid}, responder{w: rec, req: req})
 	require.NoError(t, err)
 	code := handler.(*invokeHandler).serve(rec, req)

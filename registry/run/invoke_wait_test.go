@@ -3,7 +3,6 @@ package run
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -16,9 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
-	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
-	"kruntimes.io/kruntimes/apis/kruntimes"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 )
@@ -103,25 +100,7 @@ func (c *countingRuntimed) Invoke(ctx context.Context, in *runtimedv1.InvokeRequ
 // invokeWaiting serves inv as invoke does, with waitForReady.
 func invokeWaiting(t *testing.T, router Router, waitForReady time.Duration, inv call) answer {
 	t.Helper()
-	ctx := inv.ctx
-	if ctx == nil {
-		ctx = t.Context()
-	}
-	if inv.timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, inv.timeout)
-		defer cancel()
-	}
-	req := httptest.NewRequestWithContext(ctx, http.MethodPost, "/apis/kruntimes.io/v1alpha1/namespaces/ns/runs/fn/invoke", strings.NewReader(`{}`))
-	for k, v := range inv.headers {
-		req.Header.Set(k, v)
-	}
-	rec := httptest.NewRecorder()
-	handler, err := newInvokeREST(router, InvokeSettings{MaxTimeout: time.Minute, WaitForReady: waitForReady}).Connect(
-		genericapirequest.WithNamespace(ctx, "ns"), "fn", &kruntimes.RunInvokeOptions{}, responder{w: rec, req: req})
-	require.NoError(t, err)
-	code := handler.(*invokeHandler).serve(rec, req)
-	return answer{code: code, written: rec.Code, header: rec.Header(), body: rec.Body.Bytes()}
+	return invokeWith(t, router, InvokeSettings{MaxTimeout: time.Minute, WaitForReady: waitForReady}, inv)
 }
 
 func TestInvokeWaitsForAFunctionBecomingReady(t *testing.T) {
