@@ -630,8 +630,12 @@ func TestRecoveryLeaderChange(t *testing.T) {
 				assert.Equal(t, http.StatusConflict, w.Code, "written from a copy the new leader's requeue replaced")
 			}
 		}
+		// The new leader's requeue was applied: it has nothing left to do
+		// with fn-b. Stopped first, so the probe that settles the old one
+		// is recovered by the old one (with both running, either may take
+		// it, and the old one then writes nothing to wait for).
+		next.stop()
 		e.settleRecovery(old)
-		e.settleRecovery(next)
 		run, err := e.client.KruntimesV1alpha1().Runs(e.ns).Get(e.ctx, "fn-b", metav1.GetOptions{})
 		require.NoError(t, err)
 		assert.Equal(t, lifecycle.Pending, run.Status.Phase)
