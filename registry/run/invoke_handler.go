@@ -393,11 +393,7 @@ func inputInvalid(name string, violations field.ErrorList) error {
 	}}
 }
 
-func unavailable(message string) error {
-	return unavailableStatus(message)
-}
-
-func unavailableStatus(message string) *apierrors.StatusError {
+func unavailable(message string) *apierrors.StatusError {
 	err := apierrors.NewServiceUnavailable(message)
 	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: retryAfterSeconds}
 	return err
@@ -406,7 +402,7 @@ func unavailableStatus(message string) *apierrors.StatusError {
 // becomingReady is a 503 + Retry-After for a function on its way to Ready:
 // the invocation may wait for it (ErrBecomingReady) before answering it.
 func becomingReady(message string) error {
-	return BecomingReady(unavailableStatus(message))
+	return BecomingReady(unavailable(message))
 }
 
 // BecomingReady marks err, a 503 the router answers, as ErrBecomingReady.
