@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -377,6 +378,7 @@ func TestPodNotOfTheRuntimesDeploymentGetsNoRun(t *testing.T) {
 	require.NoError(t, e.deps.Add(d))
 	require.NoError(t, e.rsets.Add(rs))
 	lookalike := readyPod("lookalike")
+	lookalike.Labels = maps.Clone(rs.Spec.Template.Labels) // made from the template
 	lookalike.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(rs, appsv1.SchemeGroupVersion.WithKind("ReplicaSet"))}
 	e.add(lookalike)
 	run := e.run("ns", "w1", "bash", 1)

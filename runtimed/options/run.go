@@ -167,6 +167,7 @@ func (o *Options) Run(signalCtx context.Context) error {
 		Slots:         table,
 		Clock:         clock.RealClock{},
 		Recorder:      recorder,
+		Heartbeat:     beat,
 	})
 	if err != nil {
 		return err

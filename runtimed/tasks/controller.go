@@ -63,6 +63,20 @@ type Config struct {
 	// Recorder records Events on Runs for what a user should see; none
 	// when nil.
 	Recorder record.EventRecorder
+	// Heartbeat, when set, fences tasks as it fences functions' invokes:
+	// no execution starts while the Pod's heartbeat Lease has lapsed, and
+	// one running is killed when it lapses, since recovery may then place
+	// the Run's next attempt on another Pod.
+	Heartbeat Heartbeat
+}
+
+// Heartbeat is the Pod's heartbeat Lease as the controller sees it
+// (runtimed/heartbeat.Heartbeat).
+type Heartbeat interface {
+	// Fresh returns an error when the Lease has lapsed.
+	Fresh() error
+	// Bound returns a context that ends when the Lease lapses.
+	Bound(parent context.Context) (context.Context, context.CancelFunc)
 }
 
 // eventAdopted is the Event reason of an execution taken over after a
@@ -80,6 +94,7 @@ type Controller struct {
 	slots         *slots.Table
 	clock         clock.Clock
 	recorder      record.EventRecorder
+	heartbeat     Heartbeat
 	queue         workqueue.TypedRateLimitingInterface[string]
 	workers       *health.Loop
 
@@ -141,6 +156,7 @@ func New(cfg Config) (*Controller, error) {
 		slots:         cfg.Slots,
 		clock:         cfg.Clock,
 		recorder:      cfg.Recorder,
+		heartbeat:     cfg.Heartbeat,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "runtimed_tasks"}),

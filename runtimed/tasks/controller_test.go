@@ -2,10 +2,12 @@ package tasks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -28,6 +31,7 @@ import (
 	kruntimesclient "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/client/informers/externalversions"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/runtimed/heartbeat"
 	"kruntimes.io/kruntimes/runtimed/slots"
 	"kruntimes.io/kruntimes/runtimed/workspace"
 	"kruntimes.io/kruntimes/runtimes/bash"
@@ -61,12 +65,20 @@ type harness struct {
 // holding runs and the real bash Runtime Server on a unix socket.
 func start(t testing.TB, capacity int, runs ...*v1alpha1.Run) *harness {
 	t.Helper()
-	return startWith(t, capacity, nil, runs...)
+	return startWith(t, capacity, harnessOptions{}, runs...)
 }
 
-// startWith is start with wrap applied to the Runs client the controller
-// writes through.
-func startWith(t testing.TB, capacity int, wrap func(kruntimesclient.RunsGetter) kruntimesclient.RunsGetter, runs ...*v1alpha1.Run) *harness {
+// harnessOptions change what startWith starts.
+type harnessOptions struct {
+	// wrap, when set, is applied to the Runs client the controller writes
+	// through.
+	wrap func(kruntimesclient.RunsGetter) kruntimesclient.RunsGetter
+	// heartbeat, when set, fences the controller.
+	heartbeat Heartbeat
+}
+
+// startWith is start with opts.
+func startWith(t testing.TB, capacity int, opts harnessOptions, runs ...*v1alpha1.Run) *harness {
 	t.Helper()
 	if _, err := os.Stat("/bin/bash"); err != nil {
 		t.Skip("bash is required to run tasks")
@@ -91,8 +103,8 @@ func startWith(t testing.TB, capacity int, wrap func(kruntimesclient.RunsGetter)
 		createAt(t, client, r)
 	}
 	var writer kruntimesclient.RunsGetter = client.KruntimesV1alpha1()
-	if wrap != nil {
-		writer = wrap(writer)
+	if opts.wrap != nil {
+		writer = opts.wrap(writer)
 	}
 	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithNamespace(testNamespace))
 	h := &harness{client: client, runtimeServer: &countingRuntime{RuntimeClient: runtimev1.NewRuntimeClient(conn)}, workspace: workspace.Root(t.TempDir())}
@@ -103,6 +115,7 @@ func startWith(t testing.TB, capacity int, wrap func(kruntimesclient.RunsGetter)
 		Workspace:     h.workspace,
 		Pod:           runtimepod.Pod{Name: testPodName, Namespace: testNamespace, UID: testPodUID},
 		Slots:         mustSlots(t, capacity),
+		Heartbeat:     opts.heartbeat,
 	})
 	require.NoError(t, err)
 	factory.Start(ctx.Done())
@@ -241,10 +254,10 @@ func TestCapacityIsNeverExceeded(t *testing.T) {
 
 func TestConflictingStatusWriteIsRedone(t *testing.T) {
 	var racer *racingRuns
-	h := startWith(t, 1, func(runs kruntimesclient.RunsGetter) kruntimesclient.RunsGetter {
+	h := startWith(t, 1, harnessOptions{wrap: func(runs kruntimesclient.RunsGetter) kruntimesclient.RunsGetter {
 		racer = &racingRuns{RunsGetter: runs}
 		return racer
-	}, scheduledRun("r", "true"))
+	}}, scheduledRun("r", "true"))
 	run := h.waitFor(t, "r", "terminal", terminal)
 	assert.Equal(t, lifecycle.Succeeded, run.Status.Phase)
 	assert.Equal(t, int32(1), h.runtimeServer.executes.Load(), "a redone claim never executes twice")
@@ -357,4 +370,93 @@ func mustSlots(t testing.TB, capacity int) *slots.Table {
 	table, err := slots.New(capacity)
 	require.NoError(t, err)
 	return table
+}
+
+// lease is a heartbeat Lease the test lapses and renews.
+type lease struct {
+	mu     sync.Mutex
+	lapsed bool
+	// ended is closed by lapse; renew makes a new one.
+	ended chan struct{}
+}
+
+func freshLease() *lease { return &lease{ended: make(chan struct{})} }
+
+func (l *lease) lapse() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.lapsed {
+		l.lapsed = true
+		close(l.ended)
+	}
+}
+
+func (l *lease) renew() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lapsed {
+		l.lapsed, l.ended = false, make(chan struct{})
+	}
+}
+
+func (l *lease) Fresh() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lapsed {
+		return errors.New("the heartbeat Lease lapsed")
+	}
+	return nil
+}
+
+func (l *lease) Bound(parent context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(parent)
+	l.mu.Lock()
+	ended := l.ended
+	l.mu.Unlock()
+	go func() {
+		select {
+		case <-ended:
+			cancel(heartbeat.ErrLapsed)
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, func() { cancel(context.Canceled) }
+}
+
+func TestTaskIsKilledWhenTheHeartbeatLapses(t *testing.T) {
+	beat := freshLease()
+	run := scheduledRun("r", "echo started; sleep 3600")
+	run.Spec.RetryPolicy = &v1alpha1.RetryPolicy{MaxAttempts: 2}
+	h := startWith(t, 1, harnessOptions{heartbeat: beat}, run)
+	h.waitFor(t, "r", "Running", func(r *v1alpha1.Run) bool { return r.Status.Phase == lifecycle.Running })
+	require.Eventually(t, func() bool { return h.runtimeServer.executes.Load() == 1 }, 20*time.Second, 10*time.Millisecond, "the task starts")
+
+	beat.lapse()
+	got := h.waitFor(t, "r", "attempt 1 given up as lost with its owner", func(r *v1alpha1.Run) bool { return r.Status.Attempt == 2 })
+	assert.Equal(t, lifecycle.Pending, got.Status.Phase, "attempt 2 waits for placement: %s", got.Status.Message)
+	assert.Equal(t, lifecycle.ReasonOwnerLost, scheduledReason(got), "placed again at once, as after recovery")
+	assert.Contains(t, got.Status.Message, "heartbeat Lease lapsed")
+	assertReleased(t, h, got.UID)
+}
+
+func TestNoTaskStartsWhileTheHeartbeatIsLapsed(t *testing.T) {
+	beat := freshLease()
+	beat.lapse()
+	h := startWith(t, 1, harnessOptions{heartbeat: beat}, scheduledRun("r", "echo ran"))
+	// The claim is a write the API still takes: it only says the Run is
+	// here. Executing is what the fence holds back.
+	h.waitFor(t, "r", "claimed", func(r *v1alpha1.Run) bool { return r.Status.Phase == lifecycle.Running })
+	assert.Never(t, func() bool { return h.runtimeServer.executes.Load() > 0 }, time.Second, 10*time.Millisecond,
+		"nothing executes past the Lease")
+
+	beat.renew()
+	got := h.waitFor(t, "r", "terminal once the Lease renewed", terminal)
+	assert.Equal(t, lifecycle.Succeeded, got.Status.Phase, got.Status.Message)
+}
+
+func scheduledReason(r *v1alpha1.Run) string {
+	if c := apimeta.FindStatusCondition(r.Status.Conditions, lifecycle.ConditionScheduled); c != nil {
+		return c.Reason
+	}
+	return ""
 }

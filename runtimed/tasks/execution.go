@@ -14,6 +14,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/runtimed/heartbeat"
 	"kruntimes.io/kruntimes/runtimed/runstatus"
 )
 
@@ -35,6 +36,11 @@ func (c *Controller) progress(ctx context.Context, key string, run *v1alpha1.Run
 		case run.Status.Phase == lifecycle.Running && runstatus.DeadlinePassed(run, c.clock.Now()):
 			return c.finish(ctx, key, run, exec, runstatus.Outcome{Phase: lifecycle.Timeout, Reason: lifecycle.ReasonTimeout,
 				Message: fmt.Sprintf("spec.timeout (%s from startTime) passed before the task could start", timeoutOf(run))})
+		}
+		if err := c.heartbeatLapsed(); err != nil {
+			// Retried with backoff: the Lease may renew, or recovery
+			// takes the Run away.
+			return fmt.Errorf("not starting execution %s: %w", exec.id, err)
 		}
 		if err := c.start(ctx, run, exec); err != nil {
 			var failed *startError
@@ -61,6 +67,8 @@ func (c *Controller) progress(ctx context.Context, key string, run *v1alpha1.Run
 		// Already stopping; Wait returning brings the Run back.
 	case run.Spec.CancelRequested:
 		return c.stop(ctx, exec, stopCancelled)
+	case c.heartbeatLapsed() != nil:
+		return c.stop(ctx, exec, stopFenced)
 	case runstatus.DeadlinePassed(run, c.clock.Now()):
 		return c.stop(ctx, exec, stopTimeout)
 	case !runstatus.Deadline(run).IsZero():
@@ -138,6 +146,17 @@ func (c *Controller) startWaiting(ctx context.Context, exec *execution) {
 		// Stop with the controller too, without cancelling the execution.
 		stop := context.AfterFunc(ctx, cancel)
 		defer stop()
+		if c.heartbeat != nil {
+			// A lapse wakes the Run, whose sync then kills the execution.
+			bound, release := c.heartbeat.Bound(waitCtx)
+			defer release()
+			lapsed := context.AfterFunc(bound, func() {
+				if errors.Is(context.Cause(bound), heartbeat.ErrLapsed) {
+					c.queue.Add(exec.key)
+				}
+			})
+			defer lapsed()
+		}
 		ended := c.waitFor(waitCtx, exec)
 		// done closes before the Run is queued, so the sync it triggers
 		// always sees the result.
@@ -182,6 +201,15 @@ func (c *Controller) waitFor(ctx context.Context, exec *execution) bool {
 		case <-time.After(backoff.Step()):
 		}
 	}
+}
+
+// heartbeatLapsed returns why no task may run here now, if the Pod's
+// heartbeat Lease has lapsed.
+func (c *Controller) heartbeatLapsed() error {
+	if c.heartbeat == nil {
+		return nil
+	}
+	return c.heartbeat.Fresh()
 }
 
 // stop cancels a running execution for why; Wait then returns and progress

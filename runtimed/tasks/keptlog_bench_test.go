@@ -40,10 +40,10 @@ func BenchmarkTaskLogKept(b *testing.B) {
 		script   = "printf '%01023d\\n' 0" // 1 KiB of stdout
 	)
 	var logs *logSwitch
-	h := startWith(b, capacity, func(runs kruntimesclient.RunsGetter) kruntimesclient.RunsGetter {
+	h := startWith(b, capacity, harnessOptions{wrap: func(runs kruntimesclient.RunsGetter) kruntimesclient.RunsGetter {
 		logs = &logSwitch{RunsGetter: runs}
 		return logs
-	})
+	}})
 	ends := watchEnds(b, h)
 	elapsed := map[bool]time.Duration{}
 	slowest, fastest := map[bool]float64{}, map[bool]float64{}
@@ -236,11 +236,11 @@ func createScheduled(ctx context.Context, client versioned.Interface, run *v1alp
 // wrote is kept.
 func TestSilentAttemptSavesNoLog(t *testing.T) {
 	var logs *logSwitch
-	h := startWith(t, 2, func(runs kruntimesclient.RunsGetter) kruntimesclient.RunsGetter {
+	h := startWith(t, 2, harnessOptions{wrap: func(runs kruntimesclient.RunsGetter) kruntimesclient.RunsGetter {
 		logs = &logSwitch{RunsGetter: runs}
 		logs.keep.Store(true)
 		return logs
-	}, scheduledRun("silent", "true"), scheduledRun("printer", "echo hi"))
+	}}, scheduledRun("silent", "true"), scheduledRun("printer", "echo hi"))
 	for _, name := range []string{"silent", "printer"} {
 		run := h.waitFor(t, name, "terminal", terminal)
 		require.Equal(t, lifecycle.Succeeded, run.Status.Phase, run.Status.Message)

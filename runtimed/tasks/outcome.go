@@ -18,6 +18,8 @@ const (
 	stopNone      stopReason = ""
 	stopTimeout   stopReason = lifecycle.ReasonTimeout
 	stopCancelled stopReason = lifecycle.ReasonCancelled
+	// stopFenced: the Pod's heartbeat Lease lapsed while the task ran.
+	stopFenced stopReason = lifecycle.ReasonOwnerLost
 )
 
 // outcomeOf maps how an execution ended to the Run outcome runtimed records.
@@ -42,6 +44,11 @@ func outcomeOf(run *v1alpha1.Run, ts *runtimev1.TaskStatus, stop stopReason, dea
 	case stop == stopCancelled:
 		return runstatus.Outcome{Phase: lifecycle.Cancelled, Reason: lifecycle.ReasonCancelled,
 			Message: "the task was cancelled because spec.cancelRequested is true"}
+	case stop == stopFenced:
+		// An attempt lost with its owner, as recovery would record it: the
+		// retry policy places the next one at once.
+		return runstatus.Outcome{Phase: lifecycle.Failed, Reason: lifecycle.ReasonOwnerLost,
+			Message: "the task was killed because this Pod's heartbeat Lease lapsed: past it, recovery may start the Run's next attempt on another Pod, and one attempt must never run on two"}
 	}
 	switch state {
 	case runtimev1.TaskState_TASK_STATE_SUCCEEDED:
