@@ -20,6 +20,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/cmd/krt/mcpserver"
 	"kruntimes.io/kruntimes/version"
 )
 
@@ -51,7 +52,7 @@ func Run(args []string, streams genericiooptions.IOStreams) int {
 	root.AddCommand(newLogsCommand(flags, streams, &code))
 	root.AddCommand(newRunCommand(flags, streams, &code))
 	root.AddCommand(newCancelCommand(flags, streams, &code))
-	root.AddCommand(newMCPCommand(flags, streams, &code))
+	root.AddCommand(failsWith(mcpserver.NewCmdMCP(flags, streams), &code, ExitError))
 	root.SetArgs(args)
 	root.SetIn(streams.In)
 	root.SetOut(streams.Out)
@@ -63,6 +64,20 @@ func Run(args []string, streams genericiooptions.IOStreams) int {
 		}
 	}
 	return code
+}
+
+// failsWith makes cmd exit with exit when its RunE returns an error; an
+// error before it (a flag that does not parse) stays ExitUsage.
+func failsWith(cmd *cobra.Command, code *int, exit int) *cobra.Command {
+	run := cmd.RunE
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		err := run(cmd, args)
+		if err != nil {
+			*code = exit
+		}
+		return err
+	}
+	return cmd
 }
 
 type invokeOptions struct {
