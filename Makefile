@@ -18,6 +18,12 @@ TESTREPORT = $(BIN)/testreport --allowed-skips hack/allowed-skips.txt
 # Every package with a benchmark, the etcdcompare ones included. Benchmarks
 # run once to prove they still build and run, not to measure, and without
 # -race: race-built, their storage fixtures take five times as long.
+# PKG and RUN narrow `make unit` and `make e2e`: PKG the packages (go test's
+# patterns, e.g. ./registry/run or ./cmd/krt/...), RUN the tests (go test
+# -run's regexp, e.g. TestInvoke or 'TestKrtMCP|TestFunctionAsTool').
+PKG ?=
+RUN ?=
+GOTEST_RUN = $(if $(RUN),-run '$(RUN)')
 BENCH_PKGS = $(sort $(patsubst %/,./%,$(dir $(shell git grep --untracked -l '^func Benchmark' -- '*_test.go'))))
 BENCH_FLAGS ?= -count=1 -timeout 15m
 # The images (hack/images): VERSION tags and stamps a release (empty: a Go
@@ -32,16 +38,21 @@ IMAGES_FLAGS = $(if $(VERSION),--version=$(VERSION)) $(if $(REGISTRY),--push=$(R
 PYTHON_BASE_SUITE ?= bookworm
 PYTHON_BASE := _output/images/bases/python-$(PYTHON_BASE_SUITE).tar
 
-.PHONY: all build test unit e2e python-deps bench-once testreport images images-tool image-python verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube helm chart-readme verify-chart-readme
+.PHONY: all help build test unit e2e python-deps bench-once testreport images images-tool image-python verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube helm chart-readme verify-chart-readme
 
 all: build
+
+## help: list the targets below and what each does.
+help:
+	@awk '/^## [a-z0-9-]+:/ { t = $$2; sub(/:$$/, "", t); sub(/^## [a-z0-9-]+: */, ""); printf "%-20s %s\n", t, $$0; next } \
+		/^## / { sub(/^## /, ""); printf "%-20s %s\n", "", $$0 }' $(MAKEFILE_LIST)
 
 ## build: compile the kruntimes commands into bin/.
 build:
 	$(GO) build -tags $(GO_TAGS) -o $(BIN)/ ./cmd/...
 
-## test: verify generated code and formatting, run every test suite (e2e
-## included: it needs the Kubernetes binaries, built once and cached), then
+## test: verify generated code and formatting, run every test suite
+## (e2e included: it needs the Kubernetes binaries, built once and cached), then
 ## run every benchmark once. Fails on a test that skips without an entry in
 ## hack/allowed-skips.txt, and on a data race or crash in any cluster component.
 ## Builds the images first (make images), which hack/images' tests check.
@@ -51,13 +62,14 @@ test: verify kube-binaries helm python-deps testreport images
 
 ## unit: the tests that need no Kubernetes binaries: every package but
 ## the e2e suites (test/e2e, test/e2e/ha, test/e2e/chartmode). Skips are listed, not failed (TestDiskFull
-## needs root).
+## needs root). PKG=./registry/run runs one package's, RUN=TestInvoke one test.
 unit: testreport
-	set -o pipefail; $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) $$($(GO) list ./... | grep -vxE 'kruntimes.io/kruntimes/test/e2e(/ha|/chartmode)?') 2>&1 | $(TESTREPORT) --fail-on-skip=false
+	set -o pipefail; $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) $(GOTEST_RUN) $(or $(PKG),$$($(GO) list ./... | grep -vxE 'kruntimes.io/kruntimes/test/e2e(/ha|/chartmode)?')) 2>&1 | $(TESTREPORT) --fail-on-skip=false
 
 ## e2e: only the e2e suites, each against a local cluster of its own.
+## RUN=TestKrtMCP runs one test of test/e2e, PKG=./test/e2e/ha one suite.
 e2e: kube-binaries python-deps testreport
-	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) ./test/e2e/... 2>&1 | $(TESTREPORT)
+	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) $(GOTEST_RUN) $(or $(PKG),$(if $(RUN),./test/e2e,./test/e2e/...)) 2>&1 | $(TESTREPORT)
 
 ## bench-once: compile every benchmark, the etcdcompare ones included, and run
 ## each once, so that none stops building or running unnoticed.

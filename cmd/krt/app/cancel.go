@@ -20,13 +20,19 @@ import (
 // (spec.cancelRequested may only go from false to true).
 const cancelPatch = `{"spec":{"cancelRequested":true}}`
 
+// cancelOptions are krt cancel's flags, and the Run's name.
 type cancelOptions struct {
+	configFlags *genericclioptions.ConfigFlags
+	genericiooptions.IOStreams
+
 	wait    bool
 	timeout time.Duration
+
+	name string
 }
 
-func newCancelCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
-	o := &cancelOptions{}
+func newCmdCancel(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
+	o := &cancelOptions{configFlags: flags, IOStreams: streams}
 	cmd := &cobra.Command{
 		Use:   "cancel NAME [-n NAMESPACE] [--wait] [--timeout D]",
 		Short: "Request cancellation of a Run",
@@ -37,7 +43,12 @@ and prints it. Exit codes: 0 requested (with --wait: the Run ended), 1 any
 error or --timeout passed while waiting, 2 bad usage.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			*code = cancelRun(cmd.Context(), flags, streams, args[0], o)
+			o.Complete(args)
+			if err := o.Validate(); err != nil {
+				*code = ExitUsage
+				return err
+			}
+			*code = o.Run(cmd.Context())
 			return nil
 		},
 	}
@@ -51,15 +62,27 @@ func requestCancel(ctx context.Context, runs typedv1alpha1.RunInterface, name st
 	return err
 }
 
-func cancelRun(ctx context.Context, flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, name string, o *cancelOptions) int {
+// Complete takes the Run's name.
+func (o *cancelOptions) Complete(args []string) {
+	o.name = args[0]
+}
+
+// Validate checks the flags.
+func (o *cancelOptions) Validate() error {
+	if o.timeout < 0 {
+		return errors.New("--timeout must not be negative")
+	}
+	return nil
+}
+
+// Run requests the cancellation and, with --wait, waits for the end; it
+// returns the exit code.
+func (o *cancelOptions) Run(ctx context.Context) int {
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	if o.timeout < 0 {
-		fmt.Fprintln(streams.ErrOut, "error: --timeout must not be negative")
-		return ExitUsage
-	}
-	runs, _, err := clientFor(flags)
+	streams, name := o.IOStreams, o.name
+	runs, _, err := clientFor(o.configFlags)
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "error:", err)
 		return ExitError

@@ -13,14 +13,20 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 )
 
+// logsOptions are krt logs' flags, and the Run's name.
 type logsOptions struct {
+	configFlags *genericclioptions.ConfigFlags
+	genericiooptions.IOStreams
+
 	follow, timestamps        bool
 	tail, limitBytes, attempt int64
 	stream                    string
+
+	name string
 }
 
-func newLogsCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
-	o := &logsOptions{tail: -1}
+func newCmdLogs(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
+	o := &logsOptions{configFlags: flags, IOStreams: streams, tail: -1}
 	cmd := &cobra.Command{
 		Use:   "logs NAME [-n NAMESPACE] [-f] [--tail N] [--limit-bytes N] [--attempt N] [--timestamps] [--stream All|Stdout|Stderr]",
 		Short: "Print what a task Run printed",
@@ -35,7 +41,12 @@ prints what its invocations write, each line prefixed with
 Exit codes: 0 printed, 1 any error, 2 bad usage.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			*code = printLogs(cmd.Context(), flags, streams, args[0], o)
+			o.Complete(args)
+			if err := o.Validate(); err != nil {
+				*code = ExitUsage
+				return err
+			}
+			*code = o.Run(cmd.Context())
 			return nil
 		},
 	}
@@ -64,12 +75,23 @@ func (o *logsOptions) logOptions() *v1alpha1.RunLogOptions {
 	return opts
 }
 
-func printLogs(ctx context.Context, flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, name string, o *logsOptions) int {
+// Complete takes the Run's name.
+func (o *logsOptions) Complete(args []string) {
+	o.name = args[0]
+}
+
+// Validate checks the flags.
+func (o *logsOptions) Validate() error {
 	if o.attempt < 0 || o.attempt > 1<<31-1 {
-		fmt.Fprintf(streams.ErrOut, "error: --attempt must be between 0 and %d\n", 1<<31-1)
-		return ExitUsage
+		return fmt.Errorf("--attempt must be between 0 and %d", 1<<31-1)
 	}
-	runs, _, err := clientFor(flags)
+	return nil
+}
+
+// Run prints the log, or follows it; it returns the exit code.
+func (o *logsOptions) Run(ctx context.Context) int {
+	streams, name := o.IOStreams, o.name
+	runs, _, err := clientFor(o.configFlags)
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "error:", err)
 		return ExitError

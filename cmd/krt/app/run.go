@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -16,18 +15,11 @@ import (
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
-	"kruntimes.io/kruntimes/client/clientset/versioned"
 	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 )
 
@@ -41,29 +33,33 @@ const (
 	ExitRunCancelled  = 130 // the Run ended as Cancelled, or a second Ctrl-C
 )
 
-// lostAfter is how long list/watch may fail before krt run gives up with 129.
-var lostAfter = 30 * time.Second
-
 // notifySignals subscribes c to the signals that cancel a Run; tests replace it.
 var notifySignals = func(c chan<- os.Signal) func() {
 	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
 	return func() { signal.Stop(c) }
 }
 
-var (
-	errLost        = errors.New("lost the connection to the server")
-	errInterrupted = errors.New("interrupted twice")
-)
-
 // inlineCommand is the script of a Run created from `krt run -- COMMAND ARGS…`:
 // the command and its arguments are the task's args.
 const inlineCommand = "exec \"$@\"\n"
 
+// errInterrupted: a second Ctrl-C.
+var errInterrupted = errors.New("interrupted twice")
+
+// runOptions are krt run's flags, and what Complete makes of them.
 type runOptions struct {
+	configFlags *genericclioptions.ConfigFlags
+	genericiooptions.IOStreams
+
 	runtime, name, file string
 	env                 []string
 	timeout             time.Duration
 	wait                bool
+
+	// args are the program's arguments (the command after --, or the
+	// script's); source is the script, or inlineCommand.
+	args   []string
+	source string
 }
 
 const runLong = `Create a task Run, wait for it to end, print the kept log of each attempt
@@ -92,19 +88,22 @@ Exit codes:
   130    the Run ended as Cancelled, or a second Ctrl-C
 A task's own 124-130 cannot be told apart from krt's by the code.`
 
-func newRunCommand(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
-	o := &runOptions{runtime: "bash"}
+func newCmdRun(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
+	o := &runOptions{configFlags: flags, IOStreams: streams, runtime: "bash"}
 	cmd := &cobra.Command{
 		Use:   "run [-r RUNTIME] [--name N] [--env K=V]... [--timeout D] [--wait] (-f SCRIPT [-- ARGS...] | -- COMMAND ARGS...)",
 		Short: "Run a task and print what it printed",
 		Long:  runLong,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			run, err := o.build(args, cmd.ArgsLenAtDash(), streams.In)
-			if err != nil {
+			if err := o.Complete(args, cmd.ArgsLenAtDash(), o.In); err != nil {
 				*code = ExitRunKrtFailed
 				return err
 			}
-			*code = runTask(cmd.Context(), flags, streams, run, o.wait)
+			if err := o.Validate(); err != nil {
+				*code = ExitRunKrtFailed
+				return err
+			}
+			*code = o.Run(cmd.Context())
 			return nil
 		},
 	}
@@ -121,49 +120,65 @@ func newRunCommand(flags *genericclioptions.ConfigFlags, streams genericiooption
 	return cmd
 }
 
-// build is the Run o and the arguments describe. atDash is where -- was
-// (cobra's ArgsLenAtDash: -1 when absent).
-func (o *runOptions) build(args []string, atDash int, stdin io.Reader) (*v1alpha1.Run, error) {
+// Complete reads the program: the script of -f (from stdin with -f -), or
+// the command after --. atDash is where -- was (cobra's ArgsLenAtDash: -1
+// when absent).
+func (o *runOptions) Complete(args []string, atDash int, stdin io.Reader) error {
 	if atDash != 0 && len(args) > 0 {
 		bad := args
 		if atDash > 0 {
 			bad = args[:atDash]
 		}
-		return nil, fmt.Errorf("unexpected arguments %q: put the command after --", bad)
+		return fmt.Errorf("unexpected arguments %q: put the command after --", bad)
 	}
-	var source string
 	switch {
 	case o.file == "-":
 		data, err := io.ReadAll(stdin)
 		if err != nil {
-			return nil, fmt.Errorf("reading the script from standard input: %w", err)
+			return fmt.Errorf("reading the script from standard input: %w", err)
 		}
-		source = string(data)
+		o.source = string(data)
 	case o.file != "":
 		data, err := os.ReadFile(o.file)
 		if err != nil {
-			return nil, err
+			return err
 		}
-		source = string(data)
+		o.source = string(data)
 	case len(args) == 0:
-		return nil, errors.New("give the script with -f SCRIPT or the command after --")
+		return errors.New("give the script with -f SCRIPT or the command after --")
 	default:
-		source = inlineCommand
+		o.source = inlineCommand
 	}
+	o.args = args
+	return nil
+}
+
+// Validate checks the flags.
+func (o *runOptions) Validate() error {
 	if o.runtime == "" {
-		return nil, errors.New("--runtime must not be empty")
+		return errors.New("--runtime must not be empty")
 	}
 	if o.timeout < 0 {
-		return nil, errors.New("--timeout must not be negative")
+		return errors.New("--timeout must not be negative")
 	}
+	for _, kv := range o.env {
+		if name, _, ok := strings.Cut(kv, "="); !ok || name == "" {
+			return fmt.Errorf("--env %q: want NAME=VALUE", kv)
+		}
+	}
+	return nil
+}
+
+// newRun is the Run o describes, once completed and valid.
+func (o *runOptions) newRun() *v1alpha1.Run {
 	run := &v1alpha1.Run{
 		Spec: v1alpha1.RunSpec{
 			Runtime: o.runtime,
-			Source:  v1alpha1.RunSource{Inline: source},
-			Mode:    v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: args}},
+			Source:  v1alpha1.RunSource{Inline: o.source},
+			Mode:    v1alpha1.RunMode{Task: &v1alpha1.TaskMode{Args: o.args}},
 		},
 	}
-	if len(args) == 0 {
+	if len(o.args) == 0 {
 		run.Spec.Mode.Task.Args = nil
 	}
 	if o.name != "" {
@@ -172,16 +187,13 @@ func (o *runOptions) build(args []string, atDash int, stdin io.Reader) (*v1alpha
 		run.GenerateName = "run-"
 	}
 	for _, kv := range o.env {
-		name, value, ok := strings.Cut(kv, "=")
-		if !ok || name == "" {
-			return nil, fmt.Errorf("--env %q: want NAME=VALUE", kv)
-		}
+		name, value, _ := strings.Cut(kv, "=")
 		run.Spec.Env = append(run.Spec.Env, v1alpha1.EnvVar{Name: name, Value: value})
 	}
 	if o.timeout > 0 {
 		run.Spec.Timeout = &metav1.Duration{Duration: o.timeout}
 	}
-	return run, nil
+	return run
 }
 
 // runExitCode is krt run's exit code for a Run in a terminal phase.
@@ -205,40 +217,18 @@ func runExitCode(run *v1alpha1.Run) int {
 	return ExitRunKrtFailed
 }
 
-func clientFor(flags *genericclioptions.ConfigFlags) (typedv1alpha1.RunInterface, string, error) {
-	return clientWith(flags, nil)
-}
-
-// clientWith is clientFor with wrap (when not nil) around the transport.
-func clientWith(flags *genericclioptions.ConfigFlags, wrap func(http.RoundTripper) http.RoundTripper) (typedv1alpha1.RunInterface, string, error) {
-	config, err := flags.ToRESTConfig()
-	if err != nil {
-		return nil, "", err
-	}
-	if wrap != nil {
-		config = rest.CopyConfig(config)
-		config.Wrap(wrap)
-	}
-	namespace, _, err := flags.ToRawKubeConfigLoader().Namespace()
-	if err != nil {
-		return nil, "", err
-	}
-	client, err := versioned.NewForConfig(config)
-	if err != nil {
-		return nil, "", err
-	}
-	return client.KruntimesV1alpha1().Runs(namespace), namespace, nil
-}
-
-func runTask(ctx context.Context, flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, run *v1alpha1.Run, wait bool) int {
+// Run creates the Run, prints each attempt's log as it is written (not
+// with --wait) and returns the exit code its end calls for.
+func (o *runOptions) Run(ctx context.Context) int {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	streams, run, wait := o.IOStreams, o.newRun(), o.wait
 	// The follows write while krt does: one writer at a time.
 	var mu sync.Mutex
 	streams.Out = &lockedWriter{mu: &mu, w: streams.Out}
 	streams.ErrOut = &lockedWriter{mu: &mu, w: streams.ErrOut}
-	runs, _, err := clientFor(flags)
+	runs, _, err := clientFor(o.configFlags)
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "error:", err)
 		return ExitRunKrtFailed
@@ -325,17 +315,6 @@ func runTask(ctx context.Context, flags *genericclioptions.ConfigFlags, streams 
 	code := runExitCode(final)
 	fmt.Fprintf(streams.ErrOut, "run/%s %s%s\n", final.Name, final.Status.Phase, describeEnd(final))
 	return code
-}
-
-func describeEnd(run *v1alpha1.Run) string {
-	s := ""
-	if run.Status.ExitCode != nil {
-		s += fmt.Sprintf(" (exit code %d)", *run.Status.ExitCode)
-	}
-	if run.Status.Message != "" {
-		s += ": " + run.Status.Message
-	}
-	return s
 }
 
 // followAttempts prints the log of each attempt live, one attempt after the
@@ -431,89 +410,3 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // followAgain is how long krt run waits before following an attempt again
 // that printed nothing yet.
 const followAgain = 200 * time.Millisecond
-
-// untilTerminal follows the Run by list and watch (watchtools.UntilWithSync)
-// until it is in a terminal phase, calling seen for each state of it. When
-// list and watch fail for lostAfter it cancels ctx with errLost.
-func untilTerminal(ctx context.Context, runs typedv1alpha1.RunInterface, run *v1alpha1.Run, seen func(*v1alpha1.Run)) (*v1alpha1.Run, error) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	health := &connHealth{}
-	go health.watch(ctx, cancel, lostAfter)
-	selector := fields.OneTermEqualSelector("metadata.name", run.Name).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = selector
-			list, err := runs.List(ctx, opts)
-			health.observe(err)
-			return list, err
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = selector
-			w, err := runs.Watch(ctx, opts)
-			health.observe(err)
-			return w, err
-		},
-	}
-	event, err := watchtools.UntilWithSync(ctx, lw, &v1alpha1.Run{}, nil, func(e watch.Event) (bool, error) {
-		switch e.Type {
-		case watch.Deleted:
-			return false, fmt.Errorf("run/%s was deleted before it ended", run.Name)
-		case watch.Added, watch.Modified:
-		default:
-			return false, nil
-		}
-		r, ok := e.Object.(*v1alpha1.Run)
-		if !ok || r.UID != run.UID {
-			if ok && run.UID != "" {
-				return false, fmt.Errorf("run/%s was replaced by another Run of that name", run.Name)
-			}
-			return false, nil
-		}
-		seen(r)
-		return lifecycle.IsTerminal(r.Status.Phase), nil
-	})
-	if err != nil {
-		if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
-			return nil, cause
-		}
-		return nil, err
-	}
-	return event.Object.(*v1alpha1.Run), nil
-}
-
-// connHealth tracks since when list and watch have been failing.
-type connHealth struct {
-	mu           sync.Mutex
-	failingSince time.Time
-}
-
-func (h *connHealth) observe(err error) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	switch {
-	case err == nil:
-		h.failingSince = time.Time{}
-	case h.failingSince.IsZero():
-		h.failingSince = time.Now()
-	}
-}
-
-func (h *connHealth) watch(ctx context.Context, cancel context.CancelCauseFunc, lostAfter time.Duration) {
-	tick := time.NewTicker(min(lostAfter/10, time.Second))
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-			h.mu.Lock()
-			lost := !h.failingSince.IsZero() && time.Since(h.failingSince) >= lostAfter
-			h.mu.Unlock()
-			if lost {
-				cancel(errLost)
-				return
-			}
-		}
-	}
-}

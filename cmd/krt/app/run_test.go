@@ -191,6 +191,18 @@ func TestRunExitCode(t *testing.T) {
 	}
 }
 
+// build is the Run krt run makes of o and its arguments: Complete,
+// Validate, newRun.
+func (o *runOptions) build(args []string, atDash int, stdin io.Reader) (*v1alpha1.Run, error) {
+	if err := o.Complete(args, atDash, stdin); err != nil {
+		return nil, err
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return o.newRun(), nil
+}
+
 func TestRunBuild(t *testing.T) {
 	run, err := (&runOptions{runtime: "bash", env: []string{"A=1", "B=x=y", "C="}, timeout: 90 * time.Second}).build([]string{"sh", "-c", "echo hi"}, 0, nil)
 	require.NoError(t, err)

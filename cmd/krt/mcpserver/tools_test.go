@@ -1,20 +1,17 @@
-package app
+package mcpserver
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,36 +22,6 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	listersv1alpha1 "kruntimes.io/kruntimes/client/listers/kruntimes/v1alpha1"
 )
-
-var validToolName = func(name string) bool {
-	if name == "" || len(name) > 128 {
-		return false
-	}
-	for _, r := range name {
-		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-' || r == '.') {
-			return false
-		}
-	}
-	return true
-}
-
-func TestToolName(t *testing.T) {
-	assert.Equal(t, "forecast", ToolName("forecast"))
-	assert.Equal(t, "a.b-c", ToolName("a.b-c"), "a DNS subdomain is a valid MCP name as it is")
-	exact := strings.Repeat("x", 128)
-	assert.Equal(t, exact, ToolName(exact))
-
-	long := strings.Repeat("a", 200)
-	other := strings.Repeat("a", 199) + "b"
-	for _, name := range []string{long, other, strings.Repeat("a.b-", 63)} {
-		got := ToolName(name)
-		assert.True(t, validToolName(got), "%q", got)
-		assert.Len(t, got, 128)
-		assert.Equal(t, got, ToolName(name), "stable")
-	}
-	assert.NotEqual(t, ToolName(long), ToolName(other), "names sharing their first 119 characters differ by the hash")
-	assert.True(t, strings.HasPrefix(ToolName(long), strings.Repeat("a", 119)+"-"))
-}
 
 func textOf(t *testing.T, r *mcp.CallToolResult) string {
 	t.Helper()
@@ -128,38 +95,6 @@ func TestCallResult(t *testing.T) {
 	}
 }
 
-func TestAccessCache(t *testing.T) {
-	now := time.Unix(1000, 0)
-	var asked atomic.Int32
-	fail := false
-	c := &accessCache{
-		now: func() time.Time { return now },
-		review: func(_ context.Context, ns, name string) (bool, error) {
-			asked.Add(1)
-			if fail {
-				return false, errors.New("down")
-			}
-			return name == "yes", nil
-		},
-	}
-	run := func(name string) *v1alpha1.Run {
-		return &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}}
-	}
-	runs := []*v1alpha1.Run{run("yes"), run("no")}
-	assert.Equal(t, []bool{true, false}, c.allowedAll(context.Background(), runs))
-	assert.EqualValues(t, 2, asked.Load())
-	now = now.Add(29 * time.Second)
-	assert.Equal(t, []bool{true, false}, c.allowedAll(context.Background(), runs))
-	assert.EqualValues(t, 2, asked.Load(), "answers are reused within 30 s")
-	now = now.Add(time.Second)
-	fail = true
-	assert.Equal(t, []bool{false, false}, c.allowedAll(context.Background(), runs), "a failed review is not allowed")
-	assert.EqualValues(t, 4, asked.Load(), "answers 30 s old are asked again")
-	fail = false
-	assert.Equal(t, []bool{true, false}, c.allowedAll(context.Background(), runs))
-	assert.EqualValues(t, 6, asked.Load(), "a failed review is not cached")
-}
-
 // TestToolSetSync: the server's tools are the Ready function Runs the
 // reviewer allows, with their descriptions and schemas, listed through the
 // SDK's own client over its in-memory transport.
@@ -230,81 +165,77 @@ func TestToolSetSync(t *testing.T) {
 	assert.Equal(t, "plain", res.Tools[0].Name)
 }
 
-func TestMCPHelpNamesTheProtocolRevision(t *testing.T) {
-	assert.Equal(t, "2026-07-28", MCPProtocolRevision, "the newest revision of go-sdk v1.8.0; change the docs with the SDK")
-	streams, out, _ := streamsOf("")
-	require.Equal(t, ExitOK, Run([]string{"mcp", "--help"}, streams))
-	assert.Contains(t, out.String(), "Protocol revision 2026-07-28")
-	assert.Contains(t, out.String(), DefaultToolSelector)
-	assert.Contains(t, out.String(), "--listen")
-	assert.Contains(t, out.String(), "--sandbox-runtime")
+// TestToolSetSyncNamespaces: serving several namespaces, a Run name that is
+// in both is two tools, NAMESPACE.NAME each, called in its own namespace;
+// each namespace's reviews are its own; of two Runs sharing a tool name,
+// the one named so verbatim is served.
+func TestToolSetSyncNamespaces(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ready := []metav1.Condition{{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue}}
+	function := func(ns, name string) *v1alpha1.Run {
+		return &v1alpha1.Run{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "/" + name)},
+			Spec:       v1alpha1.RunSpec{Mode: v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "h.h"}}},
+			Status:     v1alpha1.RunStatus{Conditions: ready},
+		}
+	}
+	// A Run named exactly like the shortened tool name of another, which
+	// sorts before it (so is seen first).
+	long := strings.Repeat("x", 117) + "-0" + strings.Repeat("y", 40)
+	impostor := QualifiedToolName("a", long)[len("a."):]
+	require.Less(t, long, impostor, "the shortened one is seen first")
+	a := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	b := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
+	for _, run := range []*v1alpha1.Run{function("a", "forecast"), function("a", "secret"), function("a", long), function("a", impostor)} {
+		require.NoError(t, a.Add(run))
+	}
+	require.NoError(t, b.Add(function("b", "forecast")))
+	server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: "test"}, nil)
+	var warnings strings.Builder
+	tools := &toolSet{
+		server:  server,
+		listers: []listersv1alpha1.RunLister{listersv1alpha1.NewRunLister(a), listersv1alpha1.NewRunLister(b)},
+		access: &accessCache{now: time.Now, review: func(_ context.Context, ns, name string) (bool, error) {
+			return !(ns == "a" && name == "secret"), nil
+		}},
+		scope:    toolScope{namespaces: []string{"a", "b"}},
+		served:   map[string]servedTool{},
+		warnings: &warnings,
+	}
+	tools.sync(ctx)
+	tools.sync(ctx)
+	assert.Equal(t, "krt mcp: not serving the Run a/"+long+": its tool name a."+impostor+" is the one of a/"+impostor+"\n", warnings.String(),
+		"the hidden Run is reported once, not at every sync")
+	st, ct := mcp.NewInMemoryTransports()
+	ss, err := server.Connect(ctx, st, nil)
+	require.NoError(t, err)
+	defer ss.Close()
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil).Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	defer cs.Close()
+	res, err := cs.ListTools(ctx, nil)
+	require.NoError(t, err)
+	byName := map[string]*mcp.Tool{}
+	for _, tool := range res.Tools {
+		byName[tool.Name] = tool
+	}
+	assert.Len(t, byName, 3)
+	assert.Contains(t, byName, "a.forecast")
+	assert.Contains(t, byName, "b.forecast")
+	assert.NotContains(t, byName, "a.secret", "a's reviewer says no")
+	require.Contains(t, byName, "a."+impostor)
+	assert.Equal(t, "Invokes the function Run a/"+impostor+".", byName["a."+impostor].Description, "the Run named verbatim keeps the name")
+	assert.Equal(t, "Invokes the function Run b/forecast.", byName["b.forecast"].Description)
 }
 
-func TestMayInvoke(t *testing.T) {
-	rule := func(verbs, groups, resources, names []string) authorizationv1.ResourceRule {
-		return authorizationv1.ResourceRule{Verbs: verbs, APIGroups: groups, Resources: resources, ResourceNames: names}
+func TestSandboxRunIsNotATool(t *testing.T) {
+	ready := []metav1.Condition{{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue}}
+	run := &v1alpha1.Run{
+		Spec:   v1alpha1.RunSpec{Mode: v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "tools.forecast"}}},
+		Status: v1alpha1.RunStatus{Conditions: ready},
 	}
-	one := []string{"create"}
-	group := []string{"kruntimes.io"}
-	for _, c := range []struct {
-		name  string
-		rules []authorizationv1.ResourceRule
-		want  bool
-	}{
-		{"the invoker role", []authorizationv1.ResourceRule{rule(one, group, []string{"runs/invoke"}, nil)}, true},
-		{"named", []authorizationv1.ResourceRule{rule(one, group, []string{"runs/invoke"}, []string{"other", "forecast"})}, true},
-		{"another name", []authorizationv1.ResourceRule{rule(one, group, []string{"runs/invoke"}, []string{"other"})}, false},
-		{"everything (system:masters)", []authorizationv1.ResourceRule{rule([]string{"*"}, []string{"*"}, []string{"*"}, nil)}, true},
-		{"*/invoke", []authorizationv1.ResourceRule{rule(one, group, []string{"*/invoke"}, nil)}, true},
-		{"runs/* is not RBAC", []authorizationv1.ResourceRule{rule(one, group, []string{"runs/*"}, nil)}, false},
-		{"reading only (kruntimes-view)", []authorizationv1.ResourceRule{rule([]string{"get", "list", "watch"}, group, []string{"runs", "runs/status"}, nil)}, false},
-		{"runs, not the subresource", []authorizationv1.ResourceRule{rule([]string{"*"}, group, []string{"runs"}, nil)}, false},
-		{"another group", []authorizationv1.ResourceRule{rule(one, []string{"example.com"}, []string{"runs/invoke"}, nil)}, false},
-		{"none", nil, false},
-	} {
-		assert.Equal(t, c.want, mayInvoke(c.rules, "forecast"), c.name)
-	}
-}
-
-// TestAccessCacheRulesReview: more Runs than one round of reviews are
-// answered from one SelfSubjectRulesReview when it is complete, and asked
-// one by one when it is not.
-func TestAccessCacheRulesReview(t *testing.T) {
-	var reviews, rulesReviews atomic.Int32
-	complete := true
-	c := &accessCache{
-		now: time.Now,
-		review: func(_ context.Context, ns, name string) (bool, error) {
-			reviews.Add(1)
-			return name == "run-3", nil
-		},
-		rules: func(_ context.Context, ns string) ([]authorizationv1.ResourceRule, bool, error) {
-			rulesReviews.Add(1)
-			return []authorizationv1.ResourceRule{{Verbs: []string{"create"}, APIGroups: []string{"kruntimes.io"}, Resources: []string{"runs/invoke"}, ResourceNames: []string{"run-3"}}}, complete, nil
-		},
-	}
-	var runs []*v1alpha1.Run
-	for i := range 20 {
-		name := fmt.Sprintf("run-%d", i)
-		runs = append(runs, &v1alpha1.Run{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)}})
-	}
-	want := make([]bool, 20)
-	want[3] = true
-	assert.Equal(t, want, c.allowedAll(context.Background(), runs))
-	assert.EqualValues(t, 1, rulesReviews.Load())
-	assert.EqualValues(t, 0, reviews.Load())
-	assert.Equal(t, want, c.allowedAll(context.Background(), runs))
-	assert.EqualValues(t, 1, rulesReviews.Load(), "cached")
-
-	c2 := &accessCache{now: time.Now, review: c.review, rules: c.rules}
-	complete = false
-	assert.Equal(t, want, c2.allowedAll(context.Background(), runs))
-	assert.EqualValues(t, 2, rulesReviews.Load())
-	assert.EqualValues(t, 20, reviews.Load(), "incomplete rules: a review per Run")
-
-	c3 := &accessCache{now: time.Now, review: c.review, rules: c.rules}
-	complete = true
-	assert.Equal(t, want[:8], c3.allowedAll(context.Background(), runs[:8]))
-	assert.EqualValues(t, 2, rulesReviews.Load(), "one round of reviews is asked directly")
-	assert.EqualValues(t, 28, reviews.Load())
+	assert.True(t, isTool(run))
+	run.Spec.Mode.Function.Handler = SandboxHandler
+	assert.False(t, isTool(run), "the sandbox tools serve sandboxes")
 }

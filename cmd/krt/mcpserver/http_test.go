@@ -1,11 +1,10 @@
-package app
+package mcpserver
 
 import (
 	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"io"
 	"net"
 	"net/http"
@@ -22,14 +21,10 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
-
-	v1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
-	"kruntimes.io/kruntimes/apis/lifecycle"
 )
 
 func TestCheckListen(t *testing.T) {
@@ -45,12 +40,6 @@ func TestCheckListen(t *testing.T) {
 	}
 	assert.ErrorContains(t, checkListen("127.0.0.1:1", "tls.crt", ""), "go together")
 	assert.ErrorContains(t, checkListen("8080", "", ""), "HOST:PORT")
-}
-
-func TestMCPListenRefusesNonLoopbackWithoutTLS(t *testing.T) {
-	streams, _, errOut := streamsOf("")
-	require.Equal(t, ExitError, Run([]string{"mcp", "--listen", "0.0.0.0:0"}, streams))
-	assert.Contains(t, errOut.String(), `--listen "0.0.0.0:0" is not a loopback address`)
 }
 
 // fakeBackend counts what the HTTP server does with a session's backend.
@@ -287,30 +276,6 @@ func TestMCPHTTPSessionIsBoundToItsToken(t *testing.T) {
 		}
 		assert.EqualValues(t, 1, b.stopped.Load())
 	})
-}
-
-func TestSandboxRunIsNotATool(t *testing.T) {
-	ready := []metav1.Condition{{Type: lifecycle.ConditionReady, Status: metav1.ConditionTrue}}
-	run := &v1alpha1.Run{
-		Spec:   v1alpha1.RunSpec{Mode: v1alpha1.RunMode{Function: &v1alpha1.FunctionMode{Handler: "tools.forecast"}}},
-		Status: v1alpha1.RunStatus{Conditions: ready},
-	}
-	assert.True(t, isTool(run))
-	run.Spec.Mode.Function.Handler = SandboxHandler
-	assert.False(t, isTool(run), "the sandbox tools serve sandboxes")
-}
-
-func TestReadFileResult(t *testing.T) {
-	structured := func(raw string) *mcp.CallToolResult {
-		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: raw}}, StructuredContent: json.RawMessage(raw)}
-	}
-	r := readFileResult(structured(`{"data_b64":"aGVsbG8g4piD"}`))
-	assert.JSONEq(t, `{"size":9,"content":"hello ☃"}`, string(r.StructuredContent.(json.RawMessage)))
-	assert.JSONEq(t, `{"size":9,"content":"hello ☃"}`, textOf(t, r))
-	r = readFileResult(structured(`{"data_b64":"AP8="}`))
-	assert.JSONEq(t, `{"size":2,"content_base64":"AP8="}`, string(r.StructuredContent.(json.RawMessage)))
-	failed := errorResult("SandboxPathError")
-	assert.Same(t, failed, readFileResult(failed))
 }
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader.

@@ -1,6 +1,8 @@
-package app
+package mcpserver
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"sort"
@@ -100,4 +102,22 @@ func (s toolScope) shortened(namespace, name string) bool {
 // "NAMESPACE." and Runs of different namespaces never share a tool name.
 func QualifiedToolName(namespace, name string) string {
 	return ToolName(namespace + "." + name)
+}
+
+// maxToolNameLen is MCP's bound on a tool name.
+const maxToolNameLen = 128
+
+// ToolName is the MCP tool name of the Run called runName: the name itself
+// when it fits MCP's 128 characters (a Run's name, a DNS subdomain, uses
+// only characters MCP allows: a-z, 0-9, "-" and "."), else its first 119
+// characters, "-" and the first 8 hex digits of the name's SHA-256. Names
+// are unique in a namespace; two Runs of one namespace share a tool name
+// only if one is named exactly like the other's shortened name (or by a
+// 32-bit hash collision), and then toolSet serves only one of them.
+func ToolName(runName string) string {
+	if len(runName) <= maxToolNameLen {
+		return runName
+	}
+	sum := sha256.Sum256([]byte(runName))
+	return runName[:maxToolNameLen-9] + "-" + hex.EncodeToString(sum[:4])
 }
