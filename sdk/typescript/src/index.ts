@@ -39,3 +39,4 @@ export {
   type ExecutionError,
 } from './sandbox.js';
 export { type ConnectionOptions } from './transport.js';
+export { TOOL_LABEL, errorText, kruntimesTool, listTools, outputText, toolName, type KruntimesTool, type ToolOptions } from './adapters/tool.js';
