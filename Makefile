@@ -38,7 +38,7 @@ IMAGES_FLAGS = $(if $(VERSION),--version=$(VERSION)) $(if $(REGISTRY),--push=$(R
 PYTHON_BASE_SUITE ?= bookworm
 PYTHON_BASE := _output/images/bases/python-$(PYTHON_BASE_SUITE).tar
 
-.PHONY: all help build test unit e2e python-deps bench-once testreport images images-tool image-python verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube helm chart-readme verify-chart-readme
+.PHONY: all help build test unit e2e python-deps ts-deps bench-once testreport images images-tool image-python verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube helm chart-readme verify-chart-readme
 
 all: build
 
@@ -56,7 +56,7 @@ build:
 ## run every benchmark once. Fails on a test that skips without an entry in
 ## hack/allowed-skips.txt, and on a data race or crash in any cluster component.
 ## Builds the images first (make images), which hack/images' tests check.
-test: verify kube-binaries helm python-deps testreport images
+test: verify kube-binaries helm python-deps ts-deps testreport images
 	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) ./... 2>&1 | $(TESTREPORT)
 	@$(MAKE) --no-print-directory bench-once
 
@@ -68,7 +68,7 @@ unit: testreport
 
 ## e2e: only the e2e suites, each against a local cluster of its own.
 ## RUN=TestKrtMCP runs one test of test/e2e, PKG=./test/e2e/ha one suite.
-e2e: kube-binaries python-deps testreport
+e2e: kube-binaries python-deps ts-deps testreport
 	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) $(GOTEST_RUN) $(or $(PKG),$(if $(RUN),./test/e2e,./test/e2e/...)) 2>&1 | $(TESTREPORT)
 
 ## bench-once: compile every benchmark, the etcdcompare ones included, and run
@@ -123,6 +123,11 @@ helm:
 ## for the Python SDK's tests (TestPythonSDK runs them with /usr/bin/python3).
 python-deps:
 	hack/install-python-deps.sh
+
+## ts-deps: the TypeScript SDK's packages from its lockfile (npm ci) and its
+## build (tsc) for its tests (TestTypeScriptSDK runs them with node --test).
+ts-deps:
+	hack/install-ts-deps.sh
 
 ## kube-binaries: kube-apiserver, kube-controller-manager, kubectl and etcd
 ## from the Kubernetes v1.37.2 modules into bin/ (~15 min the first time; cached).

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bytes"
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,34 +48,15 @@ func TestPythonSDK(t *testing.T) {
 	for _, rt := range []string{"python", "bash", "python-kill"} {
 		waitForReadyPod(ctx, t, f, ns, lifecycle.LabelRuntime+"="+rt, "")
 	}
-	readerConfig, _ := serviceAccountConfig(ctx, t, f, ns, "sdk-reader", "kruntimes-view")
 	dir := t.TempDir()
-	reader := filepath.Join(dir, "reader.kubeconfig")
-	kc := clientcmdapi.NewConfig()
-	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: readerConfig.Host, CertificateAuthorityData: readerConfig.CAData}
-	if len(readerConfig.CAData) == 0 {
-		kc.Clusters["local"].CertificateAuthority = readerConfig.CAFile
-	}
-	kc.AuthInfos["reader"] = &clientcmdapi.AuthInfo{Token: readerConfig.BearerToken}
-	kc.Contexts["reader"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "reader", Namespace: ns}
-	kc.CurrentContext = "reader"
-	require.NoError(t, clientcmd.WriteToFile(*kc, reader))
+	reader := writeReaderKubeconfig(ctx, t, f, ns, dir)
 
 	sdk := filepath.Join(f.RepoRoot, "sdk", "python")
 	cmd := exec.CommandContext(ctx, systemPython, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rs", "tests")
 	cmd.Dir = sdk
-	cmd.Env = append(os.Environ(),
+	cmd.Env = append(sdkTestEnv(f, ns, reader, dir),
 		"PYTHONPATH="+filepath.Join(sdk, "src"),
 		"PYTHONDONTWRITEBYTECODE=1",
-		"KRUNTIMES_TEST_KUBECONFIG="+f.Kubeconfig,
-		"KRUNTIMES_TEST_READER_KUBECONFIG="+reader,
-		"KRUNTIMES_TEST_NAMESPACE="+ns,
-		"KRUNTIMES_TEST_PYTHON_RUNTIME=python",
-		"KRUNTIMES_TEST_BASH_RUNTIME=bash",
-		"KRUNTIMES_TEST_KILL_RUNTIME=python-kill",
-		"KRUNTIMES_TEST_TMP="+dir,
-		// Every test of the suite must run here: a skip is a failure.
-		"KRUNTIMES_TEST_REQUIRE=1",
 	)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -87,4 +69,40 @@ func TestPythonSDK(t *testing.T) {
 func lastLine(s string) string {
 	lines := strings.Split(strings.TrimSpace(s), "\n")
 	return lines[len(lines)-1]
+}
+
+// writeReaderKubeconfig writes into dir a kubeconfig of a ServiceAccount of
+// ns that holds only kruntimes-view (it may read Runs, not invoke them),
+// with ns as its context's namespace, and returns its path.
+func writeReaderKubeconfig(ctx context.Context, t *testing.T, f *framework.Framework, ns, dir string) string {
+	readerConfig, _ := serviceAccountConfig(ctx, t, f, ns, "sdk-reader", "kruntimes-view")
+	reader := filepath.Join(dir, "reader.kubeconfig")
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["local"] = &clientcmdapi.Cluster{Server: readerConfig.Host, CertificateAuthorityData: readerConfig.CAData}
+	if len(readerConfig.CAData) == 0 {
+		kc.Clusters["local"].CertificateAuthority = readerConfig.CAFile
+	}
+	kc.AuthInfos["reader"] = &clientcmdapi.AuthInfo{Token: readerConfig.BearerToken}
+	kc.Contexts["reader"] = &clientcmdapi.Context{Cluster: "local", AuthInfo: "reader", Namespace: ns}
+	kc.CurrentContext = "reader"
+	require.NoError(t, clientcmd.WriteToFile(*kc, reader))
+	return reader
+}
+
+// sdkTestEnv is the environment of an SDK's cluster tests: this process's,
+// and in KRUNTIMES_TEST_* variables the cluster's kubeconfig, the reader's,
+// the namespace, its Runtimes (python, bash, python-kill) and a scratch
+// directory the handlers write to.
+func sdkTestEnv(f *framework.Framework, ns, reader, dir string) []string {
+	return append(os.Environ(),
+		"KRUNTIMES_TEST_KUBECONFIG="+f.Kubeconfig,
+		"KRUNTIMES_TEST_READER_KUBECONFIG="+reader,
+		"KRUNTIMES_TEST_NAMESPACE="+ns,
+		"KRUNTIMES_TEST_PYTHON_RUNTIME=python",
+		"KRUNTIMES_TEST_BASH_RUNTIME=bash",
+		"KRUNTIMES_TEST_KILL_RUNTIME=python-kill",
+		"KRUNTIMES_TEST_TMP="+dir,
+		// Every test of the suite must run here: a skip is a failure.
+		"KRUNTIMES_TEST_REQUIRE=1",
+	)
 }

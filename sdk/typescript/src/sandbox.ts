@@ -1,0 +1,274 @@
+/**
+ * Sandboxes: stateful code, commands and files on an exclusive Runtime Pod.
+ *
+ * A sandbox is one function Run with the built-in handler kruntimes.sandbox
+ * of the Python Runtime Server (docs/sandbox.md): it needs no source, its
+ * operations are invocations (authorized as create runs/invoke, one at a
+ * time, sent once and never re-sent), its idle timeout reclaims it and
+ * deleting it kills its processes and removes its workspace.
+ */
+import { FunctionError, KruntimesError, PayloadTooLarge } from './errors.js';
+import { Function, MAX_INPUT_BYTES, durationString, envList, type RunObject } from './functions.js';
+import { API_VERSION, runsPath, runtimesPath, type Transport } from './transport.js';
+
+/** The handler a sandbox's Run names (runtimes/python.SandboxHandler). */
+export const SANDBOX_HANDLER = 'kruntimes.sandbox';
+/** The largest file a sandbox writes or reads in one operation. */
+export const MAX_FILE_BYTES = 512 << 10;
+/** How much longer than an operation's own timeout the invocation may take. */
+const ANSWER_MARGIN_MS = 5000;
+
+/** The Runtime lets several Runs share a Pod (capacity.runs > 1); pass
+ * `shared: true` to accept that. Nothing was created. */
+export class SharedRuntime extends KruntimesError {
+  override name = 'SharedRuntime';
+}
+
+/** The sandbox refused a path that leaves its workspace. */
+export class SandboxPathError extends FunctionError {
+  override name = 'SandboxPathError';
+}
+
+/** An exception raised by code in {@link Sandbox.runCode}. */
+export interface ExecutionError {
+  name: string;
+  value: string;
+  traceback: string;
+}
+
+/** What runCode produced: `result` is the last expression's value (JSON, or
+ * its repr string), `error` set when the code raised (the sandbox stays
+ * usable). */
+export interface Execution {
+  stdout: string;
+  stderr: string;
+  result: unknown;
+  error: ExecutionError | null;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+}
+
+/** What commands.run produced; `timedOut` when it was killed at its timeout
+ * (exitCode 137). A non-zero exit is a result, not an exception. */
+export interface CommandResult {
+  stdout: string;
+  stderr: string;
+  exitCode: number;
+  timedOut: boolean;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+}
+
+/** One entry of files.list: type is file, dir, symlink or other. */
+export interface EntryInfo {
+  name: string;
+  type: string;
+  size: number;
+}
+
+export interface CreateSandboxOptions {
+  /** Seconds without an operation, then the sandbox ends (default 300). */
+  idleTimeoutSeconds?: number | null;
+  /** Its whole life: seconds or a duration such as "1h". */
+  timeout?: number | string;
+  env?: Record<string, string>;
+  /** Accept a Runtime whose Pods several Runs share. */
+  shared?: boolean;
+  name?: string;
+  generateName?: string;
+  labels?: Record<string, string>;
+  readyTimeoutMs?: number;
+  namespace?: string;
+  signal?: AbortSignal;
+}
+
+type OpOptions = { timeoutMs?: number; signal?: AbortSignal };
+
+/** One sandbox: a function Run with the handler kruntimes.sandbox. */
+export class Sandbox {
+  readonly commands: Commands;
+  readonly files: Files;
+  private closed = false;
+
+  constructor(readonly fn: Function, private readonly owned: boolean) {
+    this.commands = new Commands(this);
+    this.files = new Files(this);
+  }
+
+  /** Creates a sandbox on `runtime` and waits until it is Ready; if it does
+   * not become Ready, the Run is deleted and the error thrown. */
+  static async create(transport: Transport, namespace: string, runtime = 'python', opts: CreateSandboxOptions = {}): Promise<Sandbox> {
+    const ns = opts.namespace ?? namespace;
+    const rt = await transport.call('GET', runtimesPath(ns, runtime), { signal: opts.signal });
+    const capacity = Number(rt?.spec?.capacity?.runs ?? 1);
+    if (capacity !== 1 && !opts.shared) {
+      throw new SharedRuntime(
+        `Runtime ${runtime} has capacity.runs ${capacity}: a sandbox there shares its Pod, files and processes with other Runs; ` +
+          'use a Runtime with capacity.runs 1, or pass shared: true',
+      );
+    }
+    const metadata: Record<string, unknown> = { labels: { ...(opts.labels ?? {}) } };
+    if (opts.name) metadata.name = opts.name;
+    else metadata.generateName = opts.generateName ?? 'sandbox-';
+    const fn: Record<string, unknown> = { handler: SANDBOX_HANDLER };
+    const idle = opts.idleTimeoutSeconds === undefined ? 300 : opts.idleTimeoutSeconds;
+    if (idle !== null) fn.idleTimeoutSeconds = Math.trunc(idle);
+    const spec: Record<string, unknown> = { runtime, mode: { function: fn } };
+    if (opts.env && Object.keys(opts.env).length) spec.env = envList(opts.env);
+    if (opts.timeout !== undefined) spec.timeout = durationString(opts.timeout);
+    const run = await transport.call<RunObject>('POST', runsPath(ns), {
+      run: opts.name,
+      obj: { apiVersion: API_VERSION, kind: 'Run', metadata, spec },
+      signal: opts.signal,
+    });
+    const sandbox = new Sandbox(new Function(transport, run), true);
+    try {
+      await sandbox.fn.waitReady({ timeoutMs: opts.readyTimeoutMs ?? 120_000, signal: opts.signal });
+    } catch (e) {
+      await sandbox.close().catch(() => undefined);
+      throw e;
+    }
+    return sandbox;
+  }
+
+  /** Attaches to the existing sandbox Run `name`; close() leaves it alone. */
+  static async connect(transport: Transport, namespace: string, name: string, opts: { signal?: AbortSignal } = {}): Promise<Sandbox> {
+    const run = await transport.call<RunObject>('GET', runsPath(namespace, name), { run: name, signal: opts.signal });
+    const handler = run.spec?.mode?.function?.handler;
+    if (handler !== SANDBOX_HANDLER) {
+      throw new KruntimesError(`Run ${name} is not a sandbox: its handler is ${JSON.stringify(handler)}, not ${SANDBOX_HANDLER}`, {
+        run: name,
+      });
+    }
+    return new Sandbox(new Function(transport, run), false);
+  }
+
+  /** The name of the sandbox's Run. */
+  get name(): string {
+    return this.fn.name;
+  }
+
+  /** Deletes the sandbox's Run if this handle created it; idempotent. */
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.owned) await this.fn.delete();
+  }
+
+  /** Deletes the sandbox's Run, whoever created it. */
+  async delete(): Promise<void> {
+    this.closed = true;
+    await this.fn.delete();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.close();
+  }
+
+  /** Runs Python `code` in the sandbox's persistent namespace; an exception
+   * in the code is returned in `error`, not thrown. */
+  async runCode(code: string, opts: OpOptions = {}): Promise<Execution> {
+    const out = await this.call({ op: 'run_code', code, timeout: seconds(opts.timeoutMs) }, opts);
+    const err = out.error;
+    return {
+      stdout: out.stdout ?? '',
+      stderr: out.stderr ?? '',
+      result: out.result ?? null,
+      error: err ? { name: err.name ?? '', value: err.value ?? '', traceback: err.traceback ?? '' } : null,
+      stdoutTruncated: Boolean(out.stdout_truncated),
+      stderrTruncated: Boolean(out.stderr_truncated),
+    };
+  }
+
+  /** Sends one operation, once, and resolves with its answer. */
+  async call(request: Record<string, unknown>, opts: OpOptions = {}): Promise<any> {
+    if (this.closed) throw new KruntimesError(`sandbox ${this.name} is closed`, { run: this.name });
+    const size = Buffer.byteLength(JSON.stringify(request));
+    if (size > MAX_INPUT_BYTES) {
+      throw new PayloadTooLarge(
+        `the ${String(request.op)} request is ${size} bytes, over the ${MAX_INPUT_BYTES}-byte limit of an invocation; it was not sent`,
+        { code: 413, run: this.name },
+      );
+    }
+    try {
+      const result = await this.fn.invoke(request, {
+        timeoutMs: opts.timeoutMs === undefined ? undefined : opts.timeoutMs + ANSWER_MARGIN_MS,
+        signal: opts.signal,
+      });
+      return result.output && typeof result.output === 'object' ? result.output : {};
+    } catch (e) {
+      if (e instanceof FunctionError && e.type === 'SandboxPathError') {
+        throw new SandboxPathError(e.type, e.errorMessage, e.result, { code: e.code, run: e.run, invocationId: e.invocationId });
+      }
+      throw e;
+    }
+  }
+}
+
+function seconds(ms: number | undefined): number | null {
+  return ms === undefined ? null : ms / 1000;
+}
+
+/** `sandbox.commands`: programs in the sandbox. */
+export class Commands {
+  constructor(private readonly sandbox: Sandbox) {}
+
+  /** Runs `cmd` — a string through /bin/sh -c, or an argv list — in the
+   * workspace (or `cwd`) with `env` added; killed with every process it
+   * started at `timeoutMs`. */
+  async run(cmd: string | string[], opts: OpOptions & { env?: Record<string, string>; cwd?: string } = {}): Promise<CommandResult> {
+    const out = await this.sandbox.call(
+      { op: 'run_command', cmd, timeout: seconds(opts.timeoutMs), env: { ...(opts.env ?? {}) }, cwd: opts.cwd ?? null },
+      opts,
+    );
+    return {
+      stdout: out.stdout ?? '',
+      stderr: out.stderr ?? '',
+      exitCode: Number(out.exit_code ?? -1),
+      timedOut: Boolean(out.timed_out),
+      stdoutTruncated: Boolean(out.stdout_truncated),
+      stderrTruncated: Boolean(out.stderr_truncated),
+    };
+  }
+}
+
+/** `sandbox.files`: files in the sandbox's workspace; any path outside it is
+ * refused with {@link SandboxPathError}. */
+export class Files {
+  constructor(private readonly sandbox: Sandbox) {}
+
+  /** Writes `data` (a string as UTF-8) to `path`, creating its directories.
+   * Over 512 KiB throws PayloadTooLarge before anything is sent. */
+  async write(path: string, data: string | Uint8Array, opts: OpOptions = {}): Promise<void> {
+    const raw = typeof data === 'string' ? Buffer.from(data, 'utf8') : Buffer.from(data);
+    if (raw.length > MAX_FILE_BYTES) {
+      throw new PayloadTooLarge(
+        `${path} has ${raw.length} bytes, over the ${MAX_FILE_BYTES}-byte limit of a sandbox file operation; it was not sent`,
+        { code: 413, run: this.sandbox.name },
+      );
+    }
+    await this.sandbox.call({ op: 'write_file', path, data_b64: raw.toString('base64') }, opts);
+  }
+
+  /** The contents of the file `path` (at most 512 KiB). */
+  async read(path: string, opts: OpOptions = {}): Promise<Buffer> {
+    const out = await this.sandbox.call({ op: 'read_file', path }, opts);
+    return Buffer.from(out.data_b64 ?? '', 'base64');
+  }
+
+  /** The entries of the directory `path`, by name. */
+  async list(path = '.', opts: OpOptions = {}): Promise<EntryInfo[]> {
+    const out = await this.sandbox.call({ op: 'list_files', path }, opts);
+    return (out.entries ?? []).map((e: any) => ({ name: e.name, type: e.type, size: Number(e.size ?? 0) }));
+  }
+
+  /** Whether `path` exists (a symbolic link counts as itself). */
+  async exists(path: string, opts: OpOptions = {}): Promise<boolean> {
+    return Boolean((await this.sandbox.call({ op: 'exists', path }, opts)).exists);
+  }
+
+  /** Removes the file, link or directory (with its contents) `path`. */
+  async remove(path: string, opts: OpOptions = {}): Promise<void> {
+    await this.sandbox.call({ op: 'remove', path }, opts);
+  }
+}

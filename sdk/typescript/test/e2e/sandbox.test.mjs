@@ -1,0 +1,50 @@
+// A sandbox through the SDK against the cluster: a function Run with the
+// built-in handler kruntimes.sandbox on a Runtime of capacity 1.
+import assert from 'node:assert/strict';
+import test from 'node:test';
+
+import * as sdk from '../../dist/index.js';
+import { cluster } from './cluster.mjs';
+
+test('sandbox: code with state, commands, files, and the workspace’s bounds', async (t) => {
+  const c = cluster(t);
+  if (!c) return;
+  await assert.rejects(c.client.sandbox(c.python), sdk.SharedRuntime);
+  const sb = await c.client.sandbox(c.sandbox, { idleTimeoutSeconds: 600, readyTimeoutMs: 180_000 });
+  t.after(() => sb.close());
+  assert.equal(sb.fn.run.spec.mode.function.handler, 'kruntimes.sandbox');
+  const first = await sb.runCode('import math\nx = 40');
+  assert.equal(first.result, null);
+  assert.equal(first.error, null);
+  const second = await sb.runCode("print('two more')\nx + 2");
+  assert.equal(second.result, 42);
+  assert.equal(second.stdout, 'two more\n');
+  const failed = await sb.runCode('math.sqrt(-1)');
+  assert.equal(failed.error.name, 'ValueError');
+  assert.match(failed.error.value, /math domain error/);
+  const slow = await sb.runCode('import time\ntime.sleep(30)', { timeoutMs: 1000 });
+  assert.equal(slow.error?.name, 'SandboxTimeout');
+
+  const cmd = await sb.commands.run('echo "$X" && exit 3', { env: { X: 'from env' } });
+  assert.deepEqual({ stdout: cmd.stdout, exitCode: cmd.exitCode, timedOut: cmd.timedOut }, { stdout: 'from env\n', exitCode: 3, timedOut: false });
+  const killed = await sb.commands.run(['sleep', '30'], { timeoutMs: 1000 });
+  assert.equal(killed.timedOut, true);
+
+  await sb.files.write('data/d.csv', 'a,b\n1,2\n');
+  assert.equal((await sb.files.read('data/d.csv')).toString(), 'a,b\n1,2\n');
+  assert.deepEqual(await sb.files.list('data'), [{ name: 'd.csv', type: 'file', size: 8 }]);
+  assert.equal(await sb.files.exists('data/d.csv'), true);
+  assert.equal((await sb.runCode("open('data/d.csv').read()")).result, 'a,b\n1,2\n', 'code sees the files');
+  await sb.files.remove('data');
+  assert.equal(await sb.files.exists('data/d.csv'), false);
+  await assert.rejects(sb.files.read('../../etc/passwd'), sdk.SandboxPathError);
+
+  const name = sb.name;
+  await sb.close();
+  await assert.rejects(sb.runCode('1'), sdk.KruntimesError);
+  const gone = await c.client.functions.get(name).then(
+    (fn) => Boolean(fn.run.metadata.deletionTimestamp),
+    (e) => e instanceof sdk.NotFound,
+  );
+  assert.ok(gone, 'close deleted the Run');
+});
