@@ -7,8 +7,12 @@
 #     github.com/containerd/containerd/v2 into bin/, built with `go install
 #     module@version`, so with exactly the dependencies of containerd's own
 #     go.mod (Debian's containerd, 1.6, is below what kubelet v1.37 supports);
-#   - runc, iptables and the CNI plugins (containernetworking-plugins:
-#     bridge, host-local, loopback, portmap in /usr/lib/cni) from Debian.
+#   - runc from the Go module github.com/opencontainers/runc into bin/ (with
+#     cgo and libseccomp; Debian bookworm's runc 1.1.5 fails to start
+#     containerd 2.4's sandboxes: "can't get final child's PID from pipe");
+#   - iptables, the CNI plugins (containernetworking-plugins: bridge,
+#     host-local, loopback, portmap in /usr/lib/cni), and runc's build
+#     dependencies (gcc, pkg-config, libseccomp-dev) from Debian.
 # A second run builds nothing unless hack/nodetools, the containerd version
 # or this script changed (--force rebuilds). Builds run at nice 19 and print
 # progress every 50 compiled packages.
@@ -25,7 +29,8 @@ KUBE_VERSION="v1.37.2"
 KUBE_MAJOR="1"
 KUBE_MINOR="37"
 CONTAINERD_VERSION="v2.4.2"
-DEBIAN_PACKAGES=(iptables runc containernetworking-plugins)
+RUNC_VERSION="v1.5.3"
+DEBIAN_PACKAGES=(iptables containernetworking-plugins gcc libc6-dev pkg-config libseccomp-dev)
 
 # name=package pairs of the hack/nodetools module.
 KUBE_TARGETS=(
@@ -47,9 +52,11 @@ if [[ "${1:-}" == "--force" ]]; then force=1; fi
 
 # Debian packages first: quick, and needed whatever else is cached.
 missing_pkgs=()
-command -v runc >/dev/null 2>&1 || missing_pkgs+=(runc)
 command -v iptables >/dev/null 2>&1 || missing_pkgs+=(iptables)
 [[ -x /usr/lib/cni/bridge && -x /usr/lib/cni/host-local && -x /usr/lib/cni/loopback && -x /usr/lib/cni/portmap ]] || missing_pkgs+=(containernetworking-plugins)
+command -v gcc >/dev/null 2>&1 || missing_pkgs+=(gcc libc6-dev)
+command -v pkg-config >/dev/null 2>&1 || missing_pkgs+=(pkg-config)
+pkg-config --exists libseccomp 2>/dev/null || missing_pkgs+=(libseccomp-dev)
 if [[ ${#missing_pkgs[@]} -gt 0 ]]; then
   if ! command -v apt-get >/dev/null 2>&1 || [[ "$(id -u)" != 0 ]]; then
     echo "the real node needs ${DEBIAN_PACKAGES[*]}: install them as root (apt-get install ${missing_pkgs[*]})" >&2
@@ -61,14 +68,14 @@ if [[ ${#missing_pkgs[@]} -gt 0 ]]; then
 fi
 
 stamp_value() {
-  { cat "${TOOLS}/go.mod" "${TOOLS}/go.sum" "${BASH_SOURCE[0]}"; echo "${CONTAINERD_VERSION}"; } | sha256sum | cut -d' ' -f1
+  { cat "${TOOLS}/go.mod" "${TOOLS}/go.sum" "${BASH_SOURCE[0]}"; echo "${CONTAINERD_VERSION} ${RUNC_VERSION}"; } | sha256sum | cut -d' ' -f1
 }
 
 mkdir -p "${BIN}"
 want="$(stamp_value)"
 missing=()
 for t in "${KUBE_TARGETS[@]}"; do [[ -x "${BIN}/${t%%=*}" ]] || missing+=("${t%%=*}"); done
-for t in "${CONTAINERD_TARGETS[@]}"; do [[ -x "${BIN}/${t}" ]] || missing+=("${t}"); done
+for t in "${CONTAINERD_TARGETS[@]}" runc; do [[ -x "${BIN}/${t}" ]] || missing+=("${t}"); done
 if [[ ${force} -eq 0 && ${#missing[@]} -eq 0 && -f "${STAMP}" && "$(cat "${STAMP}")" == "${want}" ]]; then
   log "node binaries up to date in ${BIN#"${ROOT}/"}/ (kubelet ${KUBE_VERSION}, containerd ${CONTAINERD_VERSION}); nothing to build"
   exit 0
@@ -84,7 +91,7 @@ for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ldflags+=" -X ${pkg}.buildDate=1970-01-01T00:00:00Z"
 done
 
-total=$(( ${#KUBE_TARGETS[@]} + 1 ))
+total=$(( ${#KUBE_TARGETS[@]} + 2 ))
 log "building ${total} targets into ${BIN#"${ROOT}/"}/ (at nice 19)"
 start=$(date +%s)
 cd "${TOOLS}"
@@ -110,28 +117,44 @@ for t in "${KUBE_TARGETS[@]}"; do
   log "[${i}/${total}] ${name} done in $(( $(date +%s) - t0 ))s"
 done
 
+# go_install NAME CGO TAGS LDFLAGS MODULE_PACKAGE... builds with `go install
+# module@version` outside any module, so with the module's own go.mod, into
+# the temporary GOBIN.
+gobin="$(mktemp -d "${BIN}/.node-tools.XXXXXX")"
+trap 'rm -rf "${gobin}"' EXIT
+go_install() {
+  local name="$1" cgo="$2" tags="$3" ldflags="$4"
+  shift 4
+  set +e
+  (cd / && CGO_ENABLED="${cgo}" GOBIN="${gobin}" GOFLAGS=-buildvcs=false nice -n 19 \
+    go install -v -trimpath -tags "${tags}" -ldflags "${ldflags}" "$@" 2>&1 | progress "${name}")
+  local status=${PIPESTATUS[0]}
+  set -e
+  if [[ ${status} -ne 0 ]]; then
+    log "FAILED: ${name} (go install exit ${status})"
+    exit 1
+  fi
+}
+
 i=$((i + 1))
 t0=$(date +%s)
 log "[${i}/${total}] ${CONTAINERD_TARGETS[*]} (github.com/containerd/containerd/v2@${CONTAINERD_VERSION})"
-# Outside any module: go install module@version uses containerd's go.mod.
 # Without cgo the btrfs snapshotter is left out; the node uses overlayfs.
-gobin="$(mktemp -d "${BIN}/.containerd.XXXXXX")"
-trap 'rm -rf "${gobin}"' EXIT
 pkgs=()
 for t in "${CONTAINERD_TARGETS[@]}"; do pkgs+=("github.com/containerd/containerd/v2/cmd/${t}@${CONTAINERD_VERSION}"); done
-set +e
-(cd / && CGO_ENABLED=0 GOBIN="${gobin}" GOFLAGS=-buildvcs=false nice -n 19 go install -v -trimpath \
-  -ldflags "-X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_VERSION#v}" "${pkgs[@]}" 2>&1 | progress containerd)
-status=${PIPESTATUS[0]}
-set -e
-if [[ ${status} -ne 0 ]]; then
-  log "FAILED: containerd (go install exit ${status})"
-  exit 1
-fi
+go_install containerd 0 "" "-X github.com/containerd/containerd/v2/version.Version=${CONTAINERD_VERSION#v}" "${pkgs[@]}"
 for t in "${CONTAINERD_TARGETS[@]}"; do mv "${gobin}/${t}" "${BIN}/${t}"; done
 log "[${i}/${total}] containerd done in $(( $(date +%s) - t0 ))s"
+
+i=$((i + 1))
+t0=$(date +%s)
+log "[${i}/${total}] runc (github.com/opencontainers/runc@${RUNC_VERSION}, cgo, seccomp)"
+go_install runc 1 seccomp "-X main.version=${RUNC_VERSION#v}" "github.com/opencontainers/runc@${RUNC_VERSION}"
+mv "${gobin}/runc" "${BIN}/runc"
+log "[${i}/${total}] runc done in $(( $(date +%s) - t0 ))s"
 
 echo "${want}" > "${STAMP}"
 log "all done in $(( $(date +%s) - start ))s"
 "${BIN}/kubelet" --version 2>/dev/null | sed 's/^/[build-node] /' || true
 "${BIN}/containerd" --version 2>/dev/null | sed 's/^/[build-node] /' || true
+"${BIN}/runc" --version 2>/dev/null | head -1 | sed 's/^/[build-node] /' || true

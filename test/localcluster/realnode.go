@@ -101,6 +101,9 @@ func (c *Cluster) startRealNode(ctx, agentCtx context.Context, logDir string, ad
 	if err != nil {
 		return err
 	}
+	if err := node.CheckBinaries("kubelet", "kube-proxy", "kube-scheduler"); err != nil {
+		return err
+	}
 	release, err := node.Lock()
 	if err != nil {
 		return err

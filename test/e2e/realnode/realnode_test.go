@@ -37,20 +37,6 @@ const Env = "KRUNTIMES_E2E_REALNODE"
 // podCIDR is this suite's Pod network, apart from make run's.
 const podCIDR = "10.245.0.0/24"
 
-const helloSource = `package main
-
-import (
-	"fmt"
-	"os"
-	"time"
-)
-
-func main() {
-	fmt.Println("hello from a real node, uid", os.Getuid())
-	time.Sleep(time.Hour)
-}
-`
-
 func requireRealNode(t *testing.T) string {
 	t.Helper()
 	if os.Getenv(Env) != "1" {
@@ -84,12 +70,9 @@ func stateDir(t *testing.T, root string) string {
 
 // buildHello builds a static program that prints a line and sleeps.
 func buildHello(t *testing.T) string {
-	dir := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module hello\n\ngo 1.22\n"), 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "main.go"), []byte(helloSource), 0o644))
-	out := filepath.Join(dir, "hello")
-	require.NoError(t, realnode.BuildStatic(context.Background(), dir, ".", out))
-	return out
+	hello, err := realnode.BuildHello(context.Background(), t.TempDir())
+	require.NoError(t, err)
+	return hello
 }
 
 // runHelloPod runs the image as 65532 and returns the Pod once its log
@@ -113,7 +96,7 @@ func runHelloPod(ctx context.Context, t *testing.T, client kubernetes.Interface,
 		}
 		data, err := client.CoreV1().Pods(metav1.NamespaceDefault).GetLogs("hello", &corev1.PodLogOptions{}).DoRaw(ctx)
 		logs = string(data)
-		return err == nil && strings.Contains(logs, "hello from a real node"), nil
+		return err == nil && strings.Contains(logs, realnode.HelloGreeting), nil
 	})
 	require.NoError(t, err, "Pod %s/hello status %+v, logs %q", metav1.NamespaceDefault, pod.Status, logs)
 	assert.Contains(t, logs, "uid 65532")

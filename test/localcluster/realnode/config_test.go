@@ -46,7 +46,7 @@ func TestWriteConfigs(t *testing.T) {
 		data, err := os.ReadFile(n.ContainerdConfigPath())
 		require.NoError(t, err)
 		require.NoError(t, toml.Unmarshal(data, &cfg))
-		assert.EqualValues(t, 3, cfg["version"])
+		assert.EqualValues(t, 4, cfg["version"])
 		plugins := cfg["plugins"].(map[string]any)
 		runtime := plugins["io.containerd.cri.v1.runtime"].(map[string]any)
 		assert.Equal(t, true, runtime["netns_mounts_under_state_dir"])

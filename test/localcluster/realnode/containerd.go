@@ -9,30 +9,28 @@ import (
 	"github.com/pelletier/go-toml/v2"
 )
 
-// containerdConfig is the part of containerd 2.x's config.toml (version 3)
-// the node sets; containerd's defaults fill in the rest.
+// containerdConfig is the part of containerd 2.4's config.toml (version 4:
+// the servers are plugins) the node sets; containerd's defaults fill in the
+// rest.
 type containerdConfig struct {
 	Version         int                     `toml:"version"`
 	Root            string                  `toml:"root"`
 	State           string                  `toml:"state"`
 	DisabledPlugins []string                `toml:"disabled_plugins"`
-	GRPC            containerdGRPC          `toml:"grpc"`
-	TTRPC           containerdTTRPC         `toml:"ttrpc"`
 	Plugins         containerdPluginConfigs `toml:"plugins"`
 }
 
-type containerdGRPC struct {
-	Address string `toml:"address"`
-}
-
-type containerdTTRPC struct {
+// containerdServer is the address of containerd's gRPC or ttrpc server.
+type containerdServer struct {
 	Address string `toml:"address"`
 }
 
 type containerdPluginConfigs struct {
-	Images  criImages  `toml:"io.containerd.cri.v1.images"`
-	Runtime criRuntime `toml:"io.containerd.cri.v1.runtime"`
-	CRI     criServer  `toml:"io.containerd.grpc.v1.cri"`
+	GRPC    containerdServer `toml:"io.containerd.server.v1.grpc"`
+	TTRPC   containerdServer `toml:"io.containerd.server.v1.ttrpc"`
+	Images  criImages        `toml:"io.containerd.cri.v1.images"`
+	Runtime criRuntime       `toml:"io.containerd.cri.v1.runtime"`
+	CRI     criServer        `toml:"io.containerd.grpc.v1.cri"`
 }
 
 type criImages struct {
@@ -48,6 +46,11 @@ type criRegistry struct {
 
 type criRuntime struct {
 	NetNSMountsUnderStateDir bool `toml:"netns_mounts_under_state_dir"`
+	// RestrictOOMScoreAdj keeps a container's oom_score_adj at or above
+	// containerd's own: lowering it needs CAP_SYS_RESOURCE, which a VM's
+	// or container's root may lack (runc: "nsexec: failed to update
+	// /proc/self/oom_score_adj").
+	RestrictOOMScoreAdj bool `toml:"restrict_oom_score_adj"`
 	// The VM's cgroup v1 hierarchies have no hugetlb controller.
 	TolerateMissingHugetlbController bool          `toml:"tolerate_missing_hugetlb_controller"`
 	DisableHugetlbController         bool          `toml:"disable_hugetlb_controller"`
@@ -108,13 +111,13 @@ var containerdDisabledPlugins = []string{
 
 func (n *Node) containerdConfig() containerdConfig {
 	return containerdConfig{
-		Version:         3,
+		Version:         4,
 		Root:            n.containerdRoot(),
 		State:           n.containerdState(),
 		DisabledPlugins: containerdDisabledPlugins,
-		GRPC:            containerdGRPC{Address: n.ContainerdSocket()},
-		TTRPC:           containerdTTRPC{Address: n.ContainerdSocket() + ".ttrpc"},
 		Plugins: containerdPluginConfigs{
+			GRPC:  containerdServer{Address: n.ContainerdSocket()},
+			TTRPC: containerdServer{Address: n.ContainerdSocket() + ".ttrpc"},
 			Images: criImages{
 				Snapshotter:  "overlayfs",
 				PinnedImages: map[string]string{"sandbox": n.cfg.SandboxImage},
@@ -122,6 +125,7 @@ func (n *Node) containerdConfig() containerdConfig {
 			},
 			Runtime: criRuntime{
 				NetNSMountsUnderStateDir:         true,
+				RestrictOOMScoreAdj:              true,
 				TolerateMissingHugetlbController: true,
 				DisableHugetlbController:         true,
 				Containerd: criContainerd{

@@ -26,8 +26,8 @@ type Config struct {
 	// registry's blobs. Every mount and network namespace of the node is
 	// below it.
 	StateDir string
-	// BinDir holds containerd, containerd-shim-runc-v2, kubelet, kube-proxy
-	// (hack/build-node.sh).
+	// BinDir holds containerd, containerd-shim-runc-v2, runc, kubelet,
+	// kube-proxy and kube-scheduler (hack/build-node.sh).
 	BinDir string
 	// CNIBinDir holds the CNI plugins bridge, host-local, loopback and
 	// portmap (Debian's containernetworking-plugins: /usr/lib/cni).
@@ -148,8 +148,8 @@ func (n *Node) ContainerdArgs() []string {
 	return []string{"--config=" + n.ContainerdConfigPath()}
 }
 
-// ContainerdEnv is containerd's environment: its shim next to it, runc and
-// iptables from the system.
+// ContainerdEnv is containerd's environment: its shim and runc next to it
+// (first in PATH), the CNI plugins' iptables from the system.
 func (n *Node) ContainerdEnv() []string {
 	return append(os.Environ(), "PATH="+n.cfg.BinDir+":"+os.Getenv("PATH"))
 }
@@ -191,6 +191,16 @@ func (n *Node) Lock() (release func(), err error) {
 	return func() { f.Close() }, nil
 }
 
+// CheckBinaries reports the first of names missing from BinDir.
+func (n *Node) CheckBinaries(names ...string) error {
+	for _, b := range names {
+		if !fileExists(filepath.Join(n.cfg.BinDir, b)) {
+			return fmt.Errorf("%s is missing from %s: run hack/build-node.sh", b, n.cfg.BinDir)
+		}
+	}
+	return nil
+}
+
 // Prepare makes the node ready for its components: it removes what an
 // earlier run left (CleanUp), then creates the bridge and guard chain and
 // writes every configuration file. It needs root.
@@ -198,15 +208,13 @@ func (n *Node) Prepare(ctx context.Context) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("the real node needs root: it runs containerd, mounts file systems and creates network namespaces")
 	}
-	for _, tool := range []string{"ip", "iptables", "runc"} {
+	for _, tool := range []string{"ip", "iptables"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s is missing: run hack/build-node.sh", tool)
 		}
 	}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "kubelet", "kube-proxy", "kube-scheduler"} {
-		if !fileExists(filepath.Join(n.cfg.BinDir, b)) {
-			return fmt.Errorf("%s is missing from %s: run hack/build-node.sh", b, n.cfg.BinDir)
-		}
+	if err := n.CheckBinaries("containerd", "containerd-shim-runc-v2", "runc"); err != nil {
+		return err
 	}
 	for _, plugin := range []string{"bridge", "host-local", "loopback", "portmap"} {
 		if !fileExists(filepath.Join(n.cfg.CNIBinDir, plugin)) {
