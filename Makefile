@@ -38,7 +38,7 @@ IMAGES_FLAGS = $(if $(VERSION),--version=$(VERSION)) $(if $(REGISTRY),--push=$(R
 PYTHON_BASE_SUITE ?= bookworm
 PYTHON_BASE := _output/images/bases/python-$(PYTHON_BASE_SUITE).tar
 
-.PHONY: all help build test unit e2e python-deps ts-deps bench-once testreport images images-tool image-python verify generate verify-codegen proto verify-proto fmt vet kube-binaries run run-standalone clean clean-kube helm chart-readme verify-chart-readme
+.PHONY: all help build test unit e2e python-deps ts-deps bench-once testreport images images-tool image-python verify generate verify-codegen proto verify-proto fmt vet kube-binaries node-binaries run run-standalone clean clean-kube helm chart-readme verify-chart-readme
 
 all: build
 
@@ -172,9 +172,17 @@ verify-proto:
 ## a node agent, kruntimes-apiserver behind an APIService) in the foreground;
 ## writes .local/kubeconfig. CHART=1 installs kruntimes-apiserver with
 ## bin/helm from charts/kruntimes instead of running it as a host process.
-run: kube-binaries $(if $(CHART),helm)
+## NODE=containerd (root) runs a real node instead of the node agent:
+## kubelet, containerd + runc, kube-scheduler, kube-proxy, a CNI bridge.
+run: kube-binaries $(if $(CHART),helm) $(if $(filter containerd,$(NODE)),node-binaries)
 	$(GO) build -o $(BIN)/localcluster ./test/localcluster/cmd/localcluster
-	$(BIN)/localcluster $(if $(CHART),--kruntimes-apiserver=chart)
+	$(BIN)/localcluster $(if $(CHART),--kruntimes-apiserver=chart) $(if $(NODE),--node=$(NODE))
+
+## node-binaries: what the real node runs (make run NODE=containerd):
+## kubelet, kube-scheduler, kube-proxy (v1.37.2) and containerd 2.x into bin/,
+## runc, iptables and the CNI plugins from Debian (cached).
+node-binaries:
+	hack/build-node.sh
 
 ## run-standalone: kruntimes-apiserver alone on 127.0.0.1:8443, no cluster;
 ## writes .local/standalone/kubeconfig.

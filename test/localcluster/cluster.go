@@ -35,6 +35,10 @@ import (
 // DefaultNodeName is the name of the local node.
 const DefaultNodeName = "local-node"
 
+// serviceCIDR is the cluster's Service network; 10.0.0.1 is the kubernetes
+// Service, which kube-apiserver's serving certificate names.
+const serviceCIDR = "10.0.0.0/24"
+
 // Config says where the cluster keeps its state and what it runs.
 type Config struct {
 	// RepoRoot is the repository checkout; bin/ and artifacts/ are found there.
@@ -72,7 +76,25 @@ type Config struct {
 	// KeepPodLogs writes container logs to StateDir/logs/pods/ and keeps
 	// them after their Pod is deleted, for a test suite to scan at the end.
 	KeepPodLogs bool
+	// Node is what runs Pods: NodeProcess (the default) or NodeContainerd.
+	Node NodeMode
+	// PodCIDR is the real node's Pod network (default
+	// realnode.DefaultPodCIDR); NodeContainerd only.
+	PodCIDR string
 }
+
+// NodeMode says what runs the cluster's Pods.
+type NodeMode string
+
+const (
+	// NodeProcess is the node agent: each container a host process,
+	// images mapped to binaries in bin/, no root needed.
+	NodeProcess NodeMode = "process"
+	// NodeContainerd is a real node (root only): kubelet, containerd and
+	// runc, kube-scheduler, kube-proxy and a CNI bridge of the cluster's
+	// own, images pulled from the cluster's loopback registry.
+	NodeContainerd NodeMode = "containerd"
+)
 
 // KruntimesMode says whether to run kruntimes-apiserver.
 type KruntimesMode string
@@ -119,6 +141,9 @@ type Cluster struct {
 	// KruntimesURL is kruntimes-apiserver's own secure URL, the direct
 	// entry point (its serving certificate is signed by the cluster CA).
 	KruntimesURL string
+
+	// The real node (Config.Node NodeContainerd).
+	realNode *realNode
 }
 
 // ErrAlreadyRunning is returned when another process holds the state directory.
@@ -151,6 +176,15 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	}
 	if cfg.KruntimesReplicas == 0 {
 		cfg.KruntimesReplicas = 1
+	}
+	if cfg.Node == "" {
+		cfg.Node = NodeProcess
+	}
+	if cfg.Node != NodeProcess && cfg.Node != NodeContainerd {
+		return nil, fmt.Errorf("node mode must be %s or %s, got %q", NodeProcess, NodeContainerd, cfg.Node)
+	}
+	if cfg.Node == NodeContainerd && cfg.Kruntimes == KruntimesChart {
+		return nil, fmt.Errorf("chart mode on the real node is not supported yet")
 	}
 	if cfg.Kruntimes == KruntimesChart && (cfg.KruntimesReplicas > 1 || (cfg.KruntimesStorage != "" && cfg.KruntimesStorage != "embedded")) {
 		return nil, fmt.Errorf("chart mode runs the chart's defaults: one replica on embedded storage, not %d on %q", cfg.KruntimesReplicas, cfg.KruntimesStorage)
@@ -282,6 +316,39 @@ func (c *Cluster) start(ctx context.Context) error {
 
 	agentCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logger))
 	c.cancel = cancel
+	if c.cfg.Node == NodeContainerd {
+		if err := c.startRealNode(ctx, agentCtx, logDir, adminClient); err != nil {
+			return err
+		}
+	} else if err := c.startNodeAgent(ctx, agentCtx, kasPort, agentPort, logDir); err != nil {
+		return err
+	}
+	if err := c.waitNodeReady(ctx, adminClient); err != nil {
+		return err
+	}
+	c.progress("waiting for the default ServiceAccount (controller-manager up)")
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		if err := kcm.running(); err != nil {
+			return false, err
+		}
+		_, err := adminClient.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("waiting for the default ServiceAccount: %w", err)
+	}
+
+	if err := c.startKruntimes(ctx, logDir, adminClient); err != nil {
+		return err
+	}
+	c.progress("cluster ready; kubeconfig %s", c.cfg.KubeconfigPath)
+	return nil
+}
+
+// startNodeAgent runs the process-Pod node: the node agent, the Pod binder
+// standing in for kube-scheduler, the local-path provisioner and, in chart
+// mode, the endpoints publisher, until agentCtx ends.
+func (c *Cluster) startNodeAgent(ctx, agentCtx context.Context, kasPort, agentPort int, logDir string) error {
+	logger := klog.FromContext(ctx)
 	c.progress("node agent %s (kubelet API on https://127.0.0.1:%d, Pod IPs from %s)", c.cfg.NodeName, agentPort, c.cfg.PodIPBase)
 	nodeConfig := c.clientConfig(nodePair(c.cfg.NodeName, "client"))
 	var podLogDir string
@@ -347,24 +414,6 @@ func (c *Cluster) start(ctx context.Context) error {
 		}
 		helpers.Wait()
 	}()
-	if err := c.waitNodeReady(ctx, adminClient); err != nil {
-		return err
-	}
-	c.progress("waiting for the default ServiceAccount (controller-manager up)")
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		if err := kcm.running(); err != nil {
-			return false, err
-		}
-		_, err := adminClient.CoreV1().ServiceAccounts(metav1.NamespaceDefault).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
-		return fmt.Errorf("waiting for the default ServiceAccount: %w", err)
-	}
-
-	if err := c.startKruntimes(ctx, logDir, adminClient); err != nil {
-		return err
-	}
-	c.progress("cluster ready; kubeconfig %s", c.cfg.KubeconfigPath)
 	return nil
 }
 
@@ -384,7 +433,7 @@ func (c *Cluster) apiServerArgs(etcdURL string, port int) []string {
 		"--tls-cert-file=" + p.cert(pairAPIServer),
 		"--tls-private-key-file=" + p.key(pairAPIServer),
 		"--client-ca-file=" + p.clusterCA(),
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range=" + serviceCIDR,
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file=" + p.saPubKey(),
 		"--service-account-signing-key-file=" + p.saKey(),
@@ -476,7 +525,13 @@ func (c *Cluster) waitAPIServerReady(ctx context.Context, kas *component, client
 }
 
 func (c *Cluster) waitNodeReady(ctx context.Context, client kubernetes.Interface) error {
-	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+	timeout := time.Minute
+	if c.cfg.Node == NodeContainerd {
+		// kubelet's first sync, containerd's CNI readiness.
+		timeout = 3 * time.Minute
+		c.progress("waiting for Node %s to be Ready", c.cfg.NodeName)
+	}
+	return wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		node, err := client.CoreV1().Nodes().Get(ctx, c.cfg.NodeName, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil
@@ -521,10 +576,15 @@ func (c *Cluster) waitHTTP(ctx context.Context, comp *component, url string, tls
 // control plane in reverse start order, and releases the state directory.
 func (c *Cluster) Stop(ctx context.Context) {
 	if c.cancel != nil {
-		c.progress("stopping node agent and Pods")
+		if c.realNode == nil {
+			c.progress("stopping node agent and Pods")
+		}
 		c.cancel()
-		<-c.agentDone
+		if c.agentDone != nil {
+			<-c.agentDone
+		}
 	}
+	c.stopRealNode(ctx)
 	for i := len(c.components) - 1; i >= 0; i-- {
 		c.progress("stopping %s", c.components[i].name)
 		c.components[i].stop(ctx)

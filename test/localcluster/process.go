@@ -31,12 +31,19 @@ type component struct {
 // The process gets its own process group and is killed if this process dies,
 // so a crashed harness leaves no stray control plane behind.
 func startComponent(ctx context.Context, logDir, name, binary string, args ...string) (*component, error) {
+	return startComponentEnv(ctx, logDir, name, binary, nil, args...)
+}
+
+// startComponentEnv is startComponent with the environment env (nil: this
+// process's).
+func startComponentEnv(ctx context.Context, logDir, name, binary string, env []string, args ...string) (*component, error) {
 	logPath := filepath.Join(logDir, name+".log")
 	logFile, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(binary, args...)
+	cmd.Env = env
 	cmd.Stdout = logFile
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}

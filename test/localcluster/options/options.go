@@ -17,6 +17,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/test/localcluster"
+	"kruntimes.io/kruntimes/test/localcluster/realnode"
 	"kruntimes.io/kruntimes/test/repobin"
 )
 
@@ -37,6 +38,10 @@ type Options struct {
 	// KruntimesArgs are extra flags of kruntimes-apiserver.
 	KruntimesArgs []string
 	Build         bool
+	// Node is what runs Pods: process or containerd.
+	Node string
+	// PodCIDR is the real node's Pod network.
+	PodCIDR string
 
 	// Out receives the progress and how to use the cluster.
 	Out io.Writer
@@ -53,6 +58,8 @@ func NewOptions(out io.Writer) *Options {
 		Replicas:    1,
 		RuntimedAPI: "direct",
 		Build:       true,
+		Node:        string(localcluster.NodeProcess),
+		PodCIDR:     realnode.DefaultPodCIDR,
 		Out:         out,
 	}
 }
@@ -98,6 +105,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&o.Replicas, "kruntimes-apiserver-replicas", o.Replicas, "How many kruntimes-apiserver processes to run, behind a Service front that hands each new connection to the next one whose /readyz passes; more than 1 needs --kruntimes-storage=etcd3. The hosted controllers elect one leader among them.")
 	fs.StringVar(&o.RuntimedAPI, "runtimed-api", o.RuntimedAPI, "How Runtime Pods' runtimed reach the kruntimes.io API: direct (kruntimes-apiserver, or its Service front, as in-cluster Pods reach its Service; kruntimes-apiserver --runtimed-kruntimes-api-server) or aggregated (through kube-apiserver).")
 	fs.StringArrayVar(&o.KruntimesArgs, "kruntimes-apiserver-arg", o.KruntimesArgs, "An extra flag of kruntimes-apiserver, e.g. --kruntimes-apiserver-arg=--recovery-heartbeat-grace-period=5s; repeat for more.")
+	fs.StringVar(&o.Node, "node", o.Node, "What runs Pods: process (the node agent: each container a host process, no root needed) or containerd (a real node, as root: kubelet, containerd and runc, kube-scheduler, kube-proxy, a CNI bridge of the cluster's own; needs hack/build-node.sh).")
+	fs.StringVar(&o.PodCIDR, "pod-cidr", o.PodCIDR, "The real node's Pod network (--node=containerd); its first address is the bridge's and the Node's.")
 	fs.BoolVar(&o.Build, "build", o.Build, "Build the repository binaries container images map to (bin/runtimed, bin/e2e-testserver, …) before starting.")
 }
 
@@ -152,6 +161,18 @@ func (o *Options) Validate(args []string) error {
 	default:
 		errs = append(errs, fmt.Errorf("--kruntimes-apiserver must be required, chart or disabled, got %q", o.Kruntimes))
 	}
+	switch localcluster.NodeMode(o.Node) {
+	case localcluster.NodeProcess:
+	case localcluster.NodeContainerd:
+		if localcluster.KruntimesMode(o.Kruntimes) == localcluster.KruntimesChart {
+			errs = append(errs, fmt.Errorf("--kruntimes-apiserver=chart does not run on --node=containerd yet"))
+		}
+		if _, cidr, err := net.ParseCIDR(o.PodCIDR); err != nil || cidr.IP.To4() == nil {
+			errs = append(errs, fmt.Errorf("--pod-cidr %q is not an IPv4 CIDR", o.PodCIDR))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--node must be process or containerd, got %q", o.Node))
+	}
 	if base := net.ParseIP(o.PodIPBase).To4(); base == nil || base[0] != 127 {
 		errs = append(errs, fmt.Errorf("--pod-ip-base %q is not a 127.x.0.0 address", o.PodIPBase))
 	}
@@ -172,6 +193,8 @@ func (o *Options) Config() localcluster.Config {
 		KruntimesReplicas:          o.Replicas,
 		RuntimedThroughAggregation: o.RuntimedAPI == "aggregated",
 		Progress:                   o.Out,
+		Node:                       localcluster.NodeMode(o.Node),
+		PodCIDR:                    o.PodCIDR,
 	}
 }
 

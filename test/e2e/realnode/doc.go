@@ -1,0 +1,6 @@
+// Package realnode tests the local cluster's real node (make run
+// NODE=containerd): a Pod from the loopback registry runs under kubelet,
+// containerd and runc, and a stop — or a start after a killed run —
+// leaves no mount, cgroup, link, iptables rule or network namespace.
+// Opt-in (KRUNTIMES_E2E_REALNODE=1): it needs root and hack/build-node.sh.
+package realnode

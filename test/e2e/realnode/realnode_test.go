@@ -1,0 +1,269 @@
+package realnode
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+
+	"kruntimes.io/kruntimes/test/localcluster"
+	"kruntimes.io/kruntimes/test/localcluster/realnode"
+	"kruntimes.io/kruntimes/test/repobin"
+)
+
+// Env opts in: the real node needs root, hack/build-node.sh and the
+// machine-wide real-node lock.
+const Env = "KRUNTIMES_E2E_REALNODE"
+
+// podCIDR is this suite's Pod network, apart from make run's.
+const podCIDR = "10.245.0.0/24"
+
+func requireRealNode(t *testing.T) string {
+	t.Helper()
+	if os.Getenv(Env) != "1" {
+		t.Skipf("set %s=1 to run the real-node suite (root, hack/build-node.sh)", Env)
+	}
+	require.Zero(t, os.Geteuid(), "the real node needs root")
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	root, err := repobin.RepoRoot(wd)
+	require.NoError(t, err)
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubectl", "kubelet", "kube-proxy", "kube-scheduler", "containerd", "containerd-shim-runc-v2"} {
+		_, err := os.Stat(filepath.Join(root, "bin", b))
+		require.NoError(t, err, "run hack/build-kube.sh and hack/build-node.sh")
+	}
+	return root
+}
+
+func stateDir(t *testing.T, root string) string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	dir := filepath.Join(root, ".local", "e2e-realnode-"+hex.EncodeToString(b))
+	t.Cleanup(func() {
+		if !t.Failed() {
+			_ = os.RemoveAll(dir)
+		} else {
+			t.Logf("state and logs kept in %s", dir)
+		}
+	})
+	return dir
+}
+
+// buildHello builds a static program that prints a line and sleeps.
+func buildHello(t *testing.T) string {
+	hello, err := realnode.BuildHello(context.Background(), t.TempDir())
+	require.NoError(t, err)
+	return hello
+}
+
+// runHelloPod runs the image as 65532 and returns the Pod once its log
+// shows the greeting.
+func runHelloPod(ctx context.Context, t *testing.T, client kubernetes.Interface, image string) *corev1.Pod {
+	pod, err := client.CoreV1().Pods(metav1.NamespaceDefault).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hello"},
+		Spec: corev1.PodSpec{
+			AutomountServiceAccountToken:  ptr.To(false),
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			SecurityContext:               &corev1.PodSecurityContext{RunAsUser: ptr.To(int64(65532)), RunAsNonRoot: ptr.To(true)},
+			Containers:                    []corev1.Container{{Name: "hello", Image: image, ImagePullPolicy: corev1.PullAlways}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var logs string
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pod, err = client.CoreV1().Pods(metav1.NamespaceDefault).Get(ctx, "hello", metav1.GetOptions{})
+		if err != nil || pod.Status.Phase != corev1.PodRunning {
+			return false, nil
+		}
+		data, err := client.CoreV1().Pods(metav1.NamespaceDefault).GetLogs("hello", &corev1.PodLogOptions{}).DoRaw(ctx)
+		logs = string(data)
+		return err == nil && strings.Contains(logs, realnode.HelloGreeting), nil
+	})
+	require.NoError(t, err, "Pod %s/hello status %+v, logs %q", metav1.NamespaceDefault, pod.Status, logs)
+	assert.Contains(t, logs, "uid 65532")
+	_, cidr, _ := net.ParseCIDR(podCIDR)
+	assert.True(t, cidr.Contains(net.ParseIP(pod.Status.PodIP)), "Pod IP %s in %s", pod.Status.PodIP, podCIDR)
+	return pod
+}
+
+// hostState is what a real node may leave on the machine.
+type hostState struct {
+	links    string
+	iptables string
+	netns    string
+}
+
+var counters = regexp.MustCompile(`\[\d+:\d+\]`)
+
+func readHostState(t *testing.T) hostState {
+	links, err := exec.Command("ip", "-o", "link", "show").Output()
+	require.NoError(t, err)
+	var names []string
+	for _, l := range strings.Split(string(links), "\n") {
+		if f := strings.Fields(l); len(f) > 1 {
+			names = append(names, strings.TrimSuffix(strings.Split(f[1], "@")[0], ":"))
+		}
+	}
+	rules, err := exec.Command("iptables-save").Output()
+	require.NoError(t, err)
+	var kept []string
+	for _, l := range strings.Split(string(rules), "\n") {
+		if !strings.HasPrefix(l, "#") {
+			kept = append(kept, counters.ReplaceAllString(l, ""))
+		}
+	}
+	netns, _ := exec.Command("ip", "netns", "list").Output()
+	return hostState{links: strings.Join(names, " "), iptables: strings.Join(kept, "\n"), netns: string(netns)}
+}
+
+// assertNothingLeft checks that the node left no mount, cgroup, shim,
+// link, iptables rule or network namespace.
+func assertNothingLeft(t *testing.T, node *realnode.Node, before hostState) {
+	t.Helper()
+	mounts, err := node.Mounts()
+	require.NoError(t, err)
+	assert.Empty(t, mounts, "mounts below the state directory")
+	for _, hierarchy := range []string{"memory", "pids", "cpu", "systemd"} {
+		_, err := os.Stat(filepath.Join("/sys/fs/cgroup", hierarchy, node.CgroupRoot()))
+		assert.True(t, os.IsNotExist(err), "cgroup %s of hierarchy %s is left", node.CgroupRoot(), hierarchy)
+	}
+	after := readHostState(t)
+	assert.Equal(t, before.links, after.links, "network links")
+	assert.Equal(t, before.iptables, after.iptables, "iptables rules")
+	assert.Equal(t, before.netns, after.netns, "named network namespaces")
+	out, _ := exec.Command("pgrep", "-f", node.ContainerdSocket()).Output()
+	assert.Empty(t, strings.TrimSpace(string(out)), "processes naming the node's containerd socket")
+}
+
+func newClient(t *testing.T, kubeconfig string) kubernetes.Interface {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	require.NoError(t, err)
+	client, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	return client
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+func TestRealNodeRunsAPodFromTheLoopbackRegistryAndLeavesNothing(t *testing.T) {
+	root := requireRealNode(t)
+	ctx := klog.NewContext(context.Background(), klog.Background().WithName("realnode"))
+	before := readHostState(t)
+	cfg := localcluster.Config{
+		RepoRoot:  root,
+		StateDir:  stateDir(t, root),
+		Kruntimes: localcluster.KruntimesDisabled,
+		Node:      localcluster.NodeContainerd,
+		PodCIDR:   podCIDR,
+		Progress:  testWriter{t},
+	}
+	cluster, err := localcluster.Start(ctx, cfg)
+	require.NoError(t, err)
+	node := cluster.RealNode()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			cluster.Stop(ctx)
+		}
+	})
+	client, err := kubernetes.NewForConfig(cluster.AdminConfig)
+	require.NoError(t, err)
+
+	n, err := client.CoreV1().Nodes().Get(ctx, cluster.Config().NodeName, metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(n.Status.NodeInfo.ContainerRuntimeVersion, "containerd://2."), n.Status.NodeInfo.ContainerRuntimeVersion)
+	assert.Equal(t, "v1.37.2", n.Status.NodeInfo.KubeletVersion)
+
+	image, err := cluster.PushBinaryImage(ctx, "e2e/hello", "v1", buildHello(t), "")
+	require.NoError(t, err)
+	runHelloPod(ctx, t, client, image)
+
+	cluster.Stop(ctx)
+	stopped = true
+	assertNothingLeft(t, node, before)
+}
+
+func TestRealNodeStartCleansWhatAKilledRunLeft(t *testing.T) {
+	root := requireRealNode(t)
+	ctx := klog.NewContext(context.Background(), klog.Background().WithName("realnode"))
+	before := readHostState(t)
+	state := stateDir(t, root)
+	kubeconfig := filepath.Join(state, "admin.kubeconfig")
+	binary := filepath.Join(t.TempDir(), "localcluster")
+	build := exec.Command("go", "build", "-o", binary, "./test/localcluster/cmd/localcluster")
+	build.Dir = root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+
+	var output bytes.Buffer
+	cmd := exec.Command(binary, "--node=containerd", "--kruntimes-apiserver=disabled", "--build=false",
+		"--state-dir="+state, "--kubeconfig-out="+kubeconfig, "--pod-cidr="+podCIDR)
+	cmd.Dir = root
+	cmd.Stdout, cmd.Stderr = &output, &output
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(context.Context) (bool, error) {
+		return strings.Contains(output.String(), "Press Ctrl-C to stop"), nil
+	})
+	require.NoError(t, err, output.String())
+	client := newClient(t, kubeconfig)
+
+	// The registry runs in the localcluster process; containerd's
+	// configuration names it.
+	hosts, err := os.ReadDir(filepath.Join(state, "node", "containerd", "certs.d"))
+	require.NoError(t, err)
+	require.Len(t, hosts, 1)
+	registry := &realnode.Registry{Host: hosts[0].Name()}
+	image, err := registry.PushBinary(ctx, "e2e/hello", "v1", buildHello(t), "")
+	require.NoError(t, err)
+	runHelloPod(ctx, t, client, image)
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
+	_ = cmd.Wait()
+	t.Logf("localcluster killed; its output:\n%s", output.String())
+
+	// What the killed run left: its containers (their shims outlive
+	// containerd), their mounts and network namespaces, the bridge.
+	_, cidr, _ := net.ParseCIDR(podCIDR)
+	killed, err := realnode.New(realnode.Config{StateDir: filepath.Join(state, "node"), PodCIDR: cidr})
+	require.NoError(t, err)
+	left, err := killed.Mounts()
+	require.NoError(t, err)
+	assert.NotEmpty(t, left, "a killed run leaves its containers' mounts")
+	_, err = net.InterfaceByName(killed.BridgeName())
+	assert.NoError(t, err, "a killed run leaves its bridge")
+
+	cluster, err := localcluster.Start(ctx, localcluster.Config{
+		RepoRoot: root, StateDir: state, KubeconfigPath: kubeconfig,
+		Kruntimes: localcluster.KruntimesDisabled, Node: localcluster.NodeContainerd, PodCIDR: podCIDR,
+		Progress: testWriter{t},
+	})
+	require.NoError(t, err, "a start after a killed run")
+	node := cluster.RealNode()
+	cluster.Stop(ctx)
+	assertNothingLeft(t, node, before)
+}
