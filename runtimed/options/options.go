@@ -16,7 +16,6 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/validation"
 	"kruntimes.io/kruntimes/apis/runtimepod"
-	"kruntimes.io/kruntimes/runtimed/functions"
 )
 
 // Options are runtimed's flags. The runtime controller sets
@@ -46,10 +45,6 @@ type Options struct {
 	InvokeCertFile     string
 	InvokeKeyFile      string
 	InvokeClientCAFile string
-	// EndpointBase and EndpointCAFile make the status.endpoint of Ready
-	// function Runs.
-	EndpointBase   string
-	EndpointCAFile string
 	// InvokeDedupWindow keeps the outcome of an invocation whose ID the
 	// caller sent, to answer a repeat with it; 0 turns deduplication off.
 	// InvokeDedupMaxEntries and InvokeDedupMaxBytes bound what is kept per
@@ -101,7 +96,6 @@ func NewOptions() *Options {
 		// client-go's default of 5 QPS a Pod would finish 2.5 Runs/s.
 		KubeAPIQPS:   200,
 		KubeAPIBurst: 400,
-		EndpointBase: functions.DefaultEndpointBase,
 		// Restate keeps an idempotency key for a day, Lambda Powertools an
 		// hour; ten minutes covers a client's retries after a 502 at a
 		// bounded cost (at most 1,000 outcomes and 4 MiB per function Run).
@@ -139,14 +133,14 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.InvokeCertFile, "invoke-tls-cert-file", o.InvokeCertFile, "Serving certificate of the invoke server, reloaded when the file changes; the invoke server is off without it.")
 	fs.StringVar(&o.InvokeKeyFile, "invoke-tls-key-file", o.InvokeKeyFile, "Key of --invoke-tls-cert-file.")
 	fs.StringVar(&o.InvokeClientCAFile, "invoke-client-ca-file", o.InvokeClientCAFile, "CA whose client certificate for kruntimes-apiserver the invoke server accepts, reloaded when the file changes.")
-	fs.StringVar(&o.EndpointBase, "endpoint-base", o.EndpointBase, "Scheme and host clients reach the Kubernetes API at; Ready function Runs advertise <base>/apis/kruntimes.io/v1alpha1/namespaces/NS/runs/NAME/invoke?uid=UID in status.endpoint.")
-	fs.StringVar(&o.EndpointCAFile, "endpoint-ca-file", o.EndpointCAFile, "PEM bundle clients should trust for --endpoint-base, copied into status.endpoint.caBundle; leave empty when they already trust the cluster's root.")
-	// kruntimes-apiserver writes status.endpoint itself (--invoke-endpoint
-	// and its flags) and replaces what runtimed proposes. The flags stay,
-	// so that Runtime Pods whose template passes them keep starting, and
-	// removing them from the template would roll every Runtime Pod.
-	_ = fs.MarkDeprecated("endpoint-base", "kruntimes-apiserver sets status.endpoint (its --invoke-endpoint flags) and ignores what runtimed proposes; this flag has no effect and will be removed")
-	_ = fs.MarkDeprecated("endpoint-ca-file", "kruntimes-apiserver sets status.endpoint.caBundle (its --invoke-direct-endpoint-ca-file) and ignores what runtimed proposes; this flag has no effect and will be removed")
+	// Accepted and ignored for one release, so that a runtimed whose Pod
+	// template an older runtime controller wrote still starts
+	// (docs/deploy.md, "Removed flags"): kruntimes-apiserver writes
+	// status.endpoint (its --invoke-endpoint flags).
+	for _, name := range []string{"endpoint-base", "endpoint-ca-file"} {
+		fs.String(name, "", "Ignored.")
+		_ = fs.MarkDeprecated(name, "it has no effect (kruntimes-apiserver's --invoke-endpoint flags set status.endpoint) and will be removed in the next release")
+	}
 	fs.DurationVar(&o.InvokeDedupWindow, "invoke-dedup-window", o.InvokeDedupWindow, "How long the outcome of an invocation whose ID the caller sent (X-Kruntime-Invocation-ID) is kept: a repeat within it is answered with that outcome without running the handler again, and a repeat while it runs waits for it. Kept per registration: a new attempt, a new Runtime Server registration or a runtimed restart starts empty. 0 turns deduplication off.")
 	fs.IntVar(&o.InvokeDedupMaxEntries, "invoke-dedup-max-entries", o.InvokeDedupMaxEntries, "Most outcomes kept per function Run for --invoke-dedup-window; the oldest go first.")
 	fs.Int64Var(&o.InvokeDedupMaxBytes, "invoke-dedup-max-bytes", o.InvokeDedupMaxBytes, "Most bytes of outcomes kept per function Run for --invoke-dedup-window; the oldest go first, and one larger outcome is kept alone.")
@@ -186,9 +180,6 @@ func (o *Options) Validate() error {
 			errs = append(errs, fmt.Errorf("--kruntimes-api-server needs $%s, the PEM bundle that verifies kruntimes-apiserver's serving certificate", runtimepod.EnvKruntimesAPICA))
 		}
 	}
-	if u, err := url.Parse(o.EndpointBase); err != nil || u.Scheme != "https" || u.Host == "" || u.RawQuery != "" || u.Fragment != "" || strings.TrimSuffix(u.Path, "/") != "" {
-		errs = append(errs, fmt.Errorf("--endpoint-base must be https://host[:port] with no path, got %q", o.EndpointBase))
-	}
 	if noCert := o.InvokeCertFile == ""; noCert != (o.InvokeKeyFile == "") || noCert != (o.InvokeClientCAFile == "") {
 		errs = append(errs, fmt.Errorf("--invoke-tls-cert-file, --invoke-tls-key-file and --invoke-client-ca-file go together: set all three, or none to turn invoke off"))
 	}
@@ -218,21 +209,4 @@ func (o *Options) Validate() error {
 		errs = append(errs, fmt.Errorf("--health-address must be host:port: %w", err))
 	}
 	return errors.Join(errs...)
-}
-
-// endpoint reads what Ready function Runs advertise.
-func (o *Options) endpoint() (functions.Endpoint, error) {
-	e := functions.Endpoint{Base: strings.TrimSuffix(o.EndpointBase, "/")}
-	if o.EndpointCAFile == "" {
-		return e, nil
-	}
-	ca, err := os.ReadFile(o.EndpointCAFile)
-	if err != nil {
-		return e, fmt.Errorf("read --endpoint-ca-file: %w", err)
-	}
-	if len(ca) > validation.MaxEndpointCABytes {
-		return e, fmt.Errorf("--endpoint-ca-file %s has %d bytes; status.endpoint.caBundle holds at most %d", o.EndpointCAFile, len(ca), validation.MaxEndpointCABytes)
-	}
-	e.CABundle = ca
-	return e, nil
 }

@@ -46,18 +46,19 @@ func TestControllerFlagsParse(t *testing.T) {
 	assert.Equal(t, int64(64<<20), o.InvokeDedupMaxPodBytes)
 }
 
-func TestEndpointFlagsAreDeprecatedButAccepted(t *testing.T) {
+func TestRemovedEndpointFlagsAreAcceptedAndIgnored(t *testing.T) {
 	o := NewOptions()
 	fs := pflag.NewFlagSet("runtimed", pflag.ContinueOnError)
 	o.AddFlags(fs)
 	var warnings strings.Builder
 	fs.SetOutput(&warnings)
-	// What a Runtime Pod template of an older controller passes.
-	require.NoError(t, fs.Parse([]string{"--endpoint-base=https://example.test", "--endpoint-ca-file="}))
-	assert.Equal(t, "https://example.test", o.EndpointBase)
-	assert.NotEmpty(t, fs.Lookup("endpoint-base").Deprecated)
-	assert.NotEmpty(t, fs.Lookup("endpoint-ca-file").Deprecated)
-	assert.Contains(t, warnings.String(), "Flag --endpoint-base has been deprecated")
+	// What a Runtime Pod template of an older runtime controller passes.
+	require.NoError(t, fs.Parse([]string{"--endpoint-base=https://example.test", "--endpoint-ca-file=/etc/ca.crt"}))
+	for _, name := range []string{"endpoint-base", "endpoint-ca-file"} {
+		assert.Contains(t, warnings.String(), "Flag --"+name+" has been deprecated, it has no effect")
+		assert.True(t, fs.Lookup(name).Hidden, "--%s is not in --help", name)
+	}
+	assert.Equal(t, NewOptions(), o, "nothing of them reaches runtimed")
 }
 
 func TestDedupFlags(t *testing.T) {

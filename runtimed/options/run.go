@@ -127,10 +127,6 @@ func (o *Options) Run(signalCtx context.Context) error {
 	}
 	defer conn.Close()
 	runtimeServer := runtimev1.NewRuntimeClient(conn)
-	endpoint, err := o.endpoint()
-	if err != nil {
-		return err
-	}
 
 	metrics.Register()
 	pod := runtimepod.Pod{Name: o.PodName, Namespace: o.PodNamespace, UID: types.UID(o.PodUID)}
@@ -178,7 +174,6 @@ func (o *Options) Run(signalCtx context.Context) error {
 		Workspace:     root,
 		Pod:           pod,
 		Slots:         table,
-		Endpoint:      endpoint,
 		Clock:         clock.RealClock{},
 		Recorder:      recorder,
 		Heartbeat:     beat,
