@@ -21,10 +21,14 @@ const (
 )
 
 // EndpointOptions choose the URL (and CA) Ready function Runs advertise in
-// status.endpoint. The server writes it, whatever a status writer sends.
+// status.endpoint. They are its one source: the runs/status strategy writes
+// it, whatever a status writer sends, and nothing of it reaches a Runtime
+// Pod, so changing them rolls no Pod.
 type EndpointOptions struct {
 	// Mode is EndpointAggregated or EndpointDirect.
 	Mode string
+	// AggregatedBase is kube-apiserver as callers reach it.
+	AggregatedBase string
 	// DirectBase is this server's Service as callers reach it.
 	DirectBase string
 	// DirectCAFile verifies DirectBase's serving certificate; it becomes
@@ -34,13 +38,15 @@ type EndpointOptions struct {
 
 // NewEndpointOptions returns the default: the aggregated entry point.
 func NewEndpointOptions() *EndpointOptions {
-	return &EndpointOptions{Mode: EndpointAggregated, DirectBase: invocation.DefaultDirectBase}
+	return &EndpointOptions{Mode: EndpointAggregated, AggregatedBase: invocation.DefaultAggregatedBase, DirectBase: invocation.DefaultDirectBase}
 }
 
 // AddFlags registers the endpoint flags.
 func (o *EndpointOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Mode, "invoke-endpoint", o.Mode,
 		"The entry point Ready function Runs advertise in status.endpoint: \"aggregated\" (through kube-apiserver, at --invoke-endpoint-base, audited and flow-controlled by kube-apiserver too) or \"direct\" (this server's Service at --invoke-direct-endpoint-base, audited and flow-controlled by this server only). Both entry points serve runs/invoke either way.")
+	fs.StringVar(&o.AggregatedBase, "invoke-endpoint-base", o.AggregatedBase,
+		"Scheme and host of the Kubernetes API as clients reach it, which Ready function Runs advertise in status.endpoint.url with --invoke-endpoint=aggregated; "+invocation.DefaultAggregatedBase+" when empty.")
 	fs.StringVar(&o.DirectBase, "invoke-direct-endpoint-base", o.DirectBase,
 		"Scheme and host of this server's Service as callers inside the cluster reach it, for --invoke-endpoint=direct.")
 	fs.StringVar(&o.DirectCAFile, "invoke-direct-endpoint-ca-file", o.DirectCAFile,
@@ -52,6 +58,11 @@ func (o *EndpointOptions) Validate() []error {
 	var errs []error
 	switch o.Mode {
 	case EndpointAggregated:
+		if o.AggregatedBase != "" {
+			if err := validateBase(o.AggregatedBase); err != nil {
+				errs = append(errs, fmt.Errorf("--invoke-endpoint-base: %w", err))
+			}
+		}
 	case EndpointDirect:
 		if o.DirectCAFile == "" {
 			errs = append(errs, fmt.Errorf("--invoke-endpoint=direct needs --invoke-direct-endpoint-ca-file: callers must be able to verify this server"))
@@ -66,14 +77,13 @@ func (o *EndpointOptions) Validate() []error {
 }
 
 // Config returns the endpoint Ready function Runs advertise.
-// aggregatedBase is --invoke-endpoint-base; empty means
-// invocation.DefaultAggregatedBase.
-func (o *EndpointOptions) Config(aggregatedBase string) (runregistry.Endpoint, error) {
+func (o *EndpointOptions) Config() (runregistry.Endpoint, error) {
 	if o.Mode != EndpointDirect {
-		if aggregatedBase == "" {
-			aggregatedBase = invocation.DefaultAggregatedBase
+		base := o.AggregatedBase
+		if base == "" {
+			base = invocation.DefaultAggregatedBase
 		}
-		return runregistry.Endpoint{Base: strings.TrimSuffix(aggregatedBase, "/")}, nil
+		return runregistry.Endpoint{Base: strings.TrimSuffix(base, "/")}, nil
 	}
 	ca, err := os.ReadFile(o.DirectCAFile)
 	if err != nil {

@@ -76,11 +76,10 @@ func (o *InvokeOptions) Validate() []error {
 }
 
 // Config builds the invoke configuration; the certificates are reloaded
-// until ctx ends. coreAPI is nil without a cluster; aggregatedBase is
-// --invoke-endpoint-base.
-func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config, aggregatedBase string) (apiserver.InvokeConfig, error) {
+// until ctx ends. coreAPI is nil without a cluster.
+func (o *InvokeOptions) Config(ctx context.Context, coreAPI *rest.Config) (apiserver.InvokeConfig, error) {
 	cfg := apiserver.InvokeConfig{MaxTimeout: o.MaxTimeout, WaitForReady: o.WaitForReady}
-	endpoint, err := o.Endpoint.Config(aggregatedBase)
+	endpoint, err := o.Endpoint.Config()
 	if err != nil {
 		return cfg, err
 	}

@@ -247,7 +247,7 @@ func (o *ServerOptions) Run(ctx context.Context) error {
 		return err
 	}
 	defer closeStorage()
-	if config.Invoke, err = o.Invoke.Config(ctx, config.GenericConfig.ClientConfig, o.Controllers.Manager.EndpointBase); err != nil {
+	if config.Invoke, err = o.Invoke.Config(ctx, config.GenericConfig.ClientConfig); err != nil {
 		return err
 	}
 	server, err := config.Complete().New()

@@ -98,9 +98,6 @@ type Config struct {
 	// RuntimedKruntimesAPI, when set, is where runtimed reaches the
 	// kruntimes.io API directly.
 	RuntimedKruntimesAPI *runtimecontroller.KruntimesAPI
-	// EndpointBase, when set, is what Ready functions advertise in
-	// status.endpoint instead of https://kubernetes.default.svc.
-	EndpointBase string
 }
 
 // NewConfig returns a Config with leader election on and default workers;
@@ -371,9 +368,6 @@ func (m *Manager) runtimeOptions() []runtimecontroller.Option {
 	var opts []runtimecontroller.Option
 	if m.cfg.RuntimedTLS != nil {
 		opts = append(opts, runtimecontroller.WithRuntimedTLS(*m.cfg.RuntimedTLS))
-	}
-	if m.cfg.EndpointBase != "" {
-		opts = append(opts, runtimecontroller.WithEndpointBase(m.cfg.EndpointBase))
 	}
 	if m.cfg.RuntimedKruntimesAPI != nil {
 		opts = append(opts, runtimecontroller.WithKruntimesAPI(*m.cfg.RuntimedKruntimesAPI))

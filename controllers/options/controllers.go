@@ -20,9 +20,8 @@ import (
 // ControllersOptions are the settings of the kruntimes controllers (runtime,
 // scheduler, recovery, gc), whichever binary runs them.
 type ControllersOptions struct {
-	// Manager holds the leader election, the workers, the heartbeat grace
-	// period and the invoke endpoint; Config adds the clients and the
-	// runtimed TLS.
+	// Manager holds the leader election, the workers and the heartbeat
+	// grace period; Config adds the clients and the runtimed TLS.
 	Manager manager.Config
 	// RuntimedCAFile is the kruntimes CA of the invoke hop: with it Runtime
 	// Pods mount their invoke Secret, and with RuntimedCAKeyFile as well the
@@ -51,8 +50,6 @@ func (o *ControllersOptions) AddFlags(fs *pflag.FlagSet) {
 		"https://host[:port] of kruntimes-apiserver's own Service (e.g. https://kruntimes-apiserver.kruntimes-system.svc): Runtime Pods' runtimed reach the kruntimes.io API there directly, with their Pod-bound token, instead of through kube-apiserver's aggregation proxy. Needs --runtimed-kruntimes-api-ca-file. Changing either rolls every Runtime's Pods.")
 	fs.StringVar(&o.RuntimedKruntimesAPICAFile, "runtimed-kruntimes-api-ca-file", o.RuntimedKruntimesAPICAFile,
 		"PEM bundle that verifies kruntimes-apiserver's serving certificate at --runtimed-kruntimes-api-server; given to runtimed in its Pod spec.")
-	fs.StringVar(&o.Manager.EndpointBase, "invoke-endpoint-base", o.Manager.EndpointBase,
-		"Scheme and host of the Kubernetes API as clients reach it, which Ready function Runs advertise in status.endpoint.url; https://kubernetes.default.svc when empty.")
 }
 
 // AddManagerFlags registers the leader election and the workers, which

@@ -81,6 +81,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 		"The kruntimes CA of the invoke hop: with it Runtime Pods mount their invoke Secret (runtime-<name>-tls) and can be invoked.")
 	o.Controllers.AddFlags(fs)
 	o.Controllers.AddManagerFlags(fs)
+	// Accepted and ignored for one release, so that a kruntimes-controllers
+	// started with it still starts (docs/deploy.md, "Removed flags"):
+	// kruntimes-apiserver's flag of that name is status.endpoint's one source.
+	fs.String("invoke-endpoint-base", "", "Ignored.")
+	_ = fs.MarkDeprecated("invoke-endpoint-base", "it has no effect (kruntimes-apiserver's --invoke-endpoint-base sets status.endpoint) and will be removed in the next release")
 }
 
 // Validate checks the flags and that no argument was given.

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,7 +79,6 @@ func TestFlagsFillTheManagerConfig(t *testing.T) {
 	o.AddFlags(fs)
 	require.NoError(t, fs.Parse([]string{
 		"--leader-elect=false", "--scheduler-workers=8", "--recovery-heartbeat-grace-period=5s",
-		"--invoke-endpoint-base=https://api.example.com",
 	}))
 	require.NoError(t, o.Validate(nil))
 	cfg, err := o.Controllers.Config(nil, nil)
@@ -87,8 +87,23 @@ func TestFlagsFillTheManagerConfig(t *testing.T) {
 	want.LeaderElection.Enabled = false
 	want.SchedulerWorkers = 8
 	want.HeartbeatGracePeriod = 5 * time.Second
-	want.EndpointBase = "https://api.example.com"
 	assert.Equal(t, want, cfg)
+}
+
+func TestRemovedEndpointFlagIsAcceptedAndIgnored(t *testing.T) {
+	o := NewOptions()
+	fs := pflag.NewFlagSet("kruntimes-controllers", pflag.ContinueOnError)
+	o.AddFlags(fs)
+	var warnings strings.Builder
+	fs.SetOutput(&warnings)
+	// What a kruntimes-controllers Deployment of the previous release passes.
+	require.NoError(t, fs.Parse([]string{"--invoke-endpoint-base=https://api.example.com"}))
+	require.NoError(t, o.Validate(nil))
+	assert.Contains(t, warnings.String(), "Flag --invoke-endpoint-base has been deprecated, it has no effect")
+	assert.True(t, fs.Lookup("invoke-endpoint-base").Hidden, "not in --help")
+	cfg, err := o.Controllers.Config(nil, nil)
+	require.NoError(t, err)
+	assert.Equal(t, manager.NewConfig(), cfg, "nothing of it reaches the controllers, so no Runtime Pod rolls for it")
 }
 
 func TestValidateSaysWhatIsWrong(t *testing.T) {

@@ -62,8 +62,6 @@ type Controller struct {
 	clock clock.Clock
 	// runtimedTLS is nil when Runtime Pods get no invoke TLS (invoke off).
 	runtimedTLS *RuntimedTLS
-	// endpointBase is passed to runtimed when set.
-	endpointBase string
 	// kruntimesAPI, when set, is where runtimed reaches the kruntimes.io API.
 	kruntimesAPI *KruntimesAPI
 }
@@ -392,7 +390,7 @@ func (c *Controller) syncRoleBinding(ctx context.Context, rt *v1alpha1.Runtime) 
 // syncDeployment creates the Deployment, or updates it when the Runtime's
 // template or replicas changed since the last write.
 func (c *Controller) syncDeployment(ctx context.Context, rt *v1alpha1.Runtime) (*appsv1.Deployment, error) {
-	want := newDeployment(rt, podOptions{invokeTLS: c.runtimedTLS != nil, endpointBase: c.endpointBase, kruntimesAPI: c.kruntimesAPI})
+	want := newDeployment(rt, podOptions{invokeTLS: c.runtimedTLS != nil, kruntimesAPI: c.kruntimesAPI})
 	deployments := c.kubeClient.AppsV1().Deployments(rt.Namespace)
 	existing, err := c.deployments.Deployments(rt.Namespace).Get(want.Name)
 	if apierrors.IsNotFound(err) {

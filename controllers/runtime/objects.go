@@ -80,8 +80,7 @@ func newRoleBinding(rt *v1alpha1.Runtime) *rbacv1.RoleBinding {
 // newDeployment returns the Deployment that holds rt's Pods.
 // podOptions are what the controller's configuration adds to every Pod.
 type podOptions struct {
-	invokeTLS    bool
-	endpointBase string
+	invokeTLS bool
 	// kruntimesAPI, when set, is where runtimed reaches the kruntimes.io
 	// API directly.
 	kruntimesAPI *KruntimesAPI
@@ -171,9 +170,6 @@ func podTemplate(rt *v1alpha1.Runtime, opts podOptions) corev1.PodTemplateSpec {
 			runAsUserOf(runtimed.SecurityContext, c.SecurityContext)
 		}
 		containers = append(containers, c)
-	}
-	if opts.endpointBase != "" {
-		runtimed.Args = append(runtimed.Args, "--endpoint-base="+opts.endpointBase)
 	}
 	if api := opts.kruntimesAPI; api != nil {
 		runtimed.Args = append(runtimed.Args, "--kruntimes-api-server="+api.Server)

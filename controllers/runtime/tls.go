@@ -36,12 +36,6 @@ const (
 // Option configures a Controller.
 type Option func(*Controller)
 
-// WithEndpointBase makes Ready functions advertise base (scheme and host of
-// the Kubernetes API as clients reach it) in status.endpoint.
-func WithEndpointBase(base string) Option {
-	return func(c *Controller) { c.endpointBase = base }
-}
-
 // WithRuntimedTLS gives the Runtime Pods the invoke hop's TLS, so that
 // their functions can be invoked.
 func WithRuntimedTLS(t RuntimedTLS) Option {

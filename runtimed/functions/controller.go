@@ -20,7 +20,6 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/clock"
 
-	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runtimepod"
@@ -33,10 +32,6 @@ import (
 	"kruntimes.io/kruntimes/runtimed/slots"
 	"kruntimes.io/kruntimes/runtimed/workspace"
 )
-
-// DefaultEndpointBase is where clients inside the cluster reach the
-// Kubernetes API, which serves runs/invoke through aggregation.
-const DefaultEndpointBase = "https://kubernetes.default.svc"
 
 // DefaultWatchInterval is how often one ListFunctions call checks every
 // registration's health and idle clock: a lost registration is noticed
@@ -57,8 +52,6 @@ type Config struct {
 	Pod       runtimepod.Pod
 	// Slots is the Pod's capacity, shared with the task controller.
 	Slots *slots.Table
-	// Endpoint says what Ready Runs advertise in status.endpoint.
-	Endpoint Endpoint
 	// WatchInterval defaults to DefaultWatchInterval.
 	WatchInterval time.Duration
 	Clock         clock.WithTicker
@@ -70,23 +63,6 @@ type Config struct {
 	Heartbeat interface{ Fresh() error }
 }
 
-// Endpoint is the base of the invoke URL a Ready function advertises.
-type Endpoint struct {
-	// Base is the scheme and authority of the Kubernetes API as clients
-	// reach it; defaults to DefaultEndpointBase.
-	Base string
-	// CABundle is a PEM bundle clients should trust for Base; empty when
-	// they already trust the cluster's root.
-	CABundle []byte
-}
-
-// of is the endpoint of run: the runs/invoke subresource, with ?uid= so a
-// Run created again under the same name is never addressed by it.
-func (e Endpoint) of(run *v1alpha1.Run) *v1alpha1.RunEndpoint {
-	u := invocation.EndpointURL(e.Base, run.Namespace, run.Name, string(run.UID))
-	return &v1alpha1.RunEndpoint{Protocol: v1alpha1.RunEndpointProtocolHTTPS, URL: u, CABundle: e.CABundle}
-}
-
 // Controller registers the function Runs assigned to its Pod.
 type Controller struct {
 	runs          kruntimesclient.RunsGetter
@@ -96,7 +72,6 @@ type Controller struct {
 	workspace     workspace.Root
 	pod           runtimepod.Pod
 	slots         *slots.Table
-	endpoint      Endpoint
 	watchInterval time.Duration
 	clock         clock.WithTicker
 	recorder      record.EventRecorder
@@ -150,9 +125,6 @@ func New(cfg Config) (*Controller, error) {
 		// A FakeRecorder without a channel drops every event.
 		cfg.Recorder = &record.FakeRecorder{}
 	}
-	if cfg.Endpoint.Base == "" {
-		cfg.Endpoint.Base = DefaultEndpointBase
-	}
 	if cfg.WatchInterval <= 0 {
 		cfg.WatchInterval = DefaultWatchInterval
 	}
@@ -164,7 +136,6 @@ func New(cfg Config) (*Controller, error) {
 		workspace:     cfg.Workspace,
 		pod:           cfg.Pod,
 		slots:         cfg.Slots,
-		endpoint:      cfg.Endpoint,
 		watchInterval: cfg.WatchInterval,
 		clock:         cfg.Clock,
 		recorder:      cfg.Recorder,

@@ -89,7 +89,7 @@ func start(t testing.TB, opts harnessOptions) *harness {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = conn.Close() })
 	h.functions = runtimev1.NewFunctionRuntimeClient(conn)
-	// The server writes status.endpoint; give it runtimed's base.
+	// The server writes status.endpoint from its own options.
 	h.client = testserver.Start(t, "", "--invoke-endpoint-base=https://kube.example").Client
 	h.capacity = opts.capacity
 	h.startController(t)
@@ -153,7 +153,6 @@ func (h *harness) startController(t testing.TB) {
 		Workspace:     h.workspace,
 		Pod:           runtimepod.Pod{Name: testPodName, Namespace: testNamespace, UID: testPodUID},
 		Slots:         h.slots,
-		Endpoint:      Endpoint{Base: "https://kube.example"},
 		WatchInterval: 100 * time.Millisecond,
 		Clock:         h.clock,
 	})

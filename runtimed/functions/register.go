@@ -129,7 +129,7 @@ func (c *Controller) register(ctx context.Context, key string, run *v1alpha1.Run
 	c.mu.Lock()
 	reg.id, reg.registeredAt, reg.accepting = st.GetRegistrationId(), c.clock.Now(), true
 	c.mu.Unlock()
-	ready, err := runstatus.Update(ctx, c.runs, runstatus.Ready(run, c.endpoint.of(run), c.clock.Now()))
+	ready, err := runstatus.Update(ctx, c.runs, runstatus.Ready(run, c.clock.Now()))
 	if err != nil {
 		return fmt.Errorf("record Run %s as Ready: %w", key, err)
 	}

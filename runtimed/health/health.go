@@ -59,12 +59,8 @@ func checksHandler(checks []Check) http.Handler {
 	})
 }
 
-// Serve listens on address and serves handler until ctx ends.
-func Serve(ctx context.Context, address string, handler http.Handler) error {
-	lis, err := net.Listen("tcp", address)
-	if err != nil {
-		return fmt.Errorf("listen on %s for /healthz, /readyz and /metrics: %w; pick another --health-address", address, err)
-	}
+// Serve serves handler on lis until ctx ends, and closes lis.
+func Serve(ctx context.Context, lis net.Listener, handler http.Handler) error {
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 5 * time.Second}
 	go func() {
 		<-ctx.Done()

@@ -77,14 +77,16 @@ func Claim(run *v1alpha1.Run, now metav1.MicroTime) *v1alpha1.Run {
 }
 
 // Ready returns the status of a function Run whose registration is live on
-// its Pod at now: phase Ready, readyTime, the endpoint it is invoked at and
-// condition Ready=True reason FunctionRegistered.
-func Ready(run *v1alpha1.Run, endpoint *v1alpha1.RunEndpoint, now time.Time) *v1alpha1.Run {
+// its Pod at now: phase Ready, readyTime, an endpoint and condition
+// Ready=True reason FunctionRegistered. The endpoint only says that the Run
+// has one: kruntimes-apiserver's runs/status strategy writes its URL and CA
+// (its --invoke-endpoint flags), whatever a writer sends.
+func Ready(run *v1alpha1.Run, now time.Time) *v1alpha1.Run {
 	out := run.DeepCopy()
 	ready := metav1.NewMicroTime(now)
 	out.Status.Phase = lifecycle.Ready
 	out.Status.ReadyTime = &ready
-	out.Status.Endpoint = endpoint
+	out.Status.Endpoint = &v1alpha1.RunEndpoint{Protocol: v1alpha1.RunEndpointProtocolHTTPS}
 	out.Status.Message = ""
 	setReady(out, metav1.ConditionTrue, lifecycle.ReasonFunctionRegistered,
 		fmt.Sprintf("attempt %d is registered on Pod %s and accepts invokes", run.Status.Attempt, run.Status.AssignedPod), now)

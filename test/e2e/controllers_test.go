@@ -63,9 +63,9 @@ func TestRuntimeControllerCreatesPool(t *testing.T) {
 		assert.Equal(t, []string{"--runtime-socket=unix:///run/kruntimes/runtime.sock", "--workspace-dir=/workspace", "--capacity=4",
 			// The test Runtime's grace of 5 s shrinks runtimed's shutdown bounds.
 			"--shutdown-drain-timeout=800ms", "--shutdown-timeout=2.5s",
-			// The cluster runs kruntimes-apiserver with its invoke endpoint and CA.
-			"--endpoint-base=" + f.Cluster.APIServerURL,
-			// ... and runtimed reaching it directly (--runtimed-api=direct).
+			// Nothing of the cluster's --invoke-endpoint-base: status.endpoint
+			// is kruntimes-apiserver's to write. The cluster runs runtimed
+			// reaching it directly (--runtimed-api=direct).
 			"--kruntimes-api-server=" + f.Cluster.KruntimesURL,
 			"--invoke-tls-cert-file=/etc/kruntimes/runtimed-tls/tls.crt", "--invoke-tls-key-file=/etc/kruntimes/runtimed-tls/tls.key",
 			"--invoke-client-ca-file=/etc/kruntimes/runtimed-tls/ca.crt"}, runtimed.Args)
