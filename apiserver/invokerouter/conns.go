@@ -16,6 +16,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/runtimepod"
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 	"kruntimes.io/kruntimes/client/tombstone"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	"kruntimes.io/kruntimes/proto/transport"
@@ -47,6 +48,8 @@ type runtimedConns struct {
 type podConn struct {
 	ip, serverName string
 	conn           *grpc.ClientConn
+	// client is conn's, made once: an invocation allocates none.
+	client *runtimedclient.Client
 }
 
 func newRuntimedConns(clientTLS *tls.Config, clk clock.PassiveClock) *runtimedConns {
@@ -55,7 +58,16 @@ func newRuntimedConns(clientTLS *tls.Config, clk clock.PassiveClock) *runtimedCo
 
 // client returns the client of the runtimed of Pod podUID, at ip, serving
 // the Runtime runtime of namespace. A Pod already removed gets none.
-func (d *runtimedConns) client(podUID types.UID, ip, namespace, runtime string) (runtimedv1.RuntimedClient, error) {
+func (d *runtimedConns) client(podUID types.UID, ip, namespace, runtime string) (*runtimedclient.Client, error) {
+	c, err := d.dial(podUID, ip, namespace, runtime)
+	if err != nil {
+		return nil, err
+	}
+	return c.client, nil
+}
+
+// dial returns the connection of client, dialling it when there is none.
+func (d *runtimedConns) dial(podUID types.UID, ip, namespace, runtime string) (*podConn, error) {
 	serverName := invocation.ServerName(namespace, runtime)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -69,7 +81,7 @@ func (d *runtimedConns) client(podUID types.UID, ip, namespace, runtime string) 
 	}
 	if c, ok := d.conns[podUID]; ok {
 		if c.ip == ip && c.serverName == serverName {
-			return runtimedv1.NewRuntimedClient(c.conn), nil
+			return c, nil
 		}
 		// The Pod has another IP now (its update may not have arrived
 		// yet): the old address is someone else's.
@@ -83,8 +95,9 @@ func (d *runtimedConns) client(podUID types.UID, ip, namespace, runtime string) 
 	if err != nil {
 		return nil, fmt.Errorf("connect to runtimed at %s: %w", ip, err)
 	}
-	d.conns[podUID] = &podConn{ip: ip, serverName: serverName, conn: conn}
-	return runtimedv1.NewRuntimedClient(conn), nil
+	c := &podConn{ip: ip, serverName: serverName, conn: conn, client: runtimedclient.New(runtimedv1.NewRuntimedClient(conn))}
+	d.conns[podUID] = c
+	return c, nil
 }
 
 // warm opens the connection to the runtimed of Pod podUID ahead of its

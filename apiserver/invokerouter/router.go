@@ -184,11 +184,11 @@ func (r *Router) Runtimed(namespace, pod string, podUID types.UID) (runtimedv1.R
 	case p.Status.PodIP == "":
 		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("Pod %s/%s has no IP", namespace, pod))
 	}
-	client, err := r.conns.client(p.UID, p.Status.PodIP, namespace, p.Labels[lifecycle.LabelRuntime])
+	c, err := r.conns.dial(p.UID, p.Status.PodIP, namespace, p.Labels[lifecycle.LabelRuntime])
 	if err != nil {
 		return nil, apierrors.NewServiceUnavailable(err.Error())
 	}
-	return client, nil
+	return runtimedv1.NewRuntimedClient(c.conn), nil
 }
 
 // notImplemented answers every invocation of a server whose invoke is off:

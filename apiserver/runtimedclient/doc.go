@@ -1,0 +1,5 @@
+// Package runtimedclient is how kruntimes-apiserver reaches a runtimed, as
+// pkg/kubelet/client is how kube-apiserver reaches a kubelet: invocations
+// and log follows in, API errors and runlog chunks out. The registry speaks
+// HTTP and API objects; runtimed's gRPC protocol stays in here.
+package runtimedclient
