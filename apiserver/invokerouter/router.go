@@ -20,7 +20,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
-	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 	runregistry "kruntimes.io/kruntimes/registry/run"
 )
 
@@ -165,7 +165,7 @@ func (r *Router) RouteChanged(namespace, name string) (<-chan struct{}, func()) 
 
 // Runtimed implements runregistry.PodRouter from the cache's Pods, with
 // the pool's connection of Route: runs/log follows a running task there.
-func (r *Router) Runtimed(namespace, pod string, podUID types.UID) (runtimedv1.RuntimedClient, error) {
+func (r *Router) Runtimed(namespace, pod string, podUID types.UID) (runtimedclient.Interface, error) {
 	if r.off != "" {
 		return nil, notImplemented(r.off)
 	}
@@ -184,11 +184,11 @@ func (r *Router) Runtimed(namespace, pod string, podUID types.UID) (runtimedv1.R
 	case p.Status.PodIP == "":
 		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("Pod %s/%s has no IP", namespace, pod))
 	}
-	c, err := r.conns.dial(p.UID, p.Status.PodIP, namespace, p.Labels[lifecycle.LabelRuntime])
+	client, err := r.conns.client(p.UID, p.Status.PodIP, namespace, p.Labels[lifecycle.LabelRuntime])
 	if err != nil {
 		return nil, apierrors.NewServiceUnavailable(err.Error())
 	}
-	return runtimedv1.NewRuntimedClient(c.conn), nil
+	return client, nil
 }
 
 // notImplemented answers every invocation of a server whose invoke is off:

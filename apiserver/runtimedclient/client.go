@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
+	"kruntimes.io/kruntimes/apiserver/logfanout"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 )
 
@@ -21,6 +22,11 @@ type Interface interface {
 	// ErrBecomingReady) promise it did not; 504 says it was stopped at
 	// its deadline; 502 that its outcome is unknown.
 	Invoke(ctx context.Context, inv Invocation) (*Answer, error)
+	// FollowLog streams the log of the attempt key from offset on, live,
+	// ending (io.EOF) after its last byte once the attempt ended. Its
+	// errors name what a follow acts on: ErrLogPastEnd and
+	// ErrLogUnsupported; any other is worth another try.
+	FollowLog(ctx context.Context, key LogKey, offset int64) (LogStream, error)
 }
 
 // Invocation is one invocation of a Ready function Run, with the fencing
@@ -67,13 +73,17 @@ type Answer struct {
 // Client is the Interface of one runtimed over its gRPC connection.
 type Client struct {
 	rpc runtimedv1.RuntimedClient
+	// fanout shares one log stream among the follows of one attempt; nil
+	// opens one per follow.
+	fanout *logfanout.Fanout
 }
 
 var _ Interface = &Client{}
 
-// New returns the client of the runtimed that rpc reaches.
-func New(rpc runtimedv1.RuntimedClient) *Client {
-	return &Client{rpc: rpc}
+// New returns the client of the runtimed that rpc reaches; its log follows
+// share their streams through fanout, the server's one, when it is set.
+func New(rpc runtimedv1.RuntimedClient, fanout *logfanout.Fanout) *Client {
+	return &Client{rpc: rpc, fanout: fanout}
 }
 
 // retryAfterSeconds is what 429 and 503 ask clients to wait.

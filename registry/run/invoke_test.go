@@ -90,7 +90,7 @@ func (r *fakeRouter) Route(_ context.Context, namespace, name string, uid types.
 	if namespace != "ns" || name != "fn" {
 		return nil, apierrors.NewNotFound(kruntimes.Resource("runs"), name)
 	}
-	return &Route{RunUID: "run-uid", Attempt: 2, PodUID: "pod-uid", Deadline: r.deadline, Runtimed: runtimedclient.New(r.runtimed), Input: r.input}, nil
+	return &Route{RunUID: "run-uid", Attempt: 2, PodUID: "pod-uid", Deadline: r.deadline, Runtimed: runtimedclient.New(r.runtimed, nil), Input: r.input}, nil
 }
 
 // fakeRuntimed answers as runtimed would: with respond's result, or err

@@ -202,6 +202,6 @@ func (r *routedTo) Route(ctx context.Context, namespace, name string, uid types.
 	if err != nil {
 		return nil, err
 	}
-	route.Runtimed = runtimedclient.New(r.runtimed)
+	route.Runtimed = runtimedclient.New(r.runtimed, nil)
 	return route, nil
 }
