@@ -53,9 +53,9 @@ type Invocation struct {
 
 // Answer is runtimed's answer to one invocation.
 type Answer struct {
-	// Result is the handler's answer as the API serves it; nil when
-	// Invoke failed.
-	Result *kruntimes.InvokeResult
+	// Result is the handler's answer as the API serves it; empty when
+	// Invoke failed. It is held by value: an answer costs one allocation.
+	Result kruntimes.InvokeResult
 	// Handler is how long the handler ran.
 	Handler time.Duration
 	// Runtimed is how long runtimed spent on the call, Handler included;

@@ -56,14 +56,15 @@ func (c *Client) Invoke(ctx context.Context, inv Invocation) (*Answer, error) {
 		}
 		return answer, rpcStatus(err, dispatched.Addr != nil, inv.Timeout)
 	}
-	return &Answer{
-		Result:     invokeResult(resp),
+	answer := &Answer{
 		Handler:    time.Duration(resp.GetDurationNanos()),
 		Runtimed:   time.Duration(resp.GetRuntimedNanos()),
 		Timed:      resp.GetRuntimedNanos() != 0,
 		WorkerWarm: resp.GetWorkerWarm(),
 		Replayed:   replayed,
-	}, nil
+	}
+	invokeResult(&answer.Result, resp)
+	return answer, nil
 }
 
 // rpcStatus maps runtimed's answer. Only an answer that carries
@@ -97,15 +98,14 @@ func rpcStatus(err error, dispatched bool, timeout time.Duration) error {
 	}}
 }
 
-// invokeResult is runtimed's answer as the API's InvokeResult: the one copy
-// of the response shape on this hop. A handler error is still a result.
-func invokeResult(resp *runtimedv1.InvokeResponse) *kruntimes.InvokeResult {
-	result := &kruntimes.InvokeResult{
-		InvocationID:   resp.GetInvocationId(),
-		Output:         runtime.RawExtension{Raw: jsonOutput(resp.GetOutput(), resp.GetContentType())},
-		Outputs:        resp.GetOutputs(),
-		DurationMillis: resp.GetDurationNanos() / int64(time.Millisecond),
-	}
+// invokeResult writes runtimed's answer into result, the API's
+// InvokeResult: the one copy of the response shape on this hop. A handler
+// error is still a result.
+func invokeResult(result *kruntimes.InvokeResult, resp *runtimedv1.InvokeResponse) {
+	result.InvocationID = resp.GetInvocationId()
+	result.Output = runtime.RawExtension{Raw: jsonOutput(resp.GetOutput(), resp.GetContentType())}
+	result.Outputs = resp.GetOutputs()
+	result.DurationMillis = resp.GetDurationNanos() / int64(time.Millisecond)
 	if len(resp.GetStdout()) > 0 || len(resp.GetStderr()) > 0 {
 		// A handler writes bytes; the API's strings are UTF-8.
 		result.Logs = &kruntimes.InvokeLogs{Stdout: validUTF8(resp.GetStdout()), Stderr: validUTF8(resp.GetStderr()),
@@ -114,7 +114,6 @@ func invokeResult(resp *runtimedv1.InvokeResponse) *kruntimes.InvokeResult {
 	if e := resp.GetError(); e != nil {
 		result.Error = &kruntimes.InvokeError{Type: e.GetType(), Message: e.GetMessage()}
 	}
-	return result
 }
 
 // jsonOutput is the handler's output as one JSON value; nil (null) when it

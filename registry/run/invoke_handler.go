@@ -255,7 +255,7 @@ func (h *invokeHandler) answer(w http.ResponseWriter, answer *runtimedclient.Ans
 		w.Header().Set(invocation.HeaderFunctionError, e.Type)
 	}
 	w.Header().Set(invocation.HeaderServerTiming, withWait(serverTiming(time.Since(h.started)-h.waited, answer), h.waited))
-	h.responder.Object(http.StatusOK, answer.Result)
+	h.responder.Object(http.StatusOK, &answer.Result)
 	return http.StatusOK
 }
 
