@@ -24,8 +24,8 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/toolschema"
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 	"kruntimes.io/kruntimes/client/tombstone"
-	runregistry "kruntimes.io/kruntimes/registry/run"
 )
 
 // RunSource is where the cache reads Runs: the runs storage of this server,
@@ -268,14 +268,14 @@ func ended(run *kruntimes.Run) error {
 }
 
 // notReady answers for a function Run that cannot be routed now: 503, and
-// ErrBecomingReady unless the scheduler parked it (no such Runtime, no
+// runtimedclient.ErrBecomingReady unless the scheduler parked it (no such Runtime, no
 // free slot), which no short wait is likely to change.
 func notReady(run *kruntimes.Run, why string) error {
 	err := apierrors.NewServiceUnavailable(fmt.Sprintf("Run %s/%s %s; retry shortly", run.Namespace, run.Name, why))
 	if parked(run) {
 		return err
 	}
-	return runregistry.BecomingReady(err)
+	return runtimedclient.BecomingReady(err)
 }
 
 // parked reports whether the scheduler could not place run and said why.

@@ -16,6 +16,8 @@ import (
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/runtimepod"
+	"kruntimes.io/kruntimes/apiserver/logfanout"
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 	"kruntimes.io/kruntimes/client/tombstone"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	"kruntimes.io/kruntimes/proto/transport"
@@ -34,6 +36,9 @@ const goneMemory = 5 * time.Minute
 type runtimedConns struct {
 	tls   *tls.Config
 	clock clock.PassiveClock
+	// fanout is every client's: the follows of one attempt share one
+	// stream, whichever Pod connection they came through.
+	fanout *logfanout.Fanout
 
 	mu    sync.Mutex
 	conns map[types.UID]*podConn
@@ -47,15 +52,17 @@ type runtimedConns struct {
 type podConn struct {
 	ip, serverName string
 	conn           *grpc.ClientConn
+	// client is conn's, made once: an invocation allocates none.
+	client *runtimedclient.Client
 }
 
 func newRuntimedConns(clientTLS *tls.Config, clk clock.PassiveClock) *runtimedConns {
-	return &runtimedConns{tls: clientTLS, clock: clk, conns: map[types.UID]*podConn{}, gone: map[types.UID]time.Time{}}
+	return &runtimedConns{tls: clientTLS, clock: clk, fanout: logfanout.New(logfanout.DefaultWindowBytes), conns: map[types.UID]*podConn{}, gone: map[types.UID]time.Time{}}
 }
 
 // client returns the client of the runtimed of Pod podUID, at ip, serving
 // the Runtime runtime of namespace. A Pod already removed gets none.
-func (d *runtimedConns) client(podUID types.UID, ip, namespace, runtime string) (runtimedv1.RuntimedClient, error) {
+func (d *runtimedConns) client(podUID types.UID, ip, namespace, runtime string) (*runtimedclient.Client, error) {
 	serverName := invocation.ServerName(namespace, runtime)
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -69,7 +76,7 @@ func (d *runtimedConns) client(podUID types.UID, ip, namespace, runtime string) 
 	}
 	if c, ok := d.conns[podUID]; ok {
 		if c.ip == ip && c.serverName == serverName {
-			return runtimedv1.NewRuntimedClient(c.conn), nil
+			return c.client, nil
 		}
 		// The Pod has another IP now (its update may not have arrived
 		// yet): the old address is someone else's.
@@ -83,8 +90,9 @@ func (d *runtimedConns) client(podUID types.UID, ip, namespace, runtime string) 
 	if err != nil {
 		return nil, fmt.Errorf("connect to runtimed at %s: %w", ip, err)
 	}
-	d.conns[podUID] = &podConn{ip: ip, serverName: serverName, conn: conn}
-	return runtimedv1.NewRuntimedClient(conn), nil
+	c := &podConn{ip: ip, serverName: serverName, conn: conn, client: runtimedclient.New(runtimedv1.NewRuntimedClient(conn), d.fanout)}
+	d.conns[podUID] = c
+	return c.client, nil
 }
 
 // warm opens the connection to the runtimed of Pod podUID ahead of its

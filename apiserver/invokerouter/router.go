@@ -20,7 +20,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
-	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 	runregistry "kruntimes.io/kruntimes/registry/run"
 )
 
@@ -165,7 +165,7 @@ func (r *Router) RouteChanged(namespace, name string) (<-chan struct{}, func()) 
 
 // Runtimed implements runregistry.PodRouter from the cache's Pods, with
 // the pool's connection of Route: runs/log follows a running task there.
-func (r *Router) Runtimed(namespace, pod string, podUID types.UID) (runtimedv1.RuntimedClient, error) {
+func (r *Router) Runtimed(namespace, pod string, podUID types.UID) (runtimedclient.Interface, error) {
 	if r.off != "" {
 		return nil, notImplemented(r.off)
 	}

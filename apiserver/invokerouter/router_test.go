@@ -24,6 +24,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 	runregistry "kruntimes.io/kruntimes/registry/run"
 )
 
@@ -216,7 +217,7 @@ func TestRoute(t *testing.T) {
 				if tc.message != "" {
 					assert.Equal(t, tc.message, status.Status().Message)
 				}
-				assert.Equal(t, tc.becomingReady, errors.Is(err, runregistry.ErrBecomingReady), "becoming Ready")
+				assert.Equal(t, tc.becomingReady, errors.Is(err, runtimedclient.ErrBecomingReady), "becoming Ready")
 				assert.Nil(t, route)
 				return
 			}

@@ -2,7 +2,6 @@ package run
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"time"
 
@@ -14,7 +13,7 @@ import (
 	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/toolschema"
-	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 )
 
 // Router finds the runtimed that owns a function Run, as a
@@ -26,15 +25,11 @@ type Router interface {
 	// ran when it returns one: NotFound (no such Run, or uid names an
 	// earlier one), BadRequest (a task Run), Conflict (the Run ended or is
 	// being deleted), NotImplemented (invoke is off), ServiceUnavailable
-	// (not Ready, being recovered, or routing is starting).
+	// (not Ready, being recovered, or routing is starting; marked
+	// runtimedclient.ErrBecomingReady for a function Run on its way to
+	// Ready).
 	Route(ctx context.Context, namespace, name string, uid types.UID) (*Route, error)
 }
-
-// ErrBecomingReady marks a Route error (a 503) for a function Run on its
-// way to Ready: just created, being scheduled, registering, relocating or
-// recovered. Such a Run is expected to be routable soon; a Run the
-// scheduler parked (no such Runtime, no capacity) is not.
-var ErrBecomingReady = errors.New("the function is on its way to Ready")
 
 // A RouteWaiter is a Router that tells when a Run's route may have changed,
 // so that an invocation of a function on its way to Ready waits for it
@@ -55,7 +50,7 @@ type Route struct {
 	// Deadline is when the Run's spec.timeout ends; zero when it has none.
 	Deadline time.Time
 	// Runtimed is the client of the runtimed in the owning Pod.
-	Runtimed runtimedv1.RuntimedClient
+	Runtimed runtimedclient.Interface
 	// Input validates the invocation's body before dispatch: the Run's
 	// compiled spec.mode.function.schema.input, nil when it has none.
 	Input *toolschema.Validator
@@ -83,7 +78,7 @@ type InvokeSettings struct {
 	// invocation.DefaultMaxTimeout when zero.
 	MaxTimeout time.Duration
 	// WaitForReady is how long an invocation of a function on its way to
-	// Ready (ErrBecomingReady, or its runtimed refused it before it
+	// Ready (runtimedclient.ErrBecomingReady, or its runtimed refused it before it
 	// started) waits for the Run to be routable, at most half of the
 	// request's time; zero answers 503 + Retry-After at once.
 	WaitForReady time.Duration

@@ -13,16 +13,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
-	"google.golang.org/grpc/peer"
-	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -30,8 +23,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes"
-	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
-	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 )
 
 // maxDeadlineMargin bounds the margin kept between the invocation's
@@ -53,9 +45,6 @@ func margins(left time.Duration) (margin, rpcSlack time.Duration) {
 	margin = min(left/10, maxDeadlineMargin)
 	return margin, margin / 5
 }
-
-// retryAfterSeconds is what 429 and 503 ask clients to wait.
-const retryAfterSeconds = 1
 
 // statusClientClosedRequest is what the metrics record when the caller went
 // away before an answer: nobody reads one.
@@ -129,22 +118,18 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 	if user, ok := genericapirequest.UserFrom(ctx); ok {
 		caller = user.GetName()
 	}
-	inv := &runtimedv1.InvokeRequest{
-		InvocationId: invocationID,
-		Input:        input,
-		ContentType:  invocation.ContentTypeJSON, // readInput validated it: nothing downstream scans it again
-		Caller:       caller,
-		CallerSentId: callerSent,
-	}
+	// readInput validated the input as JSON: nothing downstream scans it
+	// again.
+	inv := runtimedclient.Invocation{ID: invocationID, Input: input, Caller: caller, CallerSentID: callerSent}
 	wait := &h.ready
 	wait.start(ctx, h)
 	defer wait.stop()
 	for {
-		resp, replayed, err := h.dispatch(ctx, w, uid, inv)
+		answer, err := h.dispatch(ctx, w, uid, inv)
 		if err == nil {
-			return h.answer(w, resp, replayed)
+			return h.answer(w, answer)
 		}
-		if !errors.Is(err, ErrBecomingReady) || !wait.next(ctx) {
+		if !errors.Is(err, runtimedclient.ErrBecomingReady) || !wait.next(ctx) {
 			if errors.Is(ctx.Err(), context.Canceled) {
 				return statusClientClosedRequest
 			}
@@ -231,54 +216,46 @@ func (w *readyWait) stop() {
 
 // dispatch routes inv, all but its route and timeout filled in, and sends
 // it to the owning runtimed. An error is the API error to answer with, marked
-// ErrBecomingReady when the handler did not run and the function is
-// expected to become routable soon.
-func (h *invokeHandler) dispatch(ctx context.Context, w http.ResponseWriter, uid types.UID, inv *runtimedv1.InvokeRequest) (*runtimedv1.InvokeResponse, bool, error) {
+// runtimedclient.ErrBecomingReady when the handler did not run and the
+// function is expected to become routable soon.
+func (h *invokeHandler) dispatch(ctx context.Context, w http.ResponseWriter, uid types.UID, inv runtimedclient.Invocation) (*runtimedclient.Answer, error) {
 	route, err := h.router.Route(ctx, h.namespace, h.name, uid)
 	if err != nil {
-		return nil, false, routeStatus(err)
+		return nil, routeStatus(err)
 	}
 	if route.Input != nil {
-		if violations := route.Input.Validate(inv.GetInput()); len(violations) > 0 {
-			return nil, false, inputInvalid(h.name, violations)
+		if violations := route.Input.Validate(inv.Input); len(violations) > 0 {
+			return nil, inputInvalid(h.name, violations)
 		}
 	}
 	timeout, rpcSlack, err := h.invocationTimeout(ctx, route.Deadline)
 	if err != nil {
-		return nil, false, err
+		return nil, err
 	}
-	rpcCtx, cancel := context.WithTimeout(ctx, timeout+rpcSlack)
-	defer cancel()
-	// The same request each try: only the route's part and the time left
-	// change.
-	inv.RunUid, inv.Attempt, inv.PodUid = string(route.RunUID), route.Attempt, string(route.PodUID)
-	inv.TimeoutMillis = timeout.Milliseconds()
-	var dispatched peer.Peer
-	var header metadata.MD
-	resp, err := route.Runtimed.Invoke(rpcCtx, inv, grpc.Peer(&dispatched), grpc.Header(&header))
-	replayed := replayedBy(header)
-	if replayed {
+	// The same invocation each try: only the route's part and the time
+	// left change.
+	inv.RunUID, inv.Attempt, inv.PodUID = route.RunUID, route.Attempt, route.PodUID
+	inv.Timeout, inv.CallSlack = timeout, rpcSlack
+	answer, err := route.Runtimed.Invoke(ctx, inv)
+	if answer != nil && answer.Replayed {
 		w.Header().Set(invocation.HeaderDeduplicated, "true")
 	}
 	if err != nil {
-		if v := header.Get(invocation.MetadataRuntimedNanos); len(v) == 1 {
-			if nanos, perr := strconv.ParseInt(v[0], 10, 64); perr == nil {
-				h.errorTiming = withWait(errorServerTiming(time.Since(h.started)-h.waited, nanos, replayed), h.waited)
-			}
+		if answer != nil && answer.Timed {
+			h.errorTiming = withWait(errorServerTiming(time.Since(h.started)-h.waited, answer.Runtimed, answer.Replayed), h.waited)
 		}
-		return nil, replayed, rpcStatus(err, dispatched.Addr != nil, timeout)
+		return nil, err
 	}
-	return resp, replayed, nil
+	return answer, nil
 }
 
-// answer writes runtimed's answer resp.
-func (h *invokeHandler) answer(w http.ResponseWriter, resp *runtimedv1.InvokeResponse, replayed bool) int {
-	if e := resp.GetError(); e != nil {
-		w.Header().Set(invocation.HeaderFunctionError, e.GetType())
+// answer writes runtimed's answer.
+func (h *invokeHandler) answer(w http.ResponseWriter, answer *runtimedclient.Answer) int {
+	if e := answer.Result.Error; e != nil {
+		w.Header().Set(invocation.HeaderFunctionError, e.Type)
 	}
-	result := invokeResult(resp)
-	w.Header().Set(invocation.HeaderServerTiming, withWait(serverTiming(time.Since(h.started)-h.waited, resp, replayed), h.waited))
-	h.responder.Object(http.StatusOK, result)
+	w.Header().Set(invocation.HeaderServerTiming, withWait(serverTiming(time.Since(h.started)-h.waited, answer), h.waited))
+	h.responder.Object(http.StatusOK, &answer.Result)
 	return http.StatusOK
 }
 
@@ -288,7 +265,7 @@ func (h *invokeHandler) fail(err error) int {
 	// An error runtimed did not answer is the apiserver's time alone.
 	timing := h.errorTiming
 	if timing == "" {
-		timing = withWait(serverTiming(time.Since(h.started)-h.waited, nil, false), h.waited)
+		timing = withWait(serverTiming(time.Since(h.started)-h.waited, nil), h.waited)
 	}
 	h.header.Set(invocation.HeaderServerTiming, timing)
 	h.responder.Error(err)
@@ -318,7 +295,7 @@ func (h *invokeHandler) invocationTimeout(ctx context.Context, runDeadline time.
 	if !runDeadline.IsZero() {
 		left := time.Until(runDeadline)
 		if left < minInvocationTimeout {
-			return 0, 0, unavailable("the Run's spec.timeout has passed; it is ending")
+			return 0, 0, runtimedclient.Unavailable("the Run's spec.timeout has passed; it is ending")
 		}
 		timeout = min(timeout, left)
 	}
@@ -393,29 +370,6 @@ func inputInvalid(name string, violations field.ErrorList) error {
 	}}
 }
 
-func unavailable(message string) *apierrors.StatusError {
-	err := apierrors.NewServiceUnavailable(message)
-	err.ErrStatus.Details = &metav1.StatusDetails{RetryAfterSeconds: retryAfterSeconds}
-	return err
-}
-
-// becomingReady is a 503 + Retry-After for a function on its way to Ready:
-// the invocation may wait for it (ErrBecomingReady) before answering it.
-func becomingReady(message string) error {
-	return BecomingReady(unavailable(message))
-}
-
-// BecomingReady marks err, a 503 the router answers, as ErrBecomingReady.
-func BecomingReady(err *apierrors.StatusError) error {
-	return becomingReadyError{err}
-}
-
-// becomingReadyError is still the API error it holds, for the responder
-// (which asks the error itself, not its chain, for its status).
-type becomingReadyError struct{ *apierrors.StatusError }
-
-func (becomingReadyError) Is(target error) bool { return target == ErrBecomingReady }
-
 // routeStatus is the answer to an invocation the router could not route:
 // its API error, with Retry-After when it is a 503 and only then (a 409 or
 // a 501 is permanent, and a Retry-After would invite retries forever).
@@ -427,10 +381,10 @@ func routeStatus(err error) error {
 	st := status.Status()
 	switch {
 	case st.Code == http.StatusServiceUnavailable:
-		if errors.Is(err, ErrBecomingReady) {
-			return becomingReady(st.Message)
+		if errors.Is(err, runtimedclient.ErrBecomingReady) {
+			return runtimedclient.BecomingReady(runtimedclient.Unavailable(st.Message))
 		}
-		return unavailable(st.Message)
+		return runtimedclient.Unavailable(st.Message)
 	case st.Code >= 400 && st.Code < 500, st.Code == http.StatusNotImplemented:
 		if st.Details != nil && st.Details.RetryAfterSeconds != 0 {
 			st.Details = st.Details.DeepCopy()
@@ -442,119 +396,36 @@ func routeStatus(err error) error {
 	return apierrors.NewInternalError(err)
 }
 
-// rpcStatus maps runtimed's answer. Only an answer that carries
-// runtimev1.NotStarted, or a call that never left this server, promises
-// that the handler did not run, and only those get the codes that say so
-// (429, 400, 503 + Retry-After); a code alone promises nothing (an older or
-// custom runtimed's FailedPrecondition, a ResourceExhausted after the
-// handler ran), so every other error is 504 (stopped at its deadline) or
-// 502 (outcome unknown).
-func rpcStatus(err error, dispatched bool, timeout time.Duration) error {
-	st := status.Convert(err)
-	switch {
-	case runtimev1.IsNotStarted(err):
-		switch st.Code() {
-		case codes.ResourceExhausted:
-			return apierrors.NewTooManyRequests("the function already has an invocation in flight; one at a time is served", retryAfterSeconds)
-		case codes.InvalidArgument:
-			return apierrors.NewBadRequest(st.Message())
-		}
-		// Closing for a move, or not (yet) the owner the route named:
-		// the Run is about to say where the function went.
-		return becomingReady("the owning runtimed refused the invocation before it started: " + st.Message())
-	case !dispatched:
-		return becomingReady("the owning runtimed is unreachable: " + st.Message())
-	case st.Code() == codes.DeadlineExceeded:
-		return apierrors.NewTimeoutError(fmt.Sprintf("the invocation did not complete within %s and was stopped", timeout.Round(time.Millisecond)), 0)
-	}
-	return &apierrors.StatusError{ErrStatus: metav1.Status{
-		Status: metav1.StatusFailure, Code: http.StatusBadGateway, Reason: metav1.StatusReasonInternalError,
-		Message: "the invocation was dispatched and its outcome is unknown: " + st.Message(),
-	}}
-}
-
-// invokeResult is runtimed's answer as the API's InvokeResult: the one copy
-// of the response shape on this hop. A handler error is still a result.
-func invokeResult(resp *runtimedv1.InvokeResponse) *kruntimes.InvokeResult {
-	result := &kruntimes.InvokeResult{
-		InvocationID:   resp.GetInvocationId(),
-		Output:         runtime.RawExtension{Raw: jsonOutput(resp.GetOutput(), resp.GetContentType())},
-		Outputs:        resp.GetOutputs(),
-		DurationMillis: resp.GetDurationNanos() / int64(time.Millisecond),
-	}
-	if len(resp.GetStdout()) > 0 || len(resp.GetStderr()) > 0 {
-		// A handler writes bytes; the API's strings are UTF-8.
-		result.Logs = &kruntimes.InvokeLogs{Stdout: validUTF8(resp.GetStdout()), Stderr: validUTF8(resp.GetStderr()),
-			StdoutTruncated: resp.GetStdoutTruncated(), StderrTruncated: resp.GetStderrTruncated()}
-	}
-	if e := resp.GetError(); e != nil {
-		result.Error = &kruntimes.InvokeError{Type: e.GetType(), Message: e.GetMessage()}
-	}
-	return result
-}
-
-// jsonOutput is the handler's output as one JSON value; nil (null) when it
-// returned nothing. Output that runtimed says is JSON is not scanned here:
-// the serializer's encoding is then its one scan in this server.
-func jsonOutput(output []byte, contentType string) []byte {
-	switch {
-	case len(output) == 0:
-		return nil
-	case contentType == invocation.ContentTypeJSON, json.Valid(output):
-		return output
-	}
-	// A handler that returned bytes: they arrive as a JSON string, the body
-	// staying one JSON document.
-	output, _ = json.Marshal(string(output))
-	return output
-}
-
-// validUTF8 is b as a string, each run of bytes that are not UTF-8
-// replaced by U+FFFD.
-func validUTF8(b []byte) string {
-	if utf8.Valid(b) {
-		return string(b)
-	}
-	return strings.ToValidUTF8(string(b), "\uFFFD")
-}
-
-// replayedBy says runtimed marked its answer as the recorded outcome of an
-// earlier invocation with the same caller-sent ID.
-func replayedBy(header metadata.MD) bool {
-	v := header.Get(invocation.MetadataDeduplicated)
-	return len(v) == 1 && v[0] == "true"
-}
-
 // serverTiming is the Server-Timing of an answer that took total here:
 // each hop's own share in whole microseconds, adding up to total —
-// apiserver, then runtimed and handler when runtimed answered (resp), and
-// whether the worker was warm, or that the outcome was replayed (the
-// handler did not run for this answer).
-func serverTiming(total time.Duration, resp *runtimedv1.InvokeResponse, replayed bool) string {
+// apiserver, then runtimed and handler when runtimed answered, and whether
+// the worker was warm, or that the outcome was replayed (the handler did
+// not run for this answer).
+func serverTiming(total time.Duration, answer *runtimedclient.Answer) string {
 	totalMicros := max(total.Microseconds(), 0)
-	if resp == nil {
+	if answer == nil {
 		return "apiserver;dur=" + millis(totalMicros)
 	}
 	handler := int64(0)
-	if !replayed {
-		handler = min(max(resp.GetDurationNanos()/1000, 0), totalMicros)
+	if !answer.Replayed {
+		handler = min(max(answer.Handler.Microseconds(), 0), totalMicros)
 	}
 	// runtimed's time holds the handler's; one that does not say is
 	// counted as the handler's alone.
-	runtimed := min(max(resp.GetRuntimedNanos()/1000, handler), totalMicros)
+	runtimed := min(max(answer.Runtimed.Microseconds(), handler), totalMicros)
 	var b strings.Builder
 	b.Grow(96)
 	b.WriteString("apiserver;dur=")
 	b.WriteString(millis(totalMicros - runtimed))
 	b.WriteString(", runtimed;dur=")
 	b.WriteString(millis(runtimed - handler))
-	if replayed {
+	if answer.Replayed {
 		b.WriteString(", dedup;desc=replayed")
 		return b.String()
 	}
 	b.WriteString(", handler;dur=")
 	b.WriteString(millis(handler))
-	if resp.GetWorkerWarm() {
+	if answer.WorkerWarm {
 		b.WriteString(", worker;desc=warm")
 	} else {
 		b.WriteString(", worker;desc=cold")
@@ -563,11 +434,11 @@ func serverTiming(total time.Duration, resp *runtimedv1.InvokeResponse, replayed
 }
 
 // errorServerTiming is the Server-Timing of an error runtimed answered
-// after runtimedNanos of its own: apiserver and runtimed (the handler's time
+// after runtimedTook of its own: apiserver and runtimed (the handler's time
 // is not told apart), and the replay mark.
-func errorServerTiming(total time.Duration, runtimedNanos int64, replayed bool) string {
+func errorServerTiming(total, runtimedTook time.Duration, replayed bool) string {
 	totalMicros := max(total.Microseconds(), 0)
-	runtimed := min(max(runtimedNanos/1000, 0), totalMicros)
+	runtimed := min(max(runtimedTook.Microseconds(), 0), totalMicros)
 	timing := "apiserver;dur=" + millis(totalMicros-runtimed) + ", runtimed;dur=" + millis(runtimed)
 	if replayed {
 		timing += ", dedup;desc=replayed"

@@ -41,6 +41,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes/install"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/toolschema"
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 )
@@ -79,6 +80,9 @@ type fakeRouter struct {
 	asked types.UID
 	// input is the Run's compiled input schema; nil when it has none.
 	input *toolschema.Validator
+	// client is runtimed's, made at the first Route, as the router keeps
+	// one per Pod.
+	client *runtimedclient.Client
 }
 
 func (r *fakeRouter) Route(_ context.Context, namespace, name string, uid types.UID) (*Route, error) {
@@ -89,7 +93,10 @@ func (r *fakeRouter) Route(_ context.Context, namespace, name string, uid types.
 	if namespace != "ns" || name != "fn" {
 		return nil, apierrors.NewNotFound(kruntimes.Resource("runs"), name)
 	}
-	return &Route{RunUID: "run-uid", Attempt: 2, PodUID: "pod-uid", Deadline: r.deadline, Runtimed: r.runtimed, Input: r.input}, nil
+	if r.client == nil {
+		r.client = runtimedclient.New(r.runtimed, nil)
+	}
+	return &Route{RunUID: "run-uid", Attempt: 2, PodUID: "pod-uid", Deadline: r.deadline, Runtimed: r.client, Input: r.input}, nil
 }
 
 // fakeRuntimed answers as runtimed would: with respond's result, or err

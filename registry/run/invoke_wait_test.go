@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 )
@@ -42,7 +43,7 @@ func (r *movingRouter) Route(ctx context.Context, namespace, name string, uid ty
 		if r.refusal != nil {
 			return nil, r.refusal
 		}
-		return nil, BecomingReady(apierrors.NewServiceUnavailable("Run ns/fn is not Ready; retry shortly"))
+		return nil, runtimedclient.BecomingReady(apierrors.NewServiceUnavailable("Run ns/fn is not Ready; retry shortly"))
 	}
 	return r.fakeRouter.Route(ctx, namespace, name, uid)
 }
@@ -165,7 +166,7 @@ func TestInvokeWaitsForAFunctionBecomingReady(t *testing.T) {
 	})
 
 	t.Run("a router that cannot wait answers 503 at once", func(t *testing.T) {
-		a := invokeWaiting(t, &fakeRouter{err: BecomingReady(apierrors.NewServiceUnavailable("Run ns/fn is not Ready; retry shortly"))}, time.Minute, call{})
+		a := invokeWaiting(t, &fakeRouter{err: runtimedclient.BecomingReady(apierrors.NewServiceUnavailable("Run ns/fn is not Ready; retry shortly"))}, time.Minute, call{})
 		require.Equal(t, http.StatusServiceUnavailable, a.code, "%s", a.body)
 	})
 
@@ -201,6 +202,6 @@ func (r *routedTo) Route(ctx context.Context, namespace, name string, uid types.
 	if err != nil {
 		return nil, err
 	}
-	route.Runtimed = r.runtimed
+	route.Runtimed = runtimedclient.New(r.runtimed, nil)
 	return route, nil
 }

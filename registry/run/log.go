@@ -21,7 +21,6 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/runlog"
-	"kruntimes.io/kruntimes/registry/logfanout"
 	logstore "kruntimes.io/kruntimes/registry/runlog"
 )
 
@@ -39,9 +38,6 @@ type LogREST struct {
 	runs   *genericregistry.Store
 	logs   *logstore.Store
 	scheme *runtime.Scheme
-	// fanout shares one runtimed stream among the follows of a running
-	// task attempt.
-	fanout *logfanout.Fanout
 }
 
 var (

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -20,9 +18,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runlog"
-	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
-	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
-	"kruntimes.io/kruntimes/registry/logfanout"
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 )
 
 // PodRouter finds the runtimed of a Runtime Pod from memory, as Router
@@ -31,7 +27,7 @@ import (
 type PodRouter interface {
 	// Runtimed returns the client of the runtimed in Pod namespace/pod,
 	// whose UID must be podUID.
-	Runtimed(namespace, pod string, podUID types.UID) (runtimedv1.RuntimedClient, error)
+	Runtimed(namespace, pod string, podUID types.UID) (runtimedclient.Interface, error)
 }
 
 // Bounds of a follow.
@@ -191,9 +187,7 @@ func (r *LogREST) follow(ctx context.Context, w http.ResponseWriter, namespace s
 				logger.V(4).Info("The runtimed of a followed attempt is not reachable yet", "err", err)
 				break
 			}
-			done, err := r.followLive(ctx, f, client, &runtimedv1.FollowLogRequest{
-				RunUid: string(run.UID), Attempt: attempt, PodUid: string(run.Status.AssignedPodUID), Offset: f.offset,
-			})
+			done, err := followLive(ctx, f, client, runtimedclient.LogKey{RunUID: run.UID, Attempt: attempt, PodUID: run.Status.AssignedPodUID})
 			if done {
 				return
 			}
@@ -229,13 +223,14 @@ func (r *LogREST) reread(ctx context.Context, run *kruntimes.Run, logger klog.Lo
 	return obj.(*kruntimes.Run)
 }
 
-// followLive follows req on its runtimed from f.offset, until the attempt
+// followLive follows key on its runtimed from f.offset, until the attempt
 // ends (done) or the stream fails (err, to try again). A function's
 // registration that ended is not done: its Run may register again.
-func (r *LogREST) followLive(ctx context.Context, f *follower, client runtimedv1.RuntimedClient, req *runtimedv1.FollowLogRequest) (bool, error) {
+func followLive(ctx context.Context, f *follower, client runtimedclient.Interface, key runtimedclient.LogKey) (bool, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	stream, err := r.openFollow(ctx, client, req)
+	from := f.offset
+	stream, err := client.FollowLog(ctx, key, from)
 	if err != nil {
 		return false, err
 	}
@@ -247,14 +242,14 @@ func (r *LogREST) followLive(ctx context.Context, f *follower, client runtimedv1
 				return true, err
 			}
 			f.flush()
-			return !req.GetFunction(), nil
+			return !key.Function, nil
 		}
 		if err != nil {
 			if ctx.Err() != nil {
 				return true, nil // the client went away
 			}
-			if status.Code(err) == codes.OutOfRange {
-				if req.GetFunction() {
+			if errors.Is(err, runtimedclient.ErrLogPastEnd) {
+				if key.Function {
 					// The Runtime Server restarted and registered the
 					// function again: its log starts anew.
 					f.offset = 0
@@ -264,44 +259,28 @@ func (r *LogREST) followLive(ctx context.Context, f *follower, client runtimedv1
 			}
 			return false, err
 		}
-		if req.GetFunction() {
+		if key.Function {
 			f.live = true
-			if first && req.GetOffset() == 0 {
+			if first && from == 0 {
 				// Bytes a function wrote before the follow and no longer
 				// kept were never this follower's to miss.
 				resp.SkippedBytes = 0
 			}
 		}
-		chunks := make([]runlog.Chunk, len(resp.GetChunks()))
-		end := resp.GetOffset()
-		for i, c := range resp.GetChunks() {
-			chunks[i] = chunkOf(c)
-			end += int64(len(c.GetData()))
+		end := resp.Offset
+		for _, c := range resp.Chunks {
+			end += int64(len(c.Data))
 		}
-		if done, err := f.chunks(resp.GetSkippedBytes(), resp.GetOffset(), chunks); done {
+		if done, err := f.chunks(resp.SkippedBytes, resp.Offset, resp.Chunks); done {
 			return true, err
 		}
-		if end >= resp.GetWritten() {
+		if end >= resp.Written {
 			if done, err := f.caughtUp(); done {
 				return true, err
 			}
 		}
 		f.flush()
 	}
-}
-
-// openFollow opens req's stream on its runtimed. Follows of one task
-// attempt, or of one function Run's registration, share one stream
-// through the fan-out (the first opens it, the last closes it), so N
-// followers cost the runtimed and the Runtime Server one.
-func (r *LogREST) openFollow(ctx context.Context, client runtimedv1.RuntimedClient, req *runtimedv1.FollowLogRequest) (logfanout.Stream, error) {
-	if r.fanout == nil {
-		return client.FollowLog(ctx, req)
-	}
-	key := logfanout.Key{RunUID: types.UID(req.GetRunUid()), Attempt: req.GetAttempt(), PodUID: types.UID(req.GetPodUid()), Function: req.GetFunction()}
-	return r.fanout.Follow(ctx, key, req.GetOffset(), func(ctx context.Context, offset int64) (logfanout.Stream, error) {
-		return client.FollowLog(ctx, &runtimedv1.FollowLogRequest{RunUid: req.GetRunUid(), Attempt: req.GetAttempt(), PodUid: req.GetPodUid(), Offset: offset, Function: req.GetFunction()})
-	}), nil
 }
 
 // followFunction streams what the function Run's invocations write, from
@@ -339,13 +318,11 @@ func (r *LogREST) followFunction(ctx context.Context, w http.ResponseWriter, nam
 			if err != nil {
 				logger.V(4).Info("The runtimed of a followed function is not reachable yet", "err", err)
 			} else {
-				done, err := r.followLive(ctx, f, client, &runtimedv1.FollowLogRequest{
-					RunUid: string(run.UID), Attempt: attempt, PodUid: string(run.Status.AssignedPodUID), Offset: f.offset, Function: true,
-				})
+				done, err := followLive(ctx, f, client, runtimedclient.LogKey{RunUID: run.UID, Attempt: attempt, PodUID: run.Status.AssignedPodUID, Function: true})
 				if done {
 					return
 				}
-				if status.Code(err) == codes.Unimplemented {
+				if errors.Is(err, runtimedclient.ErrLogUnsupported) {
 					logger.V(2).Info("The Runtime Server of a followed function does not serve function logs", "err", err)
 					return
 				}
@@ -379,14 +356,6 @@ func (r *LogREST) followKept(ctx context.Context, f *follower, namespace string,
 	}
 	_, _ = f.caughtUp()
 	f.flush()
-}
-
-func chunkOf(c *runtimev1.LogChunk) runlog.Chunk {
-	stream := runlog.StreamStdout
-	if c.GetStream() == runtimev1.LogStream_LOG_STREAM_STDERR {
-		stream = runlog.StreamStderr
-	}
-	return runlog.Chunk{Stream: stream, Time: time.Unix(0, c.GetUnixNano()), Data: c.GetData(), Invocation: c.GetInvocationId()}
 }
 
 // followAttempt is the attempt a follow of run follows: the one asked for,

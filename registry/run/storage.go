@@ -11,7 +11,6 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
-	"kruntimes.io/kruntimes/registry/logfanout"
 	"kruntimes.io/kruntimes/registry/printers"
 	logstore "kruntimes.io/kruntimes/registry/runlog"
 	"kruntimes.io/kruntimes/registry/statusrest"
@@ -68,7 +67,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 		Run:    &REST{store},
 		Status: statusrest.New(store, NewStatusStrategy(strategy, endpoint)),
 		Invoke: newInvokeREST(router, invoke),
-		Log:    &LogREST{router: router, runs: store, logs: logs, scheme: scheme, fanout: logfanout.New(logfanout.DefaultWindowBytes)},
+		Log:    &LogREST{router: router, runs: store, logs: logs, scheme: scheme},
 	}, nil
 }
 

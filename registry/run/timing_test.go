@@ -16,6 +16,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes"
+	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 )
 
@@ -73,29 +74,28 @@ func sumMicros(parts []timingPart) int64 {
 
 func TestServerTimingAddsUpToTheTotal(t *testing.T) {
 	cases := []struct {
-		name     string
-		total    time.Duration
-		resp     *runtimedv1.InvokeResponse
-		replayed bool
-		want     string
+		name   string
+		total  time.Duration
+		answer *runtimedclient.Answer
+		want   string
 	}{
-		{"each hop its own share", 5123456 * time.Nanosecond, &runtimedv1.InvokeResponse{RuntimedNanos: 4_100_999, DurationNanos: 3_000_500, WorkerWarm: true},
-			false, "apiserver;dur=1.023, runtimed;dur=1.100, handler;dur=3.000, worker;desc=warm"},
-		{"a cold worker", 2 * time.Millisecond, &runtimedv1.InvokeResponse{RuntimedNanos: 1_500_000, DurationNanos: 1_000_000},
-			false, "apiserver;dur=0.500, runtimed;dur=0.500, handler;dur=1.000, worker;desc=cold"},
-		{"a replay names no handler time", 2 * time.Millisecond, &runtimedv1.InvokeResponse{RuntimedNanos: 300_000, DurationNanos: 60_000_000, WorkerWarm: true},
-			true, "apiserver;dur=1.700, runtimed;dur=0.300, dedup;desc=replayed"},
-		{"a runtimed that does not say counts as the handler", 2 * time.Millisecond, &runtimedv1.InvokeResponse{DurationNanos: 1_000_000, WorkerWarm: true},
-			false, "apiserver;dur=1.000, runtimed;dur=0.000, handler;dur=1.000, worker;desc=warm"},
-		{"clocks that disagree never exceed the total", time.Millisecond, &runtimedv1.InvokeResponse{RuntimedNanos: 9_000_000, DurationNanos: 8_000_000, WorkerWarm: true},
-			false, "apiserver;dur=0.000, runtimed;dur=0.000, handler;dur=1.000, worker;desc=warm"},
-		{"no answer from runtimed: the apiserver's alone", 1234 * time.Microsecond, nil, false, "apiserver;dur=1.234"},
+		{"each hop its own share", 5123456 * time.Nanosecond, &runtimedclient.Answer{Runtimed: 4_100_999, Handler: 3_000_500, WorkerWarm: true},
+			"apiserver;dur=1.023, runtimed;dur=1.100, handler;dur=3.000, worker;desc=warm"},
+		{"a cold worker", 2 * time.Millisecond, &runtimedclient.Answer{Runtimed: 1_500_000, Handler: 1_000_000},
+			"apiserver;dur=0.500, runtimed;dur=0.500, handler;dur=1.000, worker;desc=cold"},
+		{"a replay names no handler time", 2 * time.Millisecond, &runtimedclient.Answer{Runtimed: 300_000, Handler: 60_000_000, WorkerWarm: true, Replayed: true},
+			"apiserver;dur=1.700, runtimed;dur=0.300, dedup;desc=replayed"},
+		{"a runtimed that does not say counts as the handler", 2 * time.Millisecond, &runtimedclient.Answer{Handler: 1_000_000, WorkerWarm: true},
+			"apiserver;dur=1.000, runtimed;dur=0.000, handler;dur=1.000, worker;desc=warm"},
+		{"clocks that disagree never exceed the total", time.Millisecond, &runtimedclient.Answer{Runtimed: 9_000_000, Handler: 8_000_000, WorkerWarm: true},
+			"apiserver;dur=0.000, runtimed;dur=0.000, handler;dur=1.000, worker;desc=warm"},
+		{"no answer from runtimed: the apiserver's alone", 1234 * time.Microsecond, nil, "apiserver;dur=1.234"},
 	}
 	assert.Equal(t, "apiserver;dur=1.500, runtimed;dur=0.500, dedup;desc=replayed", errorServerTiming(2*time.Millisecond, 500_000, true))
 	assert.Equal(t, "apiserver;dur=0.000, runtimed;dur=1.000", errorServerTiming(time.Millisecond, 9_000_000, false), "never past the total")
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got := serverTiming(tc.total, tc.resp, tc.replayed)
+			got := serverTiming(tc.total, tc.answer)
 			assert.Equal(t, tc.want, got)
 			assert.Equal(t, tc.total.Microseconds(), sumMicros(parseServerTiming(t, got)), "the parts add up to the total")
 		})

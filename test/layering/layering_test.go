@@ -64,6 +64,14 @@ func TestImportGraph(t *testing.T) {
 			if under(p.ImportPath, "registry", "controllers", "apiserver") {
 				assert.False(t, under(imp, "runtimed"), "%s imports %s: the API server and the controllers share contracts with runtimed through apis/ and proto/, never runtimed's own packages", p.ImportPath, imp)
 			}
+			if under(p.ImportPath, "registry") {
+				// Tests may still drive the real runtimed client over a
+				// fake gRPC stub, which pins the mapping of runtimed's
+				// codes to HTTP answers end to end; what the registry
+				// runs speaks HTTP and API objects alone.
+				assert.False(t, imp == "google.golang.org/grpc" || strings.HasPrefix(imp, "google.golang.org/grpc/") || under(imp, "proto/runtimedv1", "proto/runtimev1"),
+					"%s imports %s: the registry speaks HTTP and API objects; runtimed's protocol lives in apiserver/runtimedclient", p.ImportPath, imp)
+			}
 			if under(p.ImportPath, "apis/invocation", "proto/pki") {
 				assert.True(t, !strings.HasPrefix(imp, module+"/") || under(imp, "apis/invocation"), "%s imports %s: the invoke contract and the PKI sit below every side and import none of them", p.ImportPath, imp)
 			}
