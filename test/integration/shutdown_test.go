@@ -159,7 +159,7 @@ func startInvokeServerWith(t *testing.T, configure func(*apiserver.Config), extr
 	}
 	// The router reaches the held runtimed through a Pod only this test
 	// knows; the advertised endpoint is the options' default.
-	endpoint, err := o.Invoke.Endpoint.Config("")
+	endpoint, err := o.Invoke.Endpoint.Config()
 	require.NoError(t, err)
 	config.Invoke = apiserver.InvokeConfig{
 		Router:     invokerouter.Config{Kube: fake.NewClientset(pod), ClientTLS: clientTLS},
