@@ -81,8 +81,8 @@ func madeFromTemplate(pod *corev1.Pod, rs *appsv1.ReplicaSet) error {
 		return fmt.Errorf("label %s=%q, its ReplicaSet %s creates %q", hashLabel, got, rs.Name, want)
 	}
 	want := &rs.Spec.Template.Spec
-	if pod.Spec.ServiceAccountName != want.ServiceAccountName {
-		return fmt.Errorf("runs as ServiceAccount %q, its ReplicaSet %s's Pods as %q", pod.Spec.ServiceAccountName, rs.Name, want.ServiceAccountName)
+	if got, want := serviceAccountOf(&pod.Spec), serviceAccountOf(want); got != want {
+		return fmt.Errorf("runs as ServiceAccount %q, its ReplicaSet %s's Pods as %q", got, rs.Name, want)
 	}
 	if len(pod.Spec.EphemeralContainers) > 0 {
 		return fmt.Errorf("has ephemeral container %s, which no template makes", pod.Spec.EphemeralContainers[0].Name)
@@ -101,6 +101,15 @@ func madeFromTemplate(pod *corev1.Pod, rs *appsv1.ReplicaSet) error {
 		return fmt.Errorf("spec differs from its ReplicaSet %s's template", rs.Name)
 	}
 	return nil
+}
+
+// serviceAccountOf is the ServiceAccount a Pod of spec runs as: the
+// ServiceAccount admission plugin names "default" where spec names none.
+func serviceAccountOf(spec *corev1.PodSpec) string {
+	if spec.ServiceAccountName == "" {
+		return "default"
+	}
+	return spec.ServiceAccountName
 }
 
 // sameContainers checks that got holds the containers of want, in order,

@@ -124,6 +124,10 @@ func TestOwnershipCheck(t *testing.T) {
 			mutate: func(pod *corev1.Pod, _ *appsv1.ReplicaSet, _ *appsv1.Deployment) {
 				pod.Spec.EphemeralContainers = []corev1.EphemeralContainer{{EphemeralContainerCommon: corev1.EphemeralContainerCommon{Name: "debugger", Image: "busybox"}}}
 			}},
+		{name: "a template naming no ServiceAccount makes Pods of the default one",
+			mutate: func(pod *corev1.Pod, rs *appsv1.ReplicaSet, _ *appsv1.Deployment) {
+				rs.Spec.Template.Spec.ServiceAccountName, pod.Spec.ServiceAccountName = "", "default"
+			}},
 		{name: "an in-place resize keeps the Pod a candidate",
 			mutate: func(pod *corev1.Pod, _ *appsv1.ReplicaSet, _ *appsv1.Deployment) {
 				pod.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("2")

