@@ -16,6 +16,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apiserver/entrypoint"
 	"kruntimes.io/kruntimes/apiserver/invokerouter"
 	"kruntimes.io/kruntimes/apiserver/runtimedrestriction"
 	runregistry "kruntimes.io/kruntimes/registry/run"
@@ -27,6 +28,10 @@ type Config struct {
 	GenericConfig *genericapiserver.RecommendedConfig
 	// Invoke configures runs/invoke.
 	Invoke InvokeConfig
+	// RefuseDirect puts entrypoint.Gate ahead of every authorizer: requests
+	// that reached the server directly (--direct-entry-point=false), which
+	// the authenticator marked, are refused.
+	RefuseDirect bool
 }
 
 // InvokeConfig configures runs/invoke.
@@ -50,13 +55,14 @@ type Server struct {
 // CompletedConfig is a Config whose defaults are filled in; only it can
 // build a Server.
 type CompletedConfig struct {
-	generic genericapiserver.CompletedConfig
-	invoke  InvokeConfig
+	generic      genericapiserver.CompletedConfig
+	invoke       InvokeConfig
+	refuseDirect bool
 }
 
 // Complete fills in the defaults of the generic server configuration.
 func (c *Config) Complete() CompletedConfig {
-	return CompletedConfig{generic: c.GenericConfig.Complete(), invoke: c.Invoke}
+	return CompletedConfig{generic: c.GenericConfig.Complete(), invoke: c.Invoke, refuseDirect: c.RefuseDirect}
 }
 
 // New builds the server and installs the kruntimes.io API group.
@@ -70,6 +76,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	// Before the handler chain is built from them.
 	if err := restrictRuntimed(c.generic.Config, runs.Run); err != nil {
 		return nil, err
+	}
+	if c.refuseDirect {
+		if err := gateDirect(c.generic.Config); err != nil {
+			return nil, err
+		}
 	}
 	// Held out of its Service until invocations can be routed.
 	c.generic.AddReadyzChecks(router.ReadyzCheck())
@@ -131,6 +142,22 @@ func untilClosed(ctx context.Context, done <-chan struct{}) context.Context {
 		cancel()
 	}()
 	return ctx
+}
+
+// gateDirect puts entrypoint.Gate ahead of every other authorizer, so that
+// none of them (runtimedrestriction allows runtimed's own Runs) serves a
+// direct request while the direct entry point is off.
+func gateDirect(config *genericapiserver.Config) error {
+	authorizers := []authorizerunion.NamedAuthorizer{{AuthorizerName: "direct-entry-point", Authorizer: entrypoint.Gate{}}}
+	if config.Authorization.Authorizer != nil {
+		authorizers = append(authorizers, authorizerunion.NamedAuthorizer{AuthorizerName: "configured", Authorizer: config.Authorization.Authorizer})
+	}
+	union, err := authorizerunion.New(authorizers...)
+	if err != nil {
+		return err
+	}
+	config.Authorization.Authorizer = union
+	return nil
 }
 
 // restrictRuntimed puts runtimedrestriction in front of the configured

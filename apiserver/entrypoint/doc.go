@@ -19,4 +19,11 @@
 //   - A request without credentials gets 401 except on the probes
 //     (/healthz, /livez, /readyz and their checks): the generic options
 //     turn anonymous authentication on whatever they are told.
+//
+// With the direct entry point off (--direct-entry-point=false), a direct
+// caller is still authenticated, so its refusal is audited under its name,
+// but its identity is marked (UserExtraKey) and Gate, the first of the
+// server's authorizers, refuses it with 403 everything but the probes and
+// /metrics. A 403 that says why beats a 401 that makes a valid token look
+// wrong.
 package entrypoint

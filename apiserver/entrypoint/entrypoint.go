@@ -51,19 +51,37 @@ var errExpired = errors.New("the bearer token has expired")
 // probePaths may be reached without credentials, so kubelet probes work.
 var probePaths = []string{"/healthz", "/livez", "/readyz"}
 
+// DirectPolicy says whether the server serves its API to callers that reach
+// it directly.
+type DirectPolicy bool
+
+const (
+	// DirectServed serves direct callers as kube-apiserver's proxied ones.
+	DirectServed DirectPolicy = true
+	// DirectRefused marks every direct caller's identity (UserExtraKey) so
+	// that Gate refuses it everything but the probes and /metrics.
+	DirectRefused DirectPolicy = false
+)
+
+// UserExtraKey is the key of the user's extra that marks a direct request
+// while the direct entry point is off; its value is Direct.
+const UserExtraKey = AuditAnnotation
+
 // Authenticator is the wrapped authenticator; build it with New.
 type Authenticator struct {
 	delegated  authenticator.Request
 	frontProxy authenticator.Request
+	direct     DirectPolicy
 	clock      clock.PassiveClock
 }
 
 // New wraps delegated, the authenticator the delegated authentication
 // options built. frontProxy is the requestheader configuration those
 // options found (AuthenticationInfo.RequestHeaderConfig); nil when there is
-// none, and then no request is labelled aggregated.
-func New(delegated authenticator.Request, frontProxy *authenticatorfactory.RequestHeaderConfig) *Authenticator {
-	a := &Authenticator{delegated: delegated, clock: clock.RealClock{}}
+// none, and then no request is labelled aggregated. direct says whether
+// direct callers are served or only marked for Gate to refuse.
+func New(delegated authenticator.Request, frontProxy *authenticatorfactory.RequestHeaderConfig, direct DirectPolicy) *Authenticator {
+	a := &Authenticator{delegated: delegated, direct: direct, clock: clock.RealClock{}}
 	if frontProxy != nil {
 		// As the delegated union builds it, and with the group it adds.
 		a.frontProxy = group.NewAuthenticatedGroupAdder(headerrequest.NewDynamicVerifyOptionsSecure(
@@ -102,16 +120,39 @@ func (a *Authenticator) AuthenticateRequest(req *http.Request) (*authenticator.R
 		return nil, false, errExpired
 	}
 	audit.AddAuditAnnotation(req.Context(), AuditAnnotation, Direct)
+	if a.direct == DirectRefused {
+		resp = markDirect(resp)
+	}
 	return resp, true, nil
+}
+
+// markDirect returns resp with its user's extra UserExtraKey set to Direct,
+// whatever the token's reviewer said of that key.
+func markDirect(resp *authenticator.Response) *authenticator.Response {
+	u := resp.User
+	extra := make(map[string][]string, len(u.GetExtra())+1)
+	for k, v := range u.GetExtra() {
+		extra[k] = v
+	}
+	extra[UserExtraKey] = []string{Direct}
+	return &authenticator.Response{
+		Audiences: resp.Audiences,
+		User:      &user.DefaultInfo{Name: u.GetName(), UID: u.GetUID(), Groups: u.GetGroups(), Extra: extra},
+	}
 }
 
 func isProbe(path string) bool {
 	for _, p := range probePaths {
-		if path == p || strings.HasPrefix(path, p+"/") {
+		if pathUnder(path, p) {
 			return true
 		}
 	}
 	return false
+}
+
+// pathUnder says whether path is p or below it.
+func pathUnder(path, p string) bool {
+	return path == p || strings.HasPrefix(path, p+"/")
 }
 
 // bearerToken returns the token of an Authorization: Bearer header, or "".

@@ -1,6 +1,7 @@
 package entrypoint
 
 import (
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -14,6 +15,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/authenticatorfactory"
 	"k8s.io/apiserver/pkg/authentication/request/headerrequest"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -134,7 +137,7 @@ func newAuthenticator(t testing.TB, r *reviewer) (*Authenticator, *testingclock.
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := New(delegated, frontProxy)
+	a := New(delegated, frontProxy, DirectServed)
 	clock := testingclock.NewFakeClock(time.Now())
 	a.clock = clock
 	return a, clock, proxyCert
@@ -304,5 +307,64 @@ func BenchmarkAuthenticatorOverhead(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestDirectRefused: with the direct entry point off, a direct caller is
+// still authenticated (so its request is audited with its name) but marked,
+// and Gate refuses it everything but the probes and /metrics; a request
+// kube-apiserver proxied is neither marked nor refused.
+func TestDirectRefused(t *testing.T) {
+	token := jwt(t, map[string]any{"sub": "bob", "exp": time.Now().Add(time.Hour).Unix()})
+	a, _, proxyCert := newAuthenticator(t, &reviewer{known: map[string]string{token: "bob"}})
+	a.direct = DirectRefused
+
+	direct := authenticate(a, withToken(invokePath, token))
+	if !direct.ok || direct.err != nil || direct.resp.User.GetName() != "bob" {
+		t.Fatalf("direct request with a valid token: ok=%v err=%v", direct.ok, direct.err)
+	}
+	if direct.entryPoint != Direct {
+		t.Errorf("entry point %q, want %q", direct.entryPoint, Direct)
+	}
+	if got := direct.resp.User.GetExtra()[UserExtraKey]; !slices.Equal(got, []string{Direct}) {
+		t.Errorf("extra %s = %v, want [%s]", UserExtraKey, got, Direct)
+	}
+
+	proxied := httptest.NewRequest(http.MethodPost, invokePath, nil)
+	proxied.TLS = &tls.ConnectionState{PeerCertificates: []*x509.Certificate{proxyCert}}
+	proxied.Header.Set("X-Remote-User", "alice")
+	aggregated := authenticate(a, proxied)
+	if !aggregated.ok || aggregated.err != nil {
+		t.Fatalf("front proxy request: ok=%v err=%v", aggregated.ok, aggregated.err)
+	}
+	if _, marked := aggregated.resp.User.GetExtra()[UserExtraKey]; marked {
+		t.Errorf("a proxied request is marked direct: %v", aggregated.resp.User.GetExtra())
+	}
+
+	served, _, _ := newAuthenticator(t, &reviewer{known: map[string]string{token: "bob"}})
+	if got := authenticate(served, withToken(invokePath, token)); len(got.resp.User.GetExtra()[UserExtraKey]) != 0 {
+		t.Errorf("with the direct entry point served, a direct caller is marked: %v", got.resp.User.GetExtra())
+	}
+
+	for _, tc := range []struct {
+		name  string
+		attrs authorizer.AttributesRecord
+		want  authorizer.Decision
+	}{
+		{"invoke, direct", authorizer.AttributesRecord{User: direct.resp.User, ResourceRequest: true, APIGroup: "kruntimes.io", Resource: "runs", Subresource: "invoke", Verb: "create"}, authorizer.DecisionDeny},
+		{"list runs, direct", authorizer.AttributesRecord{User: direct.resp.User, ResourceRequest: true, APIGroup: "kruntimes.io", Resource: "runs", Verb: "list"}, authorizer.DecisionDeny},
+		{"discovery, direct", authorizer.AttributesRecord{User: direct.resp.User, Path: "/apis/kruntimes.io/v1alpha1", Verb: "get"}, authorizer.DecisionDeny},
+		{"/metrics, direct", authorizer.AttributesRecord{User: direct.resp.User, Path: "/metrics", Verb: "get"}, authorizer.DecisionNoOpinion},
+		{"/readyz/ping, direct", authorizer.AttributesRecord{User: direct.resp.User, Path: "/readyz/ping", Verb: "get"}, authorizer.DecisionNoOpinion},
+		{"/metricsx, direct", authorizer.AttributesRecord{User: direct.resp.User, Path: "/metricsx", Verb: "get"}, authorizer.DecisionDeny},
+		{"invoke, aggregated", authorizer.AttributesRecord{User: aggregated.resp.User, ResourceRequest: true, APIGroup: "kruntimes.io", Resource: "runs", Subresource: "invoke", Verb: "create"}, authorizer.DecisionNoOpinion},
+	} {
+		decision, reason, err := Gate{}.Authorize(context.Background(), tc.attrs)
+		if err != nil || decision != tc.want {
+			t.Errorf("%s: decision %v (%q, %v), want %v", tc.name, decision, reason, err, tc.want)
+		}
+		if decision == authorizer.DecisionDeny && !strings.Contains(reason, "--direct-entry-point=false") {
+			t.Errorf("%s: the reason %q does not say why", tc.name, reason)
+		}
 	}
 }

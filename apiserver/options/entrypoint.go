@@ -48,11 +48,12 @@ func validateDelegationCaches(r *genericoptions.RecommendedOptions) []error {
 
 // wrapAuthenticator puts the entrypoint wrapper around the authenticator
 // the delegated options built (it refuses expired JWTs, anonymous requests
-// off the probes, and labels audit events with their entry point). In
+// off the probes, labels audit events with their entry point, and marks
+// direct callers for entrypoint.Gate when direct is DirectRefused). In
 // standalone mode there is none to wrap.
-func wrapAuthenticator(c *genericapiserver.RecommendedConfig) {
+func wrapAuthenticator(c *genericapiserver.RecommendedConfig, direct entrypoint.DirectPolicy) {
 	if c.Authentication.Authenticator == nil {
 		return
 	}
-	c.Authentication.Authenticator = entrypoint.New(c.Authentication.Authenticator, c.Authentication.RequestHeaderConfig)
+	c.Authentication.Authenticator = entrypoint.New(c.Authentication.Authenticator, c.Authentication.RequestHeaderConfig, direct)
 }

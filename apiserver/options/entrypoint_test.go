@@ -48,3 +48,29 @@ func TestAuthorizationCacheTTLsAreBounded(t *testing.T) {
 	require.NoError(t, o.Complete())
 	assert.Empty(t, validateDelegationCaches(o.RecommendedOptions))
 }
+
+func TestDirectEntryPointOffNeedsKubeAPIServer(t *testing.T) {
+	for _, tc := range []struct {
+		args    []string
+		wantErr string
+	}{
+		{args: nil},
+		{args: []string{"--direct-entry-point=false"}},
+		{args: []string{"--standalone"}},
+		{args: []string{"--standalone", "--direct-entry-point=false"}, wantErr: "--standalone has no kube-apiserver"},
+	} {
+		o := NewServerOptions(io.Discard, io.Discard)
+		fs := pflag.NewFlagSet("kruntimes-apiserver", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		require.NoError(t, fs.Parse(tc.args))
+		require.NoError(t, o.Complete())
+		err := o.Validate(nil)
+		if tc.wantErr == "" {
+			if err != nil {
+				assert.NotContains(t, err.Error(), "--direct-entry-point", "%v", tc.args)
+			}
+			continue
+		}
+		assert.ErrorContains(t, err, tc.wantErr, "%v", tc.args)
+	}
+}

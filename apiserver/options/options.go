@@ -23,6 +23,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apiserver"
+	"kruntimes.io/kruntimes/apiserver/entrypoint"
 	"kruntimes.io/kruntimes/apiserver/memlimit"
 	kruntimesopenapi "kruntimes.io/kruntimes/apiserver/openapi"
 	runregistry "kruntimes.io/kruntimes/registry/run"
@@ -51,6 +52,9 @@ type ServerOptions struct {
 	// GoMemoryLimit is the Go runtime's soft memory limit: memlimit.Auto,
 	// memlimit.Off or a quantity.
 	GoMemoryLimit string
+	// DirectEntryPoint serves the API to callers that reach this server
+	// itself, not only to those kube-apiserver proxies.
+	DirectEntryPoint bool
 
 	Out, ErrOut io.Writer
 }
@@ -68,6 +72,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 		ComponentGlobalsRegistry: basecompatibility.NewComponentGlobalsRegistry(),
 		AlternateDNS:             []string{"kruntimes-apiserver.kruntimes-system.svc"},
 		GoMemoryLimit:            memlimit.Auto,
+		DirectEntryPoint:         true,
 		Out:                      out,
 		ErrOut:                   errOut,
 	}
@@ -125,6 +130,8 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 	o.ComponentGlobalsRegistry.AddFlags(fs)
 	fs.StringSliceVar(&o.AlternateDNS, "alternate-dns", o.AlternateDNS,
 		"Extra DNS names of the self-signed serving certificate; include <service>.<namespace>.svc so the aggregator can verify it.")
+	fs.BoolVar(&o.DirectEntryPoint, "direct-entry-point", o.DirectEntryPoint,
+		"Serve the API to callers that reach this server itself (its Service, with a bearer token or a client certificate), besides those kube-apiserver proxies. When false, such a request is refused with 403, except the probes and /metrics; kube-apiserver's aggregation and this process's own clients are unaffected. The Helm chart sets it false unless invokeEndpoint or runtimedAPI is direct.")
 	fs.StringVar(&o.GoMemoryLimit, "go-memory-limit", o.GoMemoryLimit,
 		"The Go runtime's soft memory limit, under which it collects garbage harder rather than let the heap grow to twice its live size: \"auto\" (90% of the container's memory limit, when it has one), \"off\", or a quantity such as 900Mi. The GOMEMLIMIT environment variable, when set, wins.")
 }
@@ -160,6 +167,9 @@ func (o *ServerOptions) Validate(args []string) error {
 	errs = append(errs, o.Invoke.Validate()...)
 	errs = append(errs, o.Controllers.Validate()...)
 	errs = append(errs, o.Shutdown.Validate()...)
+	if !o.DirectEntryPoint && o.Standalone.Enabled {
+		errs = append(errs, fmt.Errorf("--direct-entry-point=false refuses every request that kube-apiserver did not proxy, and --standalone has no kube-apiserver: drop one of them"))
+	}
 	if err := memlimit.Validate(o.GoMemoryLimit); err != nil {
 		errs = append(errs, fmt.Errorf("--go-memory-limit: %w", err))
 	}
@@ -207,7 +217,7 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 	if err := o.RecommendedOptions.ApplyTo(serverConfig); err != nil {
 		return nil, nil, err
 	}
-	wrapAuthenticator(serverConfig)
+	wrapAuthenticator(serverConfig, entrypoint.DirectPolicy(o.DirectEntryPoint))
 
 	closeStorage := func() {}
 	if embeddedBackend {
@@ -232,7 +242,7 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 			return nil, nil, err
 		}
 	}
-	return &apiserver.Config{GenericConfig: serverConfig}, closeStorage, nil
+	return &apiserver.Config{GenericConfig: serverConfig, RefuseDirect: !o.DirectEntryPoint}, closeStorage, nil
 }
 
 // Run starts the server and blocks until ctx is done.

@@ -57,7 +57,8 @@ const (
 // of a real cluster would, and checks each step: the APIService becomes
 // Available through the chart's Service endpoint, the embedded store lives
 // in the PVC's own directory, the README quickstart passes through the
-// chart's server, an upgrade to a new image tag rolls the Pod and keeps
+// chart's server, the direct entry point is off and the audit log has the
+// quickstart's writes, an upgrade to a new image tag rolls the Pod and keeps
 // every Run, the server's RBAC suffices (no forbidden in its logs), and
 // uninstalling removes every object the release made but the PVC it keeps.
 func TestChartLifecycle(t *testing.T) {
@@ -110,6 +111,13 @@ func TestChartLifecycle(t *testing.T) {
 	// its own.
 	ns := f.CreateNamespace(t, "chart-readme")
 	runQuickstart(ctx, t, f, ns)
+
+	// The security defaults (docs/deploy.md, "Security model"): the
+	// direct entry point refuses a valid token with a 403 that says why,
+	// and the audit log holds the quickstart's writes and invocations and
+	// that refusal.
+	refused := assertDirectEntryPointOff(ctx, t, f, pod.Status.PodIP, ns)
+	assertAudited(ctx, t, cluster.Config().StateDir, ns, refused)
 
 	runsBefore, err := kr.KruntimesV1alpha1().Runs(ns).List(ctx, metav1.ListOptions{})
 	require.NoError(t, err)
@@ -352,6 +360,11 @@ func assertNoForbidden(t *testing.T, stateDir string) {
 					return err
 				}
 				for _, line := range strings.Split(string(data), "\n") {
+					if _, audit := isAuditEvent(line); audit {
+						// Other callers' refusals (the direct entry
+						// point's), not the server's own requests.
+						continue
+					}
 					if strings.Contains(strings.ToLower(line), "forbidden") {
 						t.Errorf("%s: %s", path, line)
 					}
