@@ -125,7 +125,3 @@ func (l *LiveWriter) write(t time.Time, prefix string, data []byte) error {
 	_, err := l.w.Write(out.Bytes())
 	return err
 }
-
-// LastLines returns the last n lines of b, a last line without a newline
-// counting as a line, as Render's TailLines keeps them.
-func LastLines(b []byte, n int64) []byte { return lastLines(b, n) }

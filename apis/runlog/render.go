@@ -2,7 +2,9 @@ package runlog
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io"
 	"time"
 )
 
@@ -33,87 +35,65 @@ func FunctionMarker(skipped int64) string {
 	return fmt.Sprintf("[kruntimes: %d bytes of this function's log were skipped here; this follow fell behind]\n", skipped)
 }
 
-// Render writes the kept log as runs/log serves it: the bytes exactly as the
-// program wrote them, plus the marker line where bytes were dropped.
+// Render returns the kept log as runs/log serves it: the bytes exactly as
+// the program wrote them, plus the marker line where bytes were dropped.
 func Render(l Log, opts RenderOptions) []byte {
 	var out bytes.Buffer
-	lineStart := true
-	write := func(t time.Time, data []byte) {
-		if !opts.Timestamps {
-			out.Write(data)
-			if len(data) > 0 {
-				lineStart = data[len(data)-1] == '\n'
-			}
-			return
+	_ = RenderTo(&out, l, opts)
+	return out.Bytes()
+}
+
+// RenderTo writes what Render returns to w as it renders it, holding no
+// more than a chunk of it: a kept log with timestamps is far larger than
+// the log. TailLines costs a first pass that counts the lines.
+func RenderTo(w io.Writer, l Log, opts RenderOptions) error {
+	limit := &LimitWriter{W: w, Left: -1}
+	if opts.LimitBytes != nil {
+		limit.Left = max(*opts.LimitBytes, 0)
+		if limit.Left == 0 {
+			return nil
 		}
-		stamp := t.UTC().Format(time.RFC3339Nano) + " "
-		for len(data) > 0 {
-			if lineStart {
-				out.WriteString(stamp)
-			}
-			i := bytes.IndexByte(data, '\n')
-			if i < 0 {
-				out.Write(data)
-				lineStart = false
-				return
-			}
-			out.Write(data[:i+1])
-			data = data[i+1:]
-			lineStart = true
+	}
+	out := io.Writer(limit)
+	if opts.TailLines != nil {
+		var count lineCounter
+		_ = render(&count, l, opts)
+		out = &lineSkipper{w: limit, skip: max(count.lines()-max(*opts.TailLines, 0), 0)}
+		if *opts.TailLines <= 0 {
+			return nil
 		}
+	}
+	if err := render(out, l, opts); err != nil && !errors.Is(err, ErrLimit) {
+		return err
+	}
+	return nil
+}
+
+// render writes l as LiveWriter writes it live: the marker where bytes
+// were dropped, stamped with the time of the first tail chunk.
+func render(w io.Writer, l Log, opts RenderOptions) error {
+	lw := NewLiveWriter(w, RenderOptions{Stream: opts.Stream, Timestamps: opts.Timestamps})
+	marker := func() error {
+		var t time.Time
+		if l.DroppedAfter < len(l.Chunks) {
+			t = l.Chunks[l.DroppedAfter].Time
+		} else if n := len(l.Chunks); n > 0 {
+			t = l.Chunks[n-1].Time
+		}
+		return lw.Skipped(l.DroppedBytes, t)
 	}
 	for i, c := range l.Chunks {
-		if i == l.DroppedAfter && l.DroppedBytes > 0 {
-			writeMarker(&out, &lineStart, l, write)
-		}
-		if opts.Stream == "" || opts.Stream == StreamAll || opts.Stream == c.Stream {
-			write(c.Time, c.Data)
-		}
-	}
-	if l.DroppedAfter >= len(l.Chunks) && l.DroppedBytes > 0 {
-		writeMarker(&out, &lineStart, l, write)
-	}
-	b := out.Bytes()
-	if opts.TailLines != nil {
-		b = lastLines(b, *opts.TailLines)
-	}
-	if opts.LimitBytes != nil && int64(len(b)) > *opts.LimitBytes {
-		b = b[:max(*opts.LimitBytes, 0)]
-	}
-	return b
-}
-
-func writeMarker(out *bytes.Buffer, lineStart *bool, l Log, write func(time.Time, []byte)) {
-	if !*lineStart {
-		out.WriteByte('\n')
-		*lineStart = true
-	}
-	var t time.Time
-	if l.DroppedAfter < len(l.Chunks) {
-		t = l.Chunks[l.DroppedAfter].Time
-	} else if n := len(l.Chunks); n > 0 {
-		t = l.Chunks[n-1].Time
-	}
-	write(t, []byte(Marker(l.DroppedBytes)))
-}
-
-// lastLines returns the last n lines of b; a last line without a newline
-// counts as a line.
-func lastLines(b []byte, n int64) []byte {
-	if n <= 0 {
-		return b[:0]
-	}
-	end := len(b)
-	if end > 0 && b[end-1] == '\n' {
-		end--
-	}
-	for i := end - 1; i >= 0; i-- {
-		if b[i] == '\n' {
-			n--
-			if n == 0 {
-				return b[i+1:]
+		if i == l.DroppedAfter {
+			if err := marker(); err != nil {
+				return err
 			}
 		}
+		if err := lw.Chunk(c); err != nil {
+			return err
+		}
 	}
-	return b
+	if l.DroppedAfter >= len(l.Chunks) {
+		return marker()
+	}
+	return nil
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -150,24 +149,24 @@ func (r *LogREST) serve(ctx context.Context, w http.ResponseWriter, namespace st
 		r.follow(ctx, w, namespace, run, followAttempt(run, o), o)
 		return
 	}
-	var text []byte
+	var record *kruntimes.RunLog
 	if attempt > 0 {
-		record, err := r.logs.Get(ctx, namespace, run.Name, run.UID, attempt)
-		if err != nil {
+		var err error
+		if record, err = r.logs.Get(ctx, namespace, run.Name, run.UID, attempt); err != nil {
 			responder.Error(apierrors.NewInternalError(fmt.Errorf("read the log of attempt %d of Run %s: %w", attempt, run.Name, err)))
 			return
-		}
-		if record != nil {
-			text = runlog.Render(logOf(record), runlog.RenderOptions{
-				Stream: runlog.Stream(o.Stream), Timestamps: o.Timestamps, TailLines: o.TailLines, LimitBytes: o.LimitBytes,
-			})
 		}
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 	w.Header().Set("X-Content-Type-Options", "nosniff")
-	w.Header().Set("Content-Length", strconv.Itoa(len(text)))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(text)
+	if record != nil {
+		// Streamed as rendered: timestamps make the text far larger than
+		// the record.
+		_ = runlog.RenderTo(w, logOf(record), runlog.RenderOptions{
+			Stream: runlog.Stream(o.Stream), Timestamps: o.Timestamps, TailLines: o.TailLines, LimitBytes: o.LimitBytes,
+		})
+	}
 }
 
 func (r *LogREST) save(req *http.Request, namespace string, run *kruntimes.Run, o *kruntimes.RunLogOptions, responder rest.Responder) {

@@ -1,7 +1,6 @@
 package run
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -42,42 +41,17 @@ const (
 	followRetry = 50 * time.Millisecond
 )
 
-// errLimit ends a follow that wrote limitBytes.
-var errLimit = errors.New("limitBytes reached")
-
-// limitWriter writes at most left bytes to w, then errLimit.
-type limitWriter struct {
-	w    io.Writer
-	left int64 // < 0: no limit
-}
-
-func (l *limitWriter) Write(p []byte) (int, error) {
-	if l.left < 0 {
-		return l.w.Write(p)
-	}
-	cut := false
-	if int64(len(p)) >= l.left {
-		p, cut = p[:l.left], true
-	}
-	n, err := l.w.Write(p)
-	l.left -= int64(n)
-	if err == nil && cut {
-		err = errLimit
-	}
-	return n, err
-}
-
 // follower is one follow of one attempt: it writes what the attempt wrote
 // from offset on, as Render would, live.
 type follower struct {
-	out     *limitWriter
+	out     *runlog.LimitWriter
 	flusher http.Flusher
 	lw      *runlog.LiveWriter
-	// tail, while set, gathers what was written so far so that only the
-	// last tailLines lines of it are written once the follow caught up.
-	tail      *bytes.Buffer
-	tailLines int64
-	offset    int64
+	// tail, while set, gathers the last tailLines lines of what was
+	// written so far, within runlog.MaxTailBytes: they are written once
+	// the follow caught up.
+	tail   *runlog.TailBuffer
+	offset int64
 	// wrote says a byte arrived: from then on the follow waits as long as
 	// the attempt runs.
 	wrote bool
@@ -115,7 +89,7 @@ func (f *follower) caughtUp() (bool, error) {
 	if f.tail == nil {
 		return false, nil
 	}
-	b := runlog.LastLines(f.tail.Bytes(), f.tailLines)
+	b := f.tail.Bytes()
 	f.tail = nil
 	f.lw.SetWriter(f.out)
 	f.lw.Rewritten(b)
@@ -132,7 +106,7 @@ func (f *follower) flush() {
 }
 
 func (f *follower) ended(err error) (bool, error) {
-	if errors.Is(err, errLimit) {
+	if errors.Is(err, runlog.ErrLimit) {
 		return true, nil
 	}
 	return true, err
@@ -141,14 +115,14 @@ func (f *follower) ended(err error) (bool, error) {
 // startFollow answers 200 to a follow with o's options, and returns the
 // follower that writes the rest of the answer.
 func startFollow(w http.ResponseWriter, o *kruntimes.RunLogOptions) *follower {
-	f := &follower{out: &limitWriter{w: w, left: -1}}
+	f := &follower{out: &runlog.LimitWriter{W: w, Left: -1}}
 	if o.LimitBytes != nil {
-		f.out.left = *o.LimitBytes
+		f.out.Left = *o.LimitBytes
 	}
 	f.flusher, _ = w.(http.Flusher)
 	f.lw = runlog.NewLiveWriter(f.out, runlog.RenderOptions{Stream: runlog.Stream(o.Stream), Timestamps: o.Timestamps})
 	if o.TailLines != nil {
-		f.tail, f.tailLines = &bytes.Buffer{}, *o.TailLines
+		f.tail = runlog.NewTailBuffer(*o.TailLines, runlog.MaxTailBytes)
 		f.lw.SetWriter(f.tail)
 	}
 	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
