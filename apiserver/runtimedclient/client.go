@@ -3,6 +3,7 @@ package runtimedclient
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -76,6 +77,9 @@ type Client struct {
 	// fanout shares one log stream among the follows of one attempt; nil
 	// opens one per follow.
 	fanout *logfanout.Fanout
+	// legacy says this runtimed is of the release before: it reads only
+	// the invoke request's fields of that release (see Invoke).
+	legacy atomic.Bool
 }
 
 var _ Interface = &Client{}

@@ -33,13 +33,29 @@ func (c *Client) Invoke(ctx context.Context, inv Invocation) (*Answer, error) {
 	defer cancel()
 	var dispatched peer.Peer
 	var header metadata.MD
-	resp, err := c.rpc.Invoke(ctx, &runtimedv1.InvokeRequest{
+	req := &runtimedv1.InvokeRequest{
 		RunUid: string(inv.RunUID), Attempt: inv.Attempt, PodUid: string(inv.PodUID),
-		InvocationId: inv.ID, CallerSentId: inv.CallerSentID, Caller: inv.Caller,
-		Input:         inv.Input,
-		ContentType:   invocation.ContentTypeJSON,
-		TimeoutMillis: inv.Timeout.Milliseconds(),
-	}, grpc.Peer(&dispatched), grpc.Header(&header))
+		CallerSentId: inv.CallerSentID, Caller: inv.Caller,
+		Invocation: &runtimev1.InvokeFunctionRequest{
+			InvocationId:  inv.ID,
+			Input:         inv.Input,
+			ContentType:   invocation.ContentTypeJSON,
+			TimeoutMillis: inv.Timeout.Milliseconds(),
+		},
+	}
+	if c.legacy.Load() {
+		legacyRequest(req)
+	}
+	resp, err := c.rpc.Invoke(ctx, req, grpc.Peer(&dispatched), grpc.Header(&header))
+	if err != nil && req.Invocation != nil && refusedAsLegacy(err) {
+		// A runtimed of the release before reads only the fields that
+		// release sent, and refused before anything ran: ask again in
+		// them, and from now on.
+		c.legacy.Store(true)
+		legacyRequest(req)
+		header = nil
+		resp, err = c.rpc.Invoke(ctx, req, grpc.Peer(&dispatched), grpc.Header(&header))
+	}
 	replayed := replayedBy(header)
 	if err != nil {
 		var answer *Answer
@@ -56,15 +72,60 @@ func (c *Client) Invoke(ctx context.Context, inv Invocation) (*Answer, error) {
 		}
 		return answer, rpcStatus(err, dispatched.Addr != nil, inv.Timeout)
 	}
+	out := resp.GetResult()
+	if out == nil {
+		out = legacyResult(resp)
+	}
 	answer := &Answer{
-		Handler:    time.Duration(resp.GetDurationNanos()),
+		Handler:    time.Duration(out.GetDurationNanos()),
 		Runtimed:   time.Duration(resp.GetRuntimedNanos()),
 		Timed:      resp.GetRuntimedNanos() != 0,
-		WorkerWarm: resp.GetWorkerWarm(),
+		WorkerWarm: out.GetWorkerWarm(),
 		Replayed:   replayed,
 	}
-	invokeResult(&answer.Result, resp)
+	invokeResult(&answer.Result, out)
 	return answer, nil
+}
+
+// legacyRefusal is how a runtimed of the release before refuses a request
+// whose invocation ID it finds in no field it reads: NotStarted, so asking
+// again cannot run the handler twice. This server always sends an ID.
+const legacyRefusal = "invocation_id: an invocation ID must not be empty"
+
+// refusedAsLegacy says err is a runtimed of the release before refusing
+// the request that nests the Runtime Server's.
+func refusedAsLegacy(err error) bool {
+	st := status.Convert(err)
+	return runtimev1.IsNotStarted(err) && st.Code() == codes.InvalidArgument && st.Message() == legacyRefusal
+}
+
+// legacyRequest moves req's invocation into the fields of the release
+// before, which a runtimed of that release reads.
+func legacyRequest(req *runtimedv1.InvokeRequest) {
+	call := req.Invocation
+	req.Invocation = nil
+	req.InvocationId, req.Input, req.ContentType, req.TimeoutMillis = call.GetInvocationId(), call.GetInput(), call.GetContentType(), call.GetTimeoutMillis()
+}
+
+// legacyResult is the answer of a runtimed of the release before, which
+// repeats the Runtime Server's fields in its own.
+func legacyResult(resp *runtimedv1.InvokeResponse) *runtimev1.InvokeFunctionResponse {
+	out := &runtimev1.InvokeFunctionResponse{
+		InvocationId:    resp.GetInvocationId(),
+		Output:          resp.GetOutput(),
+		ContentType:     resp.GetContentType(),
+		Outputs:         resp.GetOutputs(),
+		Stdout:          resp.GetStdout(),
+		Stderr:          resp.GetStderr(),
+		StdoutTruncated: resp.GetStdoutTruncated(),
+		StderrTruncated: resp.GetStderrTruncated(),
+		DurationNanos:   resp.GetDurationNanos(),
+		WorkerWarm:      resp.GetWorkerWarm(),
+	}
+	if e := resp.GetError(); e != nil {
+		out.Error = &runtimev1.FunctionError{Type: e.GetType(), Message: e.GetMessage()}
+	}
+	return out
 }
 
 // rpcStatus maps runtimed's answer. Only an answer that carries
@@ -101,7 +162,7 @@ func rpcStatus(err error, dispatched bool, timeout time.Duration) error {
 // invokeResult writes runtimed's answer into result, the API's
 // InvokeResult: the one copy of the response shape on this hop. A handler
 // error is still a result.
-func invokeResult(result *kruntimes.InvokeResult, resp *runtimedv1.InvokeResponse) {
+func invokeResult(result *kruntimes.InvokeResult, resp *runtimev1.InvokeFunctionResponse) {
 	result.InvocationID = resp.GetInvocationId()
 	result.Output = runtime.RawExtension{Raw: jsonOutput(resp.GetOutput(), resp.GetContentType())}
 	result.Outputs = resp.GetOutputs()

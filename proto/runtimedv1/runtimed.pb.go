@@ -111,28 +111,38 @@ type InvokeRequest struct {
 	RunUid  string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
 	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	PodUid  string                 `protobuf:"bytes,3,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
-	// At most 128 bytes; the apiserver always sets it.
-	InvocationId string `protobuf:"bytes,4,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
-	// At most 1 MiB of JSON.
-	Input []byte `protobuf:"bytes,5,opt,name=input,proto3" json:"input,omitempty"`
-	// How long the invocation may run; 0 for no bound beyond the call's own
-	// deadline.
-	TimeoutMillis int64 `protobuf:"varint,6,opt,name=timeout_millis,json=timeoutMillis,proto3" json:"timeout_millis,omitempty"`
+	// What runtimed asks the Runtime Server, as the apiserver sends it:
+	// invocation_id (at most 128 bytes; the apiserver always sets it), input
+	// (at most 1 MiB of JSON), timeout_millis (0 for no bound beyond the
+	// call's own deadline) and content_type. When content_type is
+	// application/json the apiserver validated the input as JSON, and nothing
+	// downstream scans it again; empty means application/json that nobody
+	// checked, which the Runtime Server then validates. runtimed sets run_uid
+	// (from this message's) and registration_id (its live registration's)
+	// before passing it on.
+	Invocation *runtimev1.InvokeFunctionRequest `protobuf:"bytes,30,opt,name=invocation,proto3" json:"invocation,omitempty"`
 	// The authenticated caller, for runtimed's audit line; never a credential.
 	Caller string `protobuf:"bytes,7,opt,name=caller,proto3" json:"caller,omitempty"`
-	// The media type of input, passed on to the Runtime Server. When it is
-	// application/json the apiserver validated the body as JSON, and nothing
-	// downstream scans it again; empty means application/json that nobody
-	// checked, which the Runtime Server then validates.
-	ContentType string `protobuf:"bytes,8,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
-	// The caller sent invocation_id (X-Kruntime-Invocation-ID) rather than
-	// the apiserver minting it: runtimed then records the outcome under it
-	// and caller for its deduplication window, and a repeat by the same
-	// caller within the window is
-	// answered with that outcome (gRPC response header
-	// x-kruntime-deduplicated: true) without running the handler again. A
-	// minted ID is never deduplicated.
-	CallerSentId  bool `protobuf:"varint,20,opt,name=caller_sent_id,json=callerSentId,proto3" json:"caller_sent_id,omitempty"`
+	// The caller sent the invocation ID (X-Kruntime-Invocation-ID) rather
+	// than the apiserver minting it: runtimed then records the outcome under
+	// it and caller for its deduplication window, and a repeat by the same
+	// caller within the window is answered with that outcome (gRPC response
+	// header x-kruntime-deduplicated: true) without running the handler
+	// again. A minted ID is never deduplicated.
+	CallerSentId bool `protobuf:"varint,20,opt,name=caller_sent_id,json=callerSentId,proto3" json:"caller_sent_id,omitempty"`
+	// The request of an apiserver of the release before, which repeated the
+	// fields of invocation here: runtimed reads them only when invocation is
+	// absent, and then answers in InvokeResponse's fields of that release.
+	// Removed in the release after this one.
+	//
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	InvocationId string `protobuf:"bytes,4,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	Input []byte `protobuf:"bytes,5,opt,name=input,proto3" json:"input,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	TimeoutMillis int64 `protobuf:"varint,6,opt,name=timeout_millis,json=timeoutMillis,proto3" json:"timeout_millis,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	ContentType   string `protobuf:"bytes,8,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -188,37 +198,16 @@ func (x *InvokeRequest) GetPodUid() string {
 	return ""
 }
 
-func (x *InvokeRequest) GetInvocationId() string {
+func (x *InvokeRequest) GetInvocation() *runtimev1.InvokeFunctionRequest {
 	if x != nil {
-		return x.InvocationId
-	}
-	return ""
-}
-
-func (x *InvokeRequest) GetInput() []byte {
-	if x != nil {
-		return x.Input
+		return x.Invocation
 	}
 	return nil
-}
-
-func (x *InvokeRequest) GetTimeoutMillis() int64 {
-	if x != nil {
-		return x.TimeoutMillis
-	}
-	return 0
 }
 
 func (x *InvokeRequest) GetCaller() string {
 	if x != nil {
 		return x.Caller
-	}
-	return ""
-}
-
-func (x *InvokeRequest) GetContentType() string {
-	if x != nil {
-		return x.ContentType
 	}
 	return ""
 }
@@ -230,29 +219,75 @@ func (x *InvokeRequest) GetCallerSentId() bool {
 	return false
 }
 
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeRequest) GetInvocationId() string {
+	if x != nil {
+		return x.InvocationId
+	}
+	return ""
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeRequest) GetInput() []byte {
+	if x != nil {
+		return x.Input
+	}
+	return nil
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeRequest) GetTimeoutMillis() int64 {
+	if x != nil {
+		return x.TimeoutMillis
+	}
+	return 0
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeRequest) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
 type InvokeResponse struct {
-	state        protoimpl.MessageState `protogen:"open.v1"`
-	InvocationId string                 `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
-	// JSON; empty when the handler failed.
-	Output          []byte            `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
-	Outputs         map[string]string `protobuf:"bytes,3,rep,name=outputs,proto3" json:"outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
-	Stdout          []byte            `protobuf:"bytes,4,opt,name=stdout,proto3" json:"stdout,omitempty"`
-	Stderr          []byte            `protobuf:"bytes,5,opt,name=stderr,proto3" json:"stderr,omitempty"`
-	StdoutTruncated bool              `protobuf:"varint,6,opt,name=stdout_truncated,json=stdoutTruncated,proto3" json:"stdout_truncated,omitempty"`
-	StderrTruncated bool              `protobuf:"varint,7,opt,name=stderr_truncated,json=stderrTruncated,proto3" json:"stderr_truncated,omitempty"`
-	Error           *FunctionError    `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
-	DurationNanos   int64             `protobuf:"varint,9,opt,name=duration_nanos,json=durationNanos,proto3" json:"duration_nanos,omitempty"`
-	// The media type of output, as the Runtime Server named it. When it is
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The Runtime Server's answer as it gave it: a handler error is a result
+	// too. The content type of output is the Runtime Server's: when it is
 	// application/json the output is JSON, and the apiserver writes it into
-	// its answer without scanning it first; any other type, or none (a
-	// runtimed that does not say), makes the apiserver check, and output that
-	// is not JSON becomes a JSON string.
-	ContentType string `protobuf:"bytes,10,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// its answer without scanning it first; any other type, or none, makes
+	// the apiserver check, and output that is not JSON becomes a JSON string.
+	Result *runtimev1.InvokeFunctionResponse `protobuf:"bytes,30,opt,name=result,proto3" json:"result,omitempty"`
 	// How long runtimed spent on this call, the handler's duration included:
 	// the apiserver's Server-Timing tells its own share from runtimed's.
 	RuntimedNanos int64 `protobuf:"varint,20,opt,name=runtimed_nanos,json=runtimedNanos,proto3" json:"runtimed_nanos,omitempty"`
-	// The worker that ran the handler was already running (not started or
-	// restarted for this invocation), as the Runtime Server said.
+	// The answer to a request without invocation (an apiserver of the
+	// release before), which repeated the fields of result here; result is
+	// then unset. The apiserver reads them when result is absent (a runtimed
+	// of the release before). Removed in the release after this one.
+	//
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	InvocationId string `protobuf:"bytes,1,opt,name=invocation_id,json=invocationId,proto3" json:"invocation_id,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	Output []byte `protobuf:"bytes,2,opt,name=output,proto3" json:"output,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	Outputs map[string]string `protobuf:"bytes,3,rep,name=outputs,proto3" json:"outputs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	Stdout []byte `protobuf:"bytes,4,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	Stderr []byte `protobuf:"bytes,5,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	StdoutTruncated bool `protobuf:"varint,6,opt,name=stdout_truncated,json=stdoutTruncated,proto3" json:"stdout_truncated,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	StderrTruncated bool `protobuf:"varint,7,opt,name=stderr_truncated,json=stderrTruncated,proto3" json:"stderr_truncated,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	Error *FunctionError `protobuf:"bytes,8,opt,name=error,proto3" json:"error,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	DurationNanos int64 `protobuf:"varint,9,opt,name=duration_nanos,json=durationNanos,proto3" json:"duration_nanos,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
+	ContentType string `protobuf:"bytes,10,opt,name=content_type,json=contentType,proto3" json:"content_type,omitempty"`
+	// Deprecated: Marked as deprecated in runtimed.proto.
 	WorkerWarm    bool `protobuf:"varint,21,opt,name=worker_warm,json=workerWarm,proto3" json:"worker_warm,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -288,74 +323,11 @@ func (*InvokeResponse) Descriptor() ([]byte, []int) {
 	return file_runtimed_proto_rawDescGZIP(), []int{2}
 }
 
-func (x *InvokeResponse) GetInvocationId() string {
+func (x *InvokeResponse) GetResult() *runtimev1.InvokeFunctionResponse {
 	if x != nil {
-		return x.InvocationId
-	}
-	return ""
-}
-
-func (x *InvokeResponse) GetOutput() []byte {
-	if x != nil {
-		return x.Output
+		return x.Result
 	}
 	return nil
-}
-
-func (x *InvokeResponse) GetOutputs() map[string]string {
-	if x != nil {
-		return x.Outputs
-	}
-	return nil
-}
-
-func (x *InvokeResponse) GetStdout() []byte {
-	if x != nil {
-		return x.Stdout
-	}
-	return nil
-}
-
-func (x *InvokeResponse) GetStderr() []byte {
-	if x != nil {
-		return x.Stderr
-	}
-	return nil
-}
-
-func (x *InvokeResponse) GetStdoutTruncated() bool {
-	if x != nil {
-		return x.StdoutTruncated
-	}
-	return false
-}
-
-func (x *InvokeResponse) GetStderrTruncated() bool {
-	if x != nil {
-		return x.StderrTruncated
-	}
-	return false
-}
-
-func (x *InvokeResponse) GetError() *FunctionError {
-	if x != nil {
-		return x.Error
-	}
-	return nil
-}
-
-func (x *InvokeResponse) GetDurationNanos() int64 {
-	if x != nil {
-		return x.DurationNanos
-	}
-	return 0
-}
-
-func (x *InvokeResponse) GetContentType() string {
-	if x != nil {
-		return x.ContentType
-	}
-	return ""
 }
 
 func (x *InvokeResponse) GetRuntimedNanos() int64 {
@@ -365,6 +337,87 @@ func (x *InvokeResponse) GetRuntimedNanos() int64 {
 	return 0
 }
 
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeResponse) GetInvocationId() string {
+	if x != nil {
+		return x.InvocationId
+	}
+	return ""
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeResponse) GetOutput() []byte {
+	if x != nil {
+		return x.Output
+	}
+	return nil
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeResponse) GetOutputs() map[string]string {
+	if x != nil {
+		return x.Outputs
+	}
+	return nil
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeResponse) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeResponse) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeResponse) GetStdoutTruncated() bool {
+	if x != nil {
+		return x.StdoutTruncated
+	}
+	return false
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeResponse) GetStderrTruncated() bool {
+	if x != nil {
+		return x.StderrTruncated
+	}
+	return false
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeResponse) GetError() *FunctionError {
+	if x != nil {
+		return x.Error
+	}
+	return nil
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeResponse) GetDurationNanos() int64 {
+	if x != nil {
+		return x.DurationNanos
+	}
+	return 0
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
+func (x *InvokeResponse) GetContentType() string {
+	if x != nil {
+		return x.ContentType
+	}
+	return ""
+}
+
+// Deprecated: Marked as deprecated in runtimed.proto.
 func (x *InvokeResponse) GetWorkerWarm() bool {
 	if x != nil {
 		return x.WorkerWarm
@@ -372,6 +425,7 @@ func (x *InvokeResponse) GetWorkerWarm() bool {
 	return false
 }
 
+// The handler error of InvokeResponse's fields of the release before.
 type FunctionError struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Type          string                 `protobuf:"bytes,1,opt,name=type,proto3" json:"type,omitempty"`
@@ -434,31 +488,35 @@ const file_runtimed_proto_rawDesc = "" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
 	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x1a\n" +
-	"\bfunction\x18\x05 \x01(\bR\bfunction\"\x9e\x02\n" +
+	"\bfunction\x18\x05 \x01(\bR\bfunction\"\xfb\x02\n" +
 	"\rInvokeRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
-	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12#\n" +
-	"\rinvocation_id\x18\x04 \x01(\tR\finvocationId\x12\x14\n" +
-	"\x05input\x18\x05 \x01(\fR\x05input\x12%\n" +
-	"\x0etimeout_millis\x18\x06 \x01(\x03R\rtimeoutMillis\x12\x16\n" +
-	"\x06caller\x18\a \x01(\tR\x06caller\x12!\n" +
-	"\fcontent_type\x18\b \x01(\tR\vcontentType\x12$\n" +
-	"\x0ecaller_sent_id\x18\x14 \x01(\bR\fcallerSentId\"\xab\x04\n" +
-	"\x0eInvokeResponse\x12#\n" +
-	"\rinvocation_id\x18\x01 \x01(\tR\finvocationId\x12\x16\n" +
-	"\x06output\x18\x02 \x01(\fR\x06output\x12L\n" +
-	"\aoutputs\x18\x03 \x03(\v22.kruntimes.runtimed.v1.InvokeResponse.OutputsEntryR\aoutputs\x12\x16\n" +
-	"\x06stdout\x18\x04 \x01(\fR\x06stdout\x12\x16\n" +
-	"\x06stderr\x18\x05 \x01(\fR\x06stderr\x12)\n" +
-	"\x10stdout_truncated\x18\x06 \x01(\bR\x0fstdoutTruncated\x12)\n" +
-	"\x10stderr_truncated\x18\a \x01(\bR\x0fstderrTruncated\x12:\n" +
-	"\x05error\x18\b \x01(\v2$.kruntimes.runtimed.v1.FunctionErrorR\x05error\x12%\n" +
-	"\x0eduration_nanos\x18\t \x01(\x03R\rdurationNanos\x12!\n" +
+	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12K\n" +
+	"\n" +
+	"invocation\x18\x1e \x01(\v2+.kruntimes.runtime.v1.InvokeFunctionRequestR\n" +
+	"invocation\x12\x16\n" +
+	"\x06caller\x18\a \x01(\tR\x06caller\x12$\n" +
+	"\x0ecaller_sent_id\x18\x14 \x01(\bR\fcallerSentId\x12'\n" +
+	"\rinvocation_id\x18\x04 \x01(\tB\x02\x18\x01R\finvocationId\x12\x18\n" +
+	"\x05input\x18\x05 \x01(\fB\x02\x18\x01R\x05input\x12)\n" +
+	"\x0etimeout_millis\x18\x06 \x01(\x03B\x02\x18\x01R\rtimeoutMillis\x12%\n" +
+	"\fcontent_type\x18\b \x01(\tB\x02\x18\x01R\vcontentType\"\x9d\x05\n" +
+	"\x0eInvokeResponse\x12D\n" +
+	"\x06result\x18\x1e \x01(\v2,.kruntimes.runtime.v1.InvokeFunctionResponseR\x06result\x12%\n" +
+	"\x0eruntimed_nanos\x18\x14 \x01(\x03R\rruntimedNanos\x12'\n" +
+	"\rinvocation_id\x18\x01 \x01(\tB\x02\x18\x01R\finvocationId\x12\x1a\n" +
+	"\x06output\x18\x02 \x01(\fB\x02\x18\x01R\x06output\x12P\n" +
+	"\aoutputs\x18\x03 \x03(\v22.kruntimes.runtimed.v1.InvokeResponse.OutputsEntryB\x02\x18\x01R\aoutputs\x12\x1a\n" +
+	"\x06stdout\x18\x04 \x01(\fB\x02\x18\x01R\x06stdout\x12\x1a\n" +
+	"\x06stderr\x18\x05 \x01(\fB\x02\x18\x01R\x06stderr\x12-\n" +
+	"\x10stdout_truncated\x18\x06 \x01(\bB\x02\x18\x01R\x0fstdoutTruncated\x12-\n" +
+	"\x10stderr_truncated\x18\a \x01(\bB\x02\x18\x01R\x0fstderrTruncated\x12>\n" +
+	"\x05error\x18\b \x01(\v2$.kruntimes.runtimed.v1.FunctionErrorB\x02\x18\x01R\x05error\x12)\n" +
+	"\x0eduration_nanos\x18\t \x01(\x03B\x02\x18\x01R\rdurationNanos\x12%\n" +
 	"\fcontent_type\x18\n" +
-	" \x01(\tR\vcontentType\x12%\n" +
-	"\x0eruntimed_nanos\x18\x14 \x01(\x03R\rruntimedNanos\x12\x1f\n" +
-	"\vworker_warm\x18\x15 \x01(\bR\n" +
+	" \x01(\tB\x02\x18\x01R\vcontentType\x12#\n" +
+	"\vworker_warm\x18\x15 \x01(\bB\x02\x18\x01R\n" +
 	"workerWarm\x1a:\n" +
 	"\fOutputsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -484,25 +542,29 @@ func file_runtimed_proto_rawDescGZIP() []byte {
 
 var file_runtimed_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_runtimed_proto_goTypes = []any{
-	(*FollowLogRequest)(nil),            // 0: kruntimes.runtimed.v1.FollowLogRequest
-	(*InvokeRequest)(nil),               // 1: kruntimes.runtimed.v1.InvokeRequest
-	(*InvokeResponse)(nil),              // 2: kruntimes.runtimed.v1.InvokeResponse
-	(*FunctionError)(nil),               // 3: kruntimes.runtimed.v1.FunctionError
-	nil,                                 // 4: kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
-	(*runtimev1.FollowLogResponse)(nil), // 5: kruntimes.runtime.v1.FollowLogResponse
+	(*FollowLogRequest)(nil),                 // 0: kruntimes.runtimed.v1.FollowLogRequest
+	(*InvokeRequest)(nil),                    // 1: kruntimes.runtimed.v1.InvokeRequest
+	(*InvokeResponse)(nil),                   // 2: kruntimes.runtimed.v1.InvokeResponse
+	(*FunctionError)(nil),                    // 3: kruntimes.runtimed.v1.FunctionError
+	nil,                                      // 4: kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
+	(*runtimev1.InvokeFunctionRequest)(nil),  // 5: kruntimes.runtime.v1.InvokeFunctionRequest
+	(*runtimev1.InvokeFunctionResponse)(nil), // 6: kruntimes.runtime.v1.InvokeFunctionResponse
+	(*runtimev1.FollowLogResponse)(nil),      // 7: kruntimes.runtime.v1.FollowLogResponse
 }
 var file_runtimed_proto_depIdxs = []int32{
-	4, // 0: kruntimes.runtimed.v1.InvokeResponse.outputs:type_name -> kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
-	3, // 1: kruntimes.runtimed.v1.InvokeResponse.error:type_name -> kruntimes.runtimed.v1.FunctionError
-	1, // 2: kruntimes.runtimed.v1.Runtimed.Invoke:input_type -> kruntimes.runtimed.v1.InvokeRequest
-	0, // 3: kruntimes.runtimed.v1.Runtimed.FollowLog:input_type -> kruntimes.runtimed.v1.FollowLogRequest
-	2, // 4: kruntimes.runtimed.v1.Runtimed.Invoke:output_type -> kruntimes.runtimed.v1.InvokeResponse
-	5, // 5: kruntimes.runtimed.v1.Runtimed.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
-	4, // [4:6] is the sub-list for method output_type
-	2, // [2:4] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	5, // 0: kruntimes.runtimed.v1.InvokeRequest.invocation:type_name -> kruntimes.runtime.v1.InvokeFunctionRequest
+	6, // 1: kruntimes.runtimed.v1.InvokeResponse.result:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse
+	4, // 2: kruntimes.runtimed.v1.InvokeResponse.outputs:type_name -> kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
+	3, // 3: kruntimes.runtimed.v1.InvokeResponse.error:type_name -> kruntimes.runtimed.v1.FunctionError
+	1, // 4: kruntimes.runtimed.v1.Runtimed.Invoke:input_type -> kruntimes.runtimed.v1.InvokeRequest
+	0, // 5: kruntimes.runtimed.v1.Runtimed.FollowLog:input_type -> kruntimes.runtimed.v1.FollowLogRequest
+	2, // 6: kruntimes.runtimed.v1.Runtimed.Invoke:output_type -> kruntimes.runtimed.v1.InvokeResponse
+	7, // 7: kruntimes.runtimed.v1.Runtimed.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	6, // [6:8] is the sub-list for method output_type
+	4, // [4:6] is the sub-list for method input_type
+	4, // [4:4] is the sub-list for extension type_name
+	4, // [4:4] is the sub-list for extension extendee
+	0, // [0:4] is the sub-list for field type_name
 }
 
 func init() { file_runtimed_proto_init() }

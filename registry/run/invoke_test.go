@@ -142,7 +142,7 @@ func (f *fakeRuntimed) Invoke(ctx context.Context, in *runtimedv1.InvokeRequest,
 	if f.respond != nil {
 		return f.respond(in), nil
 	}
-	return &runtimedv1.InvokeResponse{InvocationId: in.GetInvocationId(), Output: []byte(`{"ok":true}`), DurationNanos: int64(12 * time.Millisecond)}, nil
+	return &runtimedv1.InvokeResponse{InvocationId: in.GetInvocation().GetInvocationId(), Output: []byte(`{"ok":true}`), DurationNanos: int64(12 * time.Millisecond)}, nil
 }
 
 // call is one request to runs/invoke.
@@ -222,7 +222,7 @@ func invokeWith(t *testing.T, router Router, settings InvokeSettings, inv call) 
 
 func runtimedAnswers(resp *runtimedv1.InvokeResponse) *fakeRuntimed {
 	return &fakeRuntimed{respond: func(in *runtimedv1.InvokeRequest) *runtimedv1.InvokeResponse {
-		resp.InvocationId = in.GetInvocationId()
+		resp.InvocationId = in.GetInvocation().GetInvocationId()
 		return resp
 	}}
 }
@@ -335,8 +335,8 @@ func TestInvokeAnswers(t *testing.T) {
 				assert.Equal(t, int32(2), sent.GetAttempt())
 				assert.Equal(t, "pod-uid", sent.GetPodUid())
 				assert.Equal(t, "alice", sent.GetCaller())
-				assert.Equal(t, `{"x": [1, 2]}`, string(sent.GetInput()), "the input is passed on as it came")
-				assert.Equal(t, "application/json", sent.GetContentType(), "and says it is JSON that was checked")
+				assert.Equal(t, `{"x": [1, 2]}`, string(sent.GetInvocation().GetInput()), "the input is passed on as it came")
+				assert.Equal(t, "application/json", sent.GetInvocation().GetContentType(), "and says it is JSON that was checked")
 			},
 		},
 		{
@@ -345,7 +345,7 @@ func TestInvokeAnswers(t *testing.T) {
 			check: func(t *testing.T, a answer, sent *runtimedv1.InvokeRequest) {
 				id := a.header.Get(invocation.HeaderID)
 				assert.Regexp(t, `^[0-9a-f]{32}$`, id)
-				assert.Equal(t, id, sent.GetInvocationId())
+				assert.Equal(t, id, sent.GetInvocation().GetInvocationId())
 				assert.Equal(t, id, a.result(t).InvocationID)
 			},
 		},
@@ -355,7 +355,7 @@ func TestInvokeAnswers(t *testing.T) {
 			code: http.StatusOK, ran: true,
 			check: func(t *testing.T, a answer, sent *runtimedv1.InvokeRequest) {
 				assert.Equal(t, strings.Repeat("i", 128), a.header.Get(invocation.HeaderID))
-				assert.Equal(t, strings.Repeat("i", 128), sent.GetInvocationId())
+				assert.Equal(t, strings.Repeat("i", 128), sent.GetInvocation().GetInvocationId())
 			},
 		},
 		{
@@ -368,7 +368,7 @@ func TestInvokeAnswers(t *testing.T) {
 			inv:  call{body: oneMiB},
 			code: http.StatusOK, ran: true,
 			check: func(t *testing.T, _ answer, sent *runtimedv1.InvokeRequest) {
-				assert.Len(t, sent.GetInput(), 1<<20)
+				assert.Len(t, sent.GetInvocation().GetInput(), 1<<20)
 			},
 		},
 		{
@@ -502,7 +502,7 @@ func TestInvokeAnswers(t *testing.T) {
 			inv:  call{headers: map[string]string{invocation.HeaderID: "commande-n°42"}},
 			code: http.StatusOK, ran: true,
 			check: func(t *testing.T, a answer, sent *runtimedv1.InvokeRequest) {
-				assert.Equal(t, "commande-n°42", sent.GetInvocationId())
+				assert.Equal(t, "commande-n°42", sent.GetInvocation().GetInvocationId())
 			},
 		},
 	}
@@ -671,7 +671,7 @@ func TestInvokeTimeout(t *testing.T) {
 				assert.Nil(t, router.runtimed.got, "nothing was sent")
 				return
 			}
-			sent := time.Duration(router.runtimed.got.GetTimeoutMillis()) * time.Millisecond
+			sent := time.Duration(router.runtimed.got.GetInvocation().GetTimeoutMillis()) * time.Millisecond
 			assert.GreaterOrEqual(t, sent, tc.sentMin)
 			assert.LessOrEqual(t, sent, tc.sentMax)
 			if tc.request > 0 {
@@ -686,7 +686,7 @@ func TestInvokeTimeout(t *testing.T) {
 	t.Run("no maximum configured is the default of 55s", func(t *testing.T) {
 		router := &fakeRouter{runtimed: &fakeRuntimed{}}
 		require.Equal(t, http.StatusOK, invoke(t, router, 0, call{}).code)
-		assert.Equal(t, invocation.DefaultMaxTimeout.Milliseconds(), router.runtimed.got.GetTimeoutMillis())
+		assert.Equal(t, invocation.DefaultMaxTimeout.Milliseconds(), router.runtimed.got.GetInvocation().GetTimeoutMillis())
 	})
 }
 
@@ -737,7 +737,7 @@ func FuzzInvokeInput(f *testing.F) {
 		require.Less(t, a.code, http.StatusInternalServerError, "%s", a.body)
 		if a.code == http.StatusOK {
 			require.True(t, json.Valid(body))
-			require.Equal(t, body, router.runtimed.got.GetInput())
+			require.Equal(t, body, router.runtimed.got.GetInvocation().GetInput())
 		}
 	})
 }
@@ -801,7 +801,7 @@ func TestInvokeValidatesInputAgainstSchema(t *testing.T) {
 		a := invoke(t, &fakeRouter{runtimed: runtimed, input: validator}, 0, call{body: body})
 		require.Equal(t, http.StatusOK, a.code, "%s", a.body)
 		require.NotNil(t, runtimed.got)
-		assert.Equal(t, body, runtimed.got.GetInput())
+		assert.Equal(t, body, runtimed.got.GetInvocation().GetInput())
 	})
 	t.Run("a Run without a schema takes any JSON", func(t *testing.T) {
 		runtimed := &fakeRuntimed{}

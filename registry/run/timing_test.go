@@ -105,7 +105,7 @@ func TestServerTimingAddsUpToTheTotal(t *testing.T) {
 func TestInvokeAnswersCarryServerTiming(t *testing.T) {
 	t.Run("an answer names every hop", func(t *testing.T) {
 		rt := &fakeRuntimed{respond: func(in *runtimedv1.InvokeRequest) *runtimedv1.InvokeResponse {
-			return &runtimedv1.InvokeResponse{InvocationId: in.GetInvocationId(), Output: []byte(`1`), RuntimedNanos: 1000, DurationNanos: 500, WorkerWarm: true}
+			return &runtimedv1.InvokeResponse{InvocationId: in.GetInvocation().GetInvocationId(), Output: []byte(`1`), RuntimedNanos: 1000, DurationNanos: 500, WorkerWarm: true}
 		}}
 		before := time.Now()
 		a := invoke(t, &fakeRouter{runtimed: rt}, time.Minute, call{})
@@ -146,19 +146,19 @@ func TestInvokeSaysWhetherTheCallerSentTheID(t *testing.T) {
 	a := invoke(t, &fakeRouter{runtimed: rt}, time.Minute, call{headers: map[string]string{invocation.HeaderID: "mine"}})
 	require.Equal(t, http.StatusOK, a.code)
 	assert.True(t, rt.got.GetCallerSentId(), "an ID the caller sent is deduplicated")
-	assert.Equal(t, "mine", rt.got.GetInvocationId())
+	assert.Equal(t, "mine", rt.got.GetInvocation().GetInvocationId())
 
 	a = invoke(t, &fakeRouter{runtimed: rt}, time.Minute, call{})
 	require.Equal(t, http.StatusOK, a.code)
 	assert.False(t, rt.got.GetCallerSentId(), "a minted ID is never deduplicated")
-	assert.Equal(t, a.header.Get(invocation.HeaderID), rt.got.GetInvocationId())
+	assert.Equal(t, a.header.Get(invocation.HeaderID), rt.got.GetInvocation().GetInvocationId())
 }
 
 func TestInvokeMarksReplays(t *testing.T) {
 	replayed := metadata.Pairs(invocation.MetadataDeduplicated, "true")
 	t.Run("a replayed answer", func(t *testing.T) {
 		rt := &fakeRuntimed{header: replayed, respond: func(in *runtimedv1.InvokeRequest) *runtimedv1.InvokeResponse {
-			return &runtimedv1.InvokeResponse{InvocationId: in.GetInvocationId(), Output: []byte(`1`), RuntimedNanos: 1000, DurationNanos: 5_000_000, WorkerWarm: true}
+			return &runtimedv1.InvokeResponse{InvocationId: in.GetInvocation().GetInvocationId(), Output: []byte(`1`), RuntimedNanos: 1000, DurationNanos: 5_000_000, WorkerWarm: true}
 		}}
 		a := invoke(t, &fakeRouter{runtimed: rt}, time.Minute, call{headers: map[string]string{invocation.HeaderID: "mine"}})
 		require.Equal(t, http.StatusOK, a.code)

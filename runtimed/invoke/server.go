@@ -83,7 +83,9 @@ type DedupConfig struct {
 type registrationTable struct {
 	attempt        int32
 	registrationID string
-	table          *dedup.Table[*runtimedv1.InvokeResponse]
+	// table keeps the Runtime Server's answers as they came: every
+	// replay wraps the same message, which nobody writes.
+	table *dedup.Table[*runtimev1.InvokeFunctionResponse]
 	// lastUsed is when tableOf last handed the table out.
 	lastUsed time.Time
 }
@@ -123,7 +125,8 @@ func (s *Server) Bound(b Bounder) *Server {
 // its deadline; any other error is Aborted: the handler may have run.
 func (s *Server) Invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*runtimedv1.InvokeResponse, error) {
 	started := time.Now()
-	resp, replayed, err := s.invoke(ctx, req)
+	call, legacy := functionRequest(req)
+	out, replayed, err := s.invoke(ctx, req, call)
 	if replayed {
 		metrics.InvocationsDeduplicated.Inc()
 		// The header goes out with the answer or the error alike.
@@ -135,99 +138,38 @@ func (s *Server) Invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (*ru
 	// One line per invocation: who called what, and how it ended; never
 	// the input, the output or a credential.
 	klog.FromContext(ctx).Info("Invocation", "runtime", s.runtime, "runUID", req.GetRunUid(), "attempt", req.GetAttempt(),
-		"invocationID", req.GetInvocationId(), "caller", req.GetCaller(), "code", code.String(), "duration", elapsed,
-		"functionError", resp.GetError().GetType(), "deduplicated", replayed)
-	if resp != nil {
-		resp.RuntimedNanos = elapsed.Nanoseconds()
-	}
+		"invocationID", call.GetInvocationId(), "caller", req.GetCaller(), "code", code.String(), "duration", elapsed,
+		"functionError", out.GetError().GetType(), "deduplicated", replayed)
 	if err != nil {
 		// An error has no field for it: the apiserver's Server-Timing
 		// reads runtimed's share from the header.
 		_ = grpc.SetHeader(ctx, metadata.Pairs(invocation.MetadataRuntimedNanos, strconv.FormatInt(elapsed.Nanoseconds(), 10)))
-	}
-	return resp, err
-}
-
-func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest) (resp *runtimedv1.InvokeResponse, replayed bool, err error) {
-	if err := invocation.CheckID(req.GetInvocationId()); err != nil {
-		return nil, false, runtimev1.NotStartedError(codes.InvalidArgument, "invocation_id: %v", err)
-	}
-	switch {
-	case len(req.GetInput()) > invocation.MaxInputBytes:
-		return nil, false, runtimev1.NotStartedError(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(req.GetInput()), invocation.MaxInputBytes)
-	case req.GetTimeoutMillis() < 0:
-		return nil, false, runtimev1.NotStartedError(codes.InvalidArgument, "timeout_millis must not be negative")
-	}
-	id, err := s.gate.Admit(types.UID(req.GetRunUid()), req.GetAttempt(), types.UID(req.GetPodUid()))
-	if err != nil {
-		return nil, false, runtimev1.NotStartedError(codes.FailedPrecondition, "%s", err.Error())
-	}
-	if !req.GetCallerSentId() || s.dedup.Window <= 0 {
-		resp, err := s.call(ctx, req, id)
-		return resp, false, err
-	}
-	table := s.tableOf(types.UID(req.GetRunUid()), req.GetAttempt(), id)
-	// Keyed by the caller too: another identity that sends the same ID
-	// runs its own invocation rather than reading this caller's outcome.
-	// An ID holds no control character, so the NUL splits the key alone.
-	found, err := table.Begin(ctx, req.GetInvocationId()+"\x00"+req.GetCaller())
-	if err != nil {
-		// Gave up waiting for the invocation in flight with this ID, which
-		// started: not NotStarted.
-		return nil, false, status.Errorf(status.FromContextError(err).Code(),
-			"an invocation with ID %q is in flight; its outcome did not arrive in time: %v", req.GetInvocationId(), err)
-	}
-	if found.Replayed {
-		// Each answer is its own message: the recorded one is shared.
-		return shallowCopy(found.Value), true, found.Err
-	}
-	// The outcome is recorded for a retry, so the invocation runs to its
-	// end even when this caller goes away first; its deadline stays.
-	runCtx := context.WithoutCancel(ctx)
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		runCtx, cancel = context.WithDeadline(runCtx, deadline)
-		defer cancel()
-	}
-	resp, err = s.call(runCtx, req, id)
-	// Everything but a refusal before the handler started is recorded:
-	// keeping the uncertain outcomes too is what makes a repeat run at
-	// most once.
-	found.Run.Finish(resp, err, err == nil || !runtimev1.IsNotStarted(err))
-	s.sweep()
-	if resp != nil {
-		resp = shallowCopy(resp)
-	}
-	return resp, false, err
-}
-
-// call invokes the Runtime Server under the registration ID id.
-func (s *Server) call(ctx context.Context, req *runtimedv1.InvokeRequest, id string) (*runtimedv1.InvokeResponse, error) {
-	// The content type goes on as it came: application/json says the
-	// apiserver validated the input, so the Runtime Server does not scan it.
-	callCtx := ctx
-	if s.bound != nil {
-		var cancel context.CancelFunc
-		callCtx, cancel = s.bound.Bound(ctx)
-		defer cancel()
-	}
-	var reached peer.Peer
-	out, err := s.runtimeServer.InvokeFunction(callCtx, &runtimev1.InvokeFunctionRequest{
-		RunUid:         req.GetRunUid(),
-		RegistrationId: id,
-		InvocationId:   req.GetInvocationId(),
-		Input:          req.GetInput(),
-		ContentType:    req.GetContentType(),
-		TimeoutMillis:  req.GetTimeoutMillis(),
-	}, grpc.Peer(&reached))
-	if err != nil {
-		err = invokeError(err, reached.Addr != nil)
-		if ctx.Err() == nil && callCtx.Err() != nil && !runtimev1.IsNotStarted(err) {
-			// The bound stopped it, not the caller.
-			return nil, status.Errorf(codes.Aborted, "the invocation was stopped because %v; its outcome is unknown", context.Cause(callCtx))
-		}
 		return nil, err
 	}
+	if legacy {
+		return legacyResponse(out, elapsed), nil
+	}
+	return &runtimedv1.InvokeResponse{Result: out, RuntimedNanos: elapsed.Nanoseconds()}, nil
+}
+
+// functionRequest is what req asks of the Runtime Server, run_uid set;
+// legacy says req came in the fields of the release before (no
+// invocation), to be answered in that release's fields.
+func functionRequest(req *runtimedv1.InvokeRequest) (call *runtimev1.InvokeFunctionRequest, legacy bool) {
+	call = req.GetInvocation()
+	if call == nil {
+		legacy = true
+		call = &runtimev1.InvokeFunctionRequest{InvocationId: req.GetInvocationId(), Input: req.GetInput(),
+			ContentType: req.GetContentType(), TimeoutMillis: req.GetTimeoutMillis()}
+		req.Input = nil
+	}
+	call.RunUid = req.GetRunUid()
+	return call, legacy
+}
+
+// legacyResponse answers an apiserver of the release before, which reads
+// the Runtime Server's answer from InvokeResponse's own fields.
+func legacyResponse(out *runtimev1.InvokeFunctionResponse, elapsed time.Duration) *runtimedv1.InvokeResponse {
 	resp := &runtimedv1.InvokeResponse{
 		InvocationId:    out.GetInvocationId(),
 		Output:          out.GetOutput(),
@@ -239,33 +181,85 @@ func (s *Server) call(ctx context.Context, req *runtimedv1.InvokeRequest, id str
 		DurationNanos:   out.GetDurationNanos(),
 		ContentType:     out.GetContentType(),
 		WorkerWarm:      out.GetWorkerWarm(),
+		RuntimedNanos:   elapsed.Nanoseconds(),
 	}
 	if e := out.GetError(); e != nil {
 		resp.Error = &runtimedv1.FunctionError{Type: e.GetType(), Message: e.GetMessage()}
 	}
-	return resp, nil
+	return resp
 }
 
-// shallowCopy is a new message holding r's fields, its bytes and map
-// shared (nobody writes them): the recorded answer stays as it was when
-// runtimed_nanos is set on a copy.
-func shallowCopy(r *runtimedv1.InvokeResponse) *runtimedv1.InvokeResponse {
-	if r == nil {
-		return nil
+func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest, call *runtimev1.InvokeFunctionRequest) (out *runtimev1.InvokeFunctionResponse, replayed bool, err error) {
+	if err := invocation.CheckID(call.GetInvocationId()); err != nil {
+		return nil, false, runtimev1.NotStartedError(codes.InvalidArgument, "invocation_id: %v", err)
 	}
-	return &runtimedv1.InvokeResponse{
-		InvocationId:    r.GetInvocationId(),
-		Output:          r.GetOutput(),
-		Outputs:         r.GetOutputs(),
-		Stdout:          r.GetStdout(),
-		Stderr:          r.GetStderr(),
-		StdoutTruncated: r.GetStdoutTruncated(),
-		StderrTruncated: r.GetStderrTruncated(),
-		Error:           r.GetError(),
-		DurationNanos:   r.GetDurationNanos(),
-		ContentType:     r.GetContentType(),
-		WorkerWarm:      r.GetWorkerWarm(),
+	switch {
+	case len(call.GetInput()) > invocation.MaxInputBytes:
+		return nil, false, runtimev1.NotStartedError(codes.InvalidArgument, "input has %d bytes; at most %d are allowed", len(call.GetInput()), invocation.MaxInputBytes)
+	case call.GetTimeoutMillis() < 0:
+		return nil, false, runtimev1.NotStartedError(codes.InvalidArgument, "timeout_millis must not be negative")
 	}
+	id, err := s.gate.Admit(types.UID(req.GetRunUid()), req.GetAttempt(), types.UID(req.GetPodUid()))
+	if err != nil {
+		return nil, false, runtimev1.NotStartedError(codes.FailedPrecondition, "%s", err.Error())
+	}
+	call.RegistrationId = id
+	if !req.GetCallerSentId() || s.dedup.Window <= 0 {
+		out, err := s.call(ctx, call)
+		return out, false, err
+	}
+	table := s.tableOf(types.UID(req.GetRunUid()), req.GetAttempt(), id)
+	// Keyed by the caller too: another identity that sends the same ID
+	// runs its own invocation rather than reading this caller's outcome.
+	// An ID holds no control character, so the NUL splits the key alone.
+	found, err := table.Begin(ctx, call.GetInvocationId()+"\x00"+req.GetCaller())
+	if err != nil {
+		// Gave up waiting for the invocation in flight with this ID, which
+		// started: not NotStarted.
+		return nil, false, status.Errorf(status.FromContextError(err).Code(),
+			"an invocation with ID %q is in flight; its outcome did not arrive in time: %v", call.GetInvocationId(), err)
+	}
+	if found.Replayed {
+		return found.Value, true, found.Err
+	}
+	// The outcome is recorded for a retry, so the invocation runs to its
+	// end even when this caller goes away first; its deadline stays.
+	runCtx := context.WithoutCancel(ctx)
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithDeadline(runCtx, deadline)
+		defer cancel()
+	}
+	out, err = s.call(runCtx, call)
+	// Everything but a refusal before the handler started is recorded:
+	// keeping the uncertain outcomes too is what makes a repeat run at
+	// most once.
+	found.Run.Finish(out, err, err == nil || !runtimev1.IsNotStarted(err))
+	s.sweep()
+	return out, false, err
+}
+
+// call asks the Runtime Server for call, whose registration ID is set.
+func (s *Server) call(ctx context.Context, call *runtimev1.InvokeFunctionRequest) (*runtimev1.InvokeFunctionResponse, error) {
+	// The content type goes on as it came: application/json says the
+	// apiserver validated the input, so the Runtime Server does not scan it.
+	callCtx := ctx
+	if s.bound != nil {
+		var cancel context.CancelFunc
+		callCtx, cancel = s.bound.Bound(ctx)
+		defer cancel()
+	}
+	var reached peer.Peer
+	out, err := s.runtimeServer.InvokeFunction(callCtx, call, grpc.Peer(&reached))
+	if err != nil {
+		err = invokeError(err, reached.Addr != nil)
+		if ctx.Err() == nil && callCtx.Err() != nil && !runtimev1.IsNotStarted(err) {
+			// The bound stopped it, not the caller.
+			return nil, status.Errorf(codes.Aborted, "the invocation was stopped because %v; its outcome is unknown", context.Cause(callCtx))
+		}
+		return nil, err
+	}
+	return out, nil
 }
 
 // entryOverhead is what one recorded outcome costs beyond its bytes: the
@@ -273,7 +267,7 @@ func shallowCopy(r *runtimedv1.InvokeResponse) *runtimedv1.InvokeResponse {
 const entryOverhead = 256
 
 // outcomeSize counts the bytes a recorded outcome holds.
-func outcomeSize(resp *runtimedv1.InvokeResponse, err error) int64 {
+func outcomeSize(resp *runtimev1.InvokeFunctionResponse, err error) int64 {
 	n := int64(entryOverhead)
 	if resp != nil {
 		n += int64(proto.Size(resp))
@@ -286,7 +280,7 @@ func outcomeSize(resp *runtimedv1.InvokeResponse, err error) int64 {
 
 // tableOf returns the table of the registration id at attempt of the Run
 // uid: an empty one when the Run had none, or another registration's.
-func (s *Server) tableOf(uid types.UID, attempt int32, id string) *dedup.Table[*runtimedv1.InvokeResponse] {
+func (s *Server) tableOf(uid types.UID, attempt int32, id string) *dedup.Table[*runtimev1.InvokeFunctionResponse] {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	t := s.tables[uid]
