@@ -30,6 +30,7 @@ import (
 	"kruntimes.io/kruntimes/test/localcluster/localpath"
 	"kruntimes.io/kruntimes/test/localcluster/nodeagent"
 	"kruntimes.io/kruntimes/test/localcluster/podbinder"
+	"kruntimes.io/kruntimes/test/localcluster/realnode"
 )
 
 // DefaultNodeName is the name of the local node.
@@ -144,6 +145,8 @@ type Cluster struct {
 
 	// The real node (Config.Node NodeContainerd).
 	realNode *realNode
+	// podCIDR is the real node's Pod network, parsed.
+	podCIDR *net.IPNet
 }
 
 // ErrAlreadyRunning is returned when another process holds the state directory.
@@ -183,6 +186,9 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Node != NodeProcess && cfg.Node != NodeContainerd {
 		return nil, fmt.Errorf("node mode must be %s or %s, got %q", NodeProcess, NodeContainerd, cfg.Node)
 	}
+	if cfg.Node == NodeContainerd && cfg.PodCIDR == "" {
+		cfg.PodCIDR = realnode.DefaultPodCIDR
+	}
 	if cfg.Node == NodeContainerd && cfg.Kruntimes == KruntimesChart {
 		return nil, fmt.Errorf("chart mode on the real node is not supported yet")
 	}
@@ -193,6 +199,13 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 		return nil, fmt.Errorf("%d kruntimes-apiserver replicas need etcd3 storage: the embedded backend's data file has one writer", cfg.KruntimesReplicas)
 	}
 	c := &Cluster{cfg: cfg}
+	if cfg.Node == NodeContainerd {
+		_, cidr, err := net.ParseCIDR(cfg.PodCIDR)
+		if err != nil {
+			return nil, fmt.Errorf("Pod CIDR: %w", err)
+		}
+		c.podCIDR = cidr
+	}
 	if err := c.start(ctx); err != nil {
 		c.Stop(ctx)
 		return nil, err
@@ -425,10 +438,6 @@ func (c *Cluster) apiServerArgs(etcdURL string, port int) []string {
 	args := []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
-		// The default reconciler refuses a loopback advertise address, and
-		// nothing here needs the kubernetes Service's endpoints.
-		"--endpoint-reconciler-type=none",
 		"--secure-port=" + strconv.Itoa(port),
 		"--tls-cert-file=" + p.cert(pairAPIServer),
 		"--tls-private-key-file=" + p.key(pairAPIServer),
@@ -456,6 +465,16 @@ func (c *Cluster) apiServerArgs(etcdURL string, port int) []string {
 		"--audit-log-path=" + c.AuditLogPath(),
 		"--audit-log-maxsize=100",
 		"--audit-log-maxbackup=1",
+	}
+	if c.cfg.Node == NodeContainerd {
+		// Pods reach kube-apiserver through the kubernetes Service, whose
+		// endpoint is the node IP: the real node forwards it to loopback
+		// (apiServerForward).
+		args = append(args, "--advertise-address="+realnode.NodeIPOf(c.podCIDR).String())
+	} else {
+		// The default reconciler refuses a loopback advertise address, and
+		// no process Pod needs the kubernetes Service's endpoints.
+		args = append(args, "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none")
 	}
 	if c.chart() {
 		// The aggregator dials an endpoint of the APIService's Service

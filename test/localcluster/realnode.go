@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -35,6 +36,10 @@ type realNode struct {
 	registry   *realnode.Registry
 	release    func()
 	components []*component
+	// apiServerForward carries the kubernetes Service's endpoint, the node
+	// IP, to kube-apiserver on loopback.
+	apiServerForward     *serviceFront
+	stopAPIServerForward context.CancelFunc
 }
 
 // SandboxImageRepository is the pause image's repository in the loopback
@@ -64,14 +69,7 @@ func (c *Cluster) RealNode() *realnode.Node {
 // ends.
 func (c *Cluster) startRealNode(ctx, agentCtx context.Context, logDir string, adminClient kubernetes.Interface) error {
 	logger := klog.FromContext(ctx)
-	podCIDR := c.cfg.PodCIDR
-	if podCIDR == "" {
-		podCIDR = realnode.DefaultPodCIDR
-	}
-	_, cidr, err := net.ParseCIDR(podCIDR)
-	if err != nil {
-		return fmt.Errorf("Pod CIDR: %w", err)
-	}
+	cidr := c.podCIDR
 	ports, err := freePorts(6)
 	if err != nil {
 		return err
@@ -145,6 +143,10 @@ func (c *Cluster) startRealNode(ctx, agentCtx context.Context, logDir string, ad
 
 	c.progress("real node: removing what an earlier run left, bridge %s (%s, node IP %s)", node.BridgeName(), cidr, node.NodeIP())
 	if err := node.Prepare(ctx); err != nil {
+		return err
+	}
+
+	if err := c.startAPIServerForward(ctx, node.NodeIP()); err != nil {
 		return err
 	}
 
@@ -230,6 +232,10 @@ func (c *Cluster) stopRealNode(ctx context.Context) {
 		rn.components[i].stop(ctx)
 	}
 	rn.components = nil
+	if rn.stopAPIServerForward != nil {
+		rn.stopAPIServerForward()
+		rn.apiServerForward.wait()
+	}
 	c.progress("removing the node's containers, mounts, network namespaces, bridge, iptables rules and cgroups")
 	if err := rn.node.CleanUp(ctx); err != nil {
 		klog.FromContext(ctx).Error(err, "Cleaning up the real node")
@@ -239,6 +245,33 @@ func (c *Cluster) stopRealNode(ctx context.Context) {
 		rn.release()
 	}
 	c.realNode = nil
+}
+
+// startAPIServerForward serves kube-apiserver's port on the node IP too, the
+// kubernetes Service's endpoint (--advertise-address), so that Pods reach
+// it: kube-apiserver binds one address, loopback, where every host client
+// of the cluster dials it. TLS passes through.
+func (c *Cluster) startAPIServerForward(ctx context.Context, nodeIP net.IP) error {
+	u, err := url.Parse(c.APIServerURL)
+	if err != nil {
+		return err
+	}
+	ca, err := os.ReadFile(c.pki.clusterCA())
+	if err != nil {
+		return err
+	}
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca)
+	address := net.JoinHostPort(nodeIP.String(), u.Port())
+	c.progress("kube-apiserver for Pods: %s (the kubernetes Service's endpoint) forwarded to %s", address, u.Host)
+	fwdCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	front, err := startServiceFront(fwdCtx, address, []string{u.Host}, tlsWithRoots(pool))
+	if err != nil {
+		cancel()
+		return fmt.Errorf("serving kube-apiserver on the node IP %s: %w", address, err)
+	}
+	c.realNode.apiServerForward, c.realNode.stopAPIServerForward = front, cancel
+	return nil
 }
 
 func (c *Cluster) schedulerKubeconfig() string {

@@ -105,6 +105,35 @@ func runHelloPod(ctx context.Context, t *testing.T, client kubernetes.Interface,
 	return pod
 }
 
+// runToCompletion runs the image as 65532 with the default ServiceAccount
+// and returns its logs once the Pod Succeeded, as kubectl logs reads them.
+func runToCompletion(ctx context.Context, t *testing.T, client kubernetes.Interface, name, image string) string {
+	pods := client.CoreV1().Pods(metav1.NamespaceDefault)
+	_, err := pods.Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			TerminationGracePeriodSeconds: ptr.To(int64(1)),
+			SecurityContext:               &corev1.PodSecurityContext{RunAsUser: ptr.To(int64(65532)), RunAsNonRoot: ptr.To(true)},
+			Containers:                    []corev1.Container{{Name: name, Image: image}},
+		},
+	}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	var pod *corev1.Pod
+	err = wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		pod, err = pods.Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed, nil
+	})
+	logs, logErr := pods.GetLogs(name, &corev1.PodLogOptions{}).DoRaw(ctx)
+	require.NoError(t, err, "Pod %s/%s did not finish: status %+v, logs %q", metav1.NamespaceDefault, name, pod.Status, logs)
+	require.NoError(t, logErr, "kubectl logs of Pod %s/%s", metav1.NamespaceDefault, name)
+	require.Equal(t, corev1.PodSucceeded, pod.Status.Phase, "Pod %s/%s: status %+v, logs %q", metav1.NamespaceDefault, name, pod.Status, logs)
+	return string(logs)
+}
+
 // hostState is what a real node may leave on the machine.
 type hostState struct {
 	links    string
@@ -169,7 +198,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func TestRealNodeRunsAPodFromTheLoopbackRegistryAndLeavesNothing(t *testing.T) {
+func TestRealNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	root := requireRealNode(t)
 	ctx := klog.NewContext(context.Background(), klog.Background().WithName("realnode"))
 	before := readHostState(t)
@@ -201,6 +230,14 @@ func TestRealNodeRunsAPodFromTheLoopbackRegistryAndLeavesNothing(t *testing.T) {
 	image, err := cluster.PushBinaryImage(ctx, "e2e/hello", "v1", buildHello(t), "")
 	require.NoError(t, err)
 	runHelloPod(ctx, t, client, image)
+
+	whoami, err := realnode.BuildWhoAmI(ctx, t.TempDir())
+	require.NoError(t, err)
+	image, err = cluster.PushBinaryImage(ctx, "e2e/whoami", "v1", whoami, "")
+	require.NoError(t, err)
+	logs := runToCompletion(ctx, t, client, "whoami", image)
+	assert.Contains(t, logs, realnode.WhoAmIPrefix+"system:serviceaccount:default:default",
+		"a Pod reaches kube-apiserver through the kubernetes Service with its ServiceAccount token")
 
 	cluster.Stop(ctx)
 	stopped = true

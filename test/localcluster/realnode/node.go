@@ -104,8 +104,12 @@ func (n *Node) guardChain() string { return "KRUNTIMES-" + n.id }
 
 // NodeIP is the bridge's address: the Node's InternalIP, where kubelet
 // serves. kubelet refuses a loopback node IP.
-func (n *Node) NodeIP() net.IP {
-	ip := n.cfg.PodCIDR.IP.Mask(n.cfg.PodCIDR.Mask).To4()
+func (n *Node) NodeIP() net.IP { return NodeIPOf(n.cfg.PodCIDR) }
+
+// NodeIPOf is the node IP of a node with the IPv4 Pod CIDR podCIDR: its
+// first address. kube-apiserver advertises it before the node exists.
+func NodeIPOf(podCIDR *net.IPNet) net.IP {
+	ip := podCIDR.IP.Mask(podCIDR.Mask).To4()
 	return net.IPv4(ip[0], ip[1], ip[2], ip[3]+1).To4()
 }
 
