@@ -69,8 +69,17 @@ func TestSchedulerBacklogOfMissingRuntimeDelaysNoOtherNamespace(t *testing.T) {
 	})
 	t.Logf("placing and running the %d took %s", backlog, time.Since(placing).Round(time.Second))
 	// Sorted by when each was bound, a Run created in an earlier second
-	// than one bound before it was overtaken.
-	slices.SortFunc(done, func(a, b v1alpha1.Run) int { return a.Status.ScheduledTime.Time.Compare(b.Status.ScheduledTime.Time) })
+	// than one bound before it was overtaken. Both times have whole
+	// seconds only (metav1.Time), and hundreds of Runs are bound in one
+	// second: those are taken in creation order, as nothing tells which
+	// of them was bound first (an unordered tie counted hundreds of
+	// overtakes that never happened).
+	slices.SortFunc(done, func(a, b v1alpha1.Run) int {
+		if c := a.Status.ScheduledTime.Time.Compare(b.Status.ScheduledTime.Time); c != 0 {
+			return c
+		}
+		return a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time)
+	})
 	overtaken, latest := 0, time.Time{}
 	for _, r := range done {
 		if r.CreationTimestamp.Time.Before(latest) {

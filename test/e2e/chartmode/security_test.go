@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apiserver/entrypoint"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
 	"kruntimes.io/kruntimes/test/e2e/framework"
@@ -98,6 +99,14 @@ func assertDirectEntryPointOff(ctx context.Context, t *testing.T, f *framework.F
 	require.Error(t, err, "a direct list with a valid token")
 	assert.True(t, apierrors.IsForbidden(err), "a direct request gets 403, not 401: %v", err)
 	assert.ErrorContains(t, err, "--direct-entry-point=false", "the 403 says why")
+	// A write, which the chart's default audit policy records (a read it
+	// does not): assertAudited looks for this refusal.
+	_, err = direct.KruntimesV1alpha1().Runs(ns).Create(ctx, &v1alpha1.Run{
+		ObjectMeta: metav1.ObjectMeta{Name: "direct"},
+		Spec:       v1alpha1.RunSpec{Runtime: "none"},
+	}, metav1.CreateOptions{})
+	require.Error(t, err, "a direct create with a valid token")
+	assert.True(t, apierrors.IsForbidden(err), "a direct create gets 403: %v", err)
 
 	rt, err := rest.TransportFor(rest.AnonymousClientConfig(config))
 	require.NoError(t, err)
@@ -112,8 +121,8 @@ func assertDirectEntryPointOff(ctx context.Context, t *testing.T, f *framework.F
 
 // assertAudited waits until the apiserver Pods' logs hold, as audit
 // events at ResponseComplete, the quickstart's create of a Run and
-// invocation in ns through kube-apiserver, and the refusal of refusedUser
-// on the direct entry point.
+// invocation in ns through kube-apiserver, and the refusal of refusedUser's
+// create on the direct entry point.
 func assertAudited(ctx context.Context, t *testing.T, stateDir, ns, refusedUser string) {
 	t.Helper()
 	want := map[string]func(auditEvent) bool{
@@ -126,7 +135,7 @@ func assertAudited(ctx context.Context, t *testing.T, stateDir, ns, refusedUser 
 				e.Annotations[entrypoint.AuditAnnotation] == entrypoint.Aggregated
 		},
 		"the direct refusal": func(e auditEvent) bool {
-			return e.User.Username == refusedUser && e.ResponseStatus != nil && e.ResponseStatus.Code == http.StatusForbidden &&
+			return e.User.Username == refusedUser && e.Verb == "create" && e.ResponseStatus != nil && e.ResponseStatus.Code == http.StatusForbidden &&
 				e.Annotations[entrypoint.AuditAnnotation] == entrypoint.Direct
 		},
 	}
