@@ -2,7 +2,6 @@ package run
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -11,7 +10,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -24,8 +25,13 @@ import (
 )
 
 // maxLogBodyBytes bounds a hand-over's body: a log of the Runtime Server's
-// largest bound (3 MiB), base64 in JSON, with each chunk's framing.
+// largest bound (3 MiB), with each chunk's framing. runtimed sends
+// protobuf (about 4.6 MiB at worst); JSON, which an older runtimed sends,
+// carries the bytes in base64 and needs the rest (about 12 MiB).
 const maxLogBodyBytes = 16 << 20
+
+// runLogKind is what a hand-over's body is read as when it does not say.
+var runLogKind = v1alpha1.SchemeGroupVersion.WithKind("RunLog")
 
 // LogREST serves runs/log: GET answers the kept log of an attempt of a
 // task Run as text, exactly as written; POST is runtimed handing it over
@@ -36,7 +42,8 @@ type LogREST struct {
 	router Router
 	runs   *genericregistry.Store
 	logs   *logstore.Store
-	scheme *runtime.Scheme
+	// codecs decode a hand-over's body.
+	codecs serializer.CodecFactory
 }
 
 var (
@@ -178,19 +185,27 @@ func (r *LogREST) save(req *http.Request, namespace string, run *kruntimes.Run, 
 		responder.Error(apierrors.NewBadRequest(fmt.Sprintf("attempt %d of Run %s never ran: %s", *o.Attempt, run.Name, attemptsExist(run))))
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(nil, req.Body, maxLogBodyBytes))
+	// Decoded as every request body is, by the server's codecs: protobuf
+	// from runtimed, JSON from an older one or from a hand.
+	info, err := negotiation.NegotiateInputSerializer(req, false, r.codecs)
 	if err != nil {
-		responder.Error(apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a log is at most %d bytes of JSON: %v", maxLogBodyBytes, err)))
+		responder.Error(err)
 		return
 	}
-	versioned := &v1alpha1.RunLog{}
-	if err := json.Unmarshal(body, versioned); err != nil {
+	body, err := io.ReadAll(http.MaxBytesReader(nil, req.Body, maxLogBodyBytes))
+	if err != nil {
+		responder.Error(apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("a log hand-over is at most %d bytes: %v", maxLogBodyBytes, err)))
+		return
+	}
+	decoder := r.codecs.DecoderToVersion(info.Serializer, kruntimes.SchemeGroupVersion)
+	obj, _, err := decoder.Decode(body, &runLogKind, &kruntimes.RunLog{})
+	if err != nil {
 		responder.Error(apierrors.NewBadRequest(fmt.Sprintf("decode the RunLog: %v", err)))
 		return
 	}
-	log := &kruntimes.RunLog{}
-	if err := r.scheme.Convert(versioned, log, nil); err != nil {
-		responder.Error(apierrors.NewBadRequest(fmt.Sprintf("convert the RunLog: %v", err)))
+	log, ok := obj.(*kruntimes.RunLog)
+	if !ok {
+		responder.Error(apierrors.NewBadRequest(fmt.Sprintf("a log hand-over carries a RunLog, not a %T", obj)))
 		return
 	}
 	if err := r.logs.Save(req.Context(), namespace, run.Name, run.UID, *o.Attempt, log); err != nil {

@@ -3,6 +3,7 @@ package run
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -67,7 +68,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 		Run:    &REST{store},
 		Status: statusrest.New(store, NewStatusStrategy(strategy, endpoint)),
 		Invoke: newInvokeREST(router, invoke),
-		Log:    &LogREST{router: router, runs: store, logs: logs, scheme: scheme},
+		Log:    &LogREST{router: router, runs: store, logs: logs, codecs: serializer.NewCodecFactory(scheme)},
 	}, nil
 }
 

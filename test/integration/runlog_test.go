@@ -17,6 +17,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apiserver"
+	"kruntimes.io/kruntimes/client/clientset/versioned"
 	logstore "kruntimes.io/kruntimes/registry/runlog"
 	"kruntimes.io/kruntimes/registry/storage/embedded"
 )
@@ -87,7 +88,10 @@ func testRunLog(t *testing.T, b logBackend) {
 		require.NoError(t, err)
 	}
 	const t0 = int64(1767323045000000000) // 2026-01-02T03:04:05Z
-	err = runs.SaveLog(ctx, "printer", 1, &v1alpha1.RunLog{Chunks: []v1alpha1.RunLogChunk{
+	// In protobuf, as runtimed hands a log over.
+	pb, err := versioned.NewForConfig(preferProtobuf(s.config))
+	require.NoError(t, err)
+	err = pb.KruntimesV1alpha1().Runs(namespace).SaveLog(ctx, "printer", 1, &v1alpha1.RunLog{Chunks: []v1alpha1.RunLogChunk{
 		{Stream: v1alpha1.RunLogStreamStdout, UnixNano: t0, Data: []byte("one\n")},
 		{Stream: v1alpha1.RunLogStreamStderr, UnixNano: t0 + 1000, Data: []byte("\xff\x00\x1b[31m\n")},
 		{Stream: v1alpha1.RunLogStreamStdout, UnixNano: t0 + 2000, Data: []byte("three\n")},
@@ -153,6 +157,31 @@ func testRunLog(t *testing.T, b logBackend) {
 		require.NoError(t, err)
 		code, _ = s.raw(t, http.MethodGet, "/apis/kruntimes.io/v1alpha1/namespaces/"+namespace+"/runs/fn/log", "", nil, nil)
 		assert.Equal(t, http.StatusBadRequest, code, "a function Run has no kept log")
+	})
+
+	t.Run("hand-overs", func(t *testing.T) {
+		handed, err := runs.Create(ctx, taskRun("handed"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		for _, step := range steps(scheduled, running) {
+			step(&handed.Status)
+			handed, err = runs.UpdateStatus(ctx, handed, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}
+		handPath := "/apis/kruntimes.io/v1alpha1/namespaces/" + namespace + "/runs/handed/log?attempt=1"
+		code, body := s.raw(t, http.MethodPost, handPath, "text/plain", []byte("hi\n"), nil)
+		assert.Equal(t, http.StatusUnsupportedMediaType, code, "a body that is not a RunLog: %s", body)
+		code, body = s.raw(t, http.MethodPost, handPath, "application/json", []byte(`{"chunks":[`), nil)
+		assert.Equal(t, http.StatusBadRequest, code, "a RunLog cut short: %s", body)
+		assert.Contains(t, string(body), "decode the RunLog")
+		code, body = s.raw(t, http.MethodPost, handPath, "application/json", []byte(`{"apiVersion":"v1","kind":"Pod"}`), nil)
+		assert.Equal(t, http.StatusBadRequest, code, "another kind: %s", body)
+		// In JSON without apiVersion and kind, as the runtimed of the
+		// release before sent it.
+		code, body = s.raw(t, http.MethodPost, handPath, "application/json", []byte(`{"chunks":[{"stream":"Stdout","unixNano":1,"data":"aGkK"}]}`), nil)
+		require.Equal(t, http.StatusCreated, code, string(body))
+		code, body = s.raw(t, http.MethodGet, "/apis/kruntimes.io/v1alpha1/namespaces/"+namespace+"/runs/handed/log?attempt=1", "", nil, nil)
+		assert.Equal(t, http.StatusOK, code)
+		assert.Equal(t, "hi\n", string(body))
 	})
 
 	t.Run("a list of Runs carries no log", func(t *testing.T) {
