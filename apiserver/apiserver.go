@@ -7,6 +7,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	authorizerunion "k8s.io/apiserver/pkg/authorization/union"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
@@ -148,7 +149,13 @@ func untilClosed(ctx context.Context, done <-chan struct{}) context.Context {
 // none of them (runtimedrestriction allows runtimed's own Runs) serves a
 // direct request while the direct entry point is off.
 func gateDirect(config *genericapiserver.Config) error {
-	authorizers := []authorizerunion.NamedAuthorizer{{AuthorizerName: "direct-entry-point", Authorizer: entrypoint.Gate{}}}
+	return authorizeFirst(config, "direct-entry-point", entrypoint.Gate{})
+}
+
+// authorizeFirst puts first, named name, in front of the configured
+// authorizer: its decisions stand, and what it has no opinion on goes on.
+func authorizeFirst(config *genericapiserver.Config, name string, first authorizer.Authorizer) error {
+	authorizers := []authorizerunion.NamedAuthorizer{{AuthorizerName: name, Authorizer: first}}
 	if config.Authorization.Authorizer != nil {
 		authorizers = append(authorizers, authorizerunion.NamedAuthorizer{AuthorizerName: "configured", Authorizer: config.Authorization.Authorizer})
 	}
@@ -171,16 +178,9 @@ func restrictRuntimed(config *genericapiserver.Config, runs *runregistry.REST) e
 		}
 		return obj.(*kruntimes.Run), nil
 	}
-	authorizers := []authorizerunion.NamedAuthorizer{{AuthorizerName: runtimedrestriction.PluginName, Authorizer: runtimedrestriction.NewAuthorizer(getRun)}}
-	if config.Authorization.Authorizer != nil {
-		authorizers = append(authorizers, authorizerunion.NamedAuthorizer{AuthorizerName: "configured", Authorizer: config.Authorization.Authorizer})
-	}
-	union, err := authorizerunion.New(authorizers...)
-	if err != nil {
+	if err := authorizeFirst(config, runtimedrestriction.PluginName, runtimedrestriction.NewAuthorizer(getRun)); err != nil {
 		return err
 	}
-	config.Authorization.Authorizer = union
-
 	plugins := admission.NewChainHandler(runtimedrestriction.NewAdmission())
 	if config.AdmissionControl != nil {
 		plugins = admission.NewChainHandler(config.AdmissionControl, runtimedrestriction.NewAdmission())
