@@ -30,6 +30,19 @@ import (
 // carries the bytes in base64 and needs the rest (about 12 MiB).
 const maxLogBodyBytes = 16 << 20
 
+// KeptAttempts is how many of a task Run's latest attempts keep their
+// logs: a Run that retries a hundred times holds ten logs, not a hundred.
+const KeptAttempts = 10
+
+// notKept says attempt's log is older than the last KeptAttempts of run.
+func notKept(run *kruntimes.Run, attempt int32) error {
+	if attempt > run.Status.Attempt-KeptAttempts {
+		return nil
+	}
+	return apierrors.NewGone(fmt.Sprintf("the log of attempt %d of Run %s is no longer kept: only the last %d attempts' logs are (attempts %d to %d)",
+		attempt, run.Name, KeptAttempts, run.Status.Attempt-KeptAttempts+1, run.Status.Attempt))
+}
+
 // runLogKind is what a hand-over's body is read as when it does not say.
 var runLogKind = v1alpha1.SchemeGroupVersion.WithKind("RunLog")
 
@@ -151,6 +164,10 @@ func (r *LogREST) serve(ctx context.Context, w http.ResponseWriter, namespace st
 			responder.Error(apierrors.NewBadRequest(fmt.Sprintf("attempt %d of Run %s never ran: %s", attempt, run.Name, attemptsExist(run))))
 			return
 		}
+		if err := notKept(run, attempt); err != nil {
+			responder.Error(err)
+			return
+		}
 	}
 	if o.Follow {
 		r.follow(ctx, w, namespace, run, followAttempt(run, o), o)
@@ -185,6 +202,10 @@ func (r *LogREST) save(req *http.Request, namespace string, run *kruntimes.Run, 
 		responder.Error(apierrors.NewBadRequest(fmt.Sprintf("attempt %d of Run %s never ran: %s", *o.Attempt, run.Name, attemptsExist(run))))
 		return
 	}
+	if err := notKept(run, *o.Attempt); err != nil {
+		responder.Error(err)
+		return
+	}
 	// Decoded as every request body is, by the server's codecs: protobuf
 	// from runtimed, JSON from an older one or from a hand.
 	info, err := negotiation.NegotiateInputSerializer(req, false, r.codecs)
@@ -208,11 +229,41 @@ func (r *LogREST) save(req *http.Request, namespace string, run *kruntimes.Run, 
 		responder.Error(apierrors.NewBadRequest(fmt.Sprintf("a log hand-over carries a RunLog, not a %T", obj)))
 		return
 	}
-	if err := r.logs.Save(req.Context(), namespace, run.Name, run.UID, *o.Attempt, log); err != nil {
+	ctx := req.Context()
+	if err := r.logs.Save(ctx, namespace, run.Name, run.UID, *o.Attempt, log); err != nil {
 		responder.Error(apierrors.NewInternalError(fmt.Errorf("keep the log of attempt %d of Run %s: %w", *o.Attempt, run.Name, err)))
 		return
 	}
+	// A delete of the Run that raced this hand-over removed its logs
+	// before this one was written: read the Run again, from storage, and
+	// take the log back if the Run is gone. A delete after this read
+	// removes it itself (deleteLogs).
+	if err := r.stillThere(ctx, run); err != nil {
+		if derr := r.logs.DeleteAttempt(ctx, namespace, run.Name, run.UID, *o.Attempt); derr != nil {
+			klog.FromContext(ctx).Error(derr, "The log of a Run deleted during its hand-over was left behind", "run", klog.KObj(run), "runUID", run.UID)
+		}
+		responder.Error(err)
+		return
+	}
+	if older := *o.Attempt - KeptAttempts; older > 0 {
+		if err := r.logs.DeleteAttempt(ctx, namespace, run.Name, run.UID, older); err != nil {
+			klog.FromContext(ctx).Error(err, "An attempt's log past the last ones kept was left behind", "run", klog.KObj(run), "attempt", older)
+		}
+	}
 	responder.Object(http.StatusCreated, &metav1.Status{Status: metav1.StatusSuccess, Code: http.StatusCreated})
+}
+
+// stillThere reads run again, past the watch cache: NotFound when it was
+// deleted (or replaced by another Run of its name) since it was read.
+func (r *LogREST) stillThere(ctx context.Context, run *kruntimes.Run) error {
+	obj, err := r.runs.Get(genericapirequest.WithNamespace(ctx, run.Namespace), run.Name, &metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if obj.(*kruntimes.Run).UID != run.UID {
+		return apierrors.NewNotFound(kruntimes.Resource("runs"), run.Name)
+	}
+	return nil
 }
 
 // logOf is a stored record as apis/runlog renders it.

@@ -95,10 +95,19 @@ func (s *Store) Get(ctx context.Context, namespace, run string, runUID types.UID
 // whose uid is runUID, leaving those of a later Run of the name alone.
 func (s *Store) Delete(ctx context.Context, namespace, run string, runUID types.UID, attempts int32) error {
 	for a := int32(1); a <= attempts; a++ {
-		err := s.storage.Delete(ctx, s.key(namespace, run, a), &kruntimes.RunLog{}, &storage.Preconditions{UID: &runUID}, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{})
-		if err != nil && !storage.IsNotFound(err) && !storage.IsInvalidObj(err) {
-			return fmt.Errorf("delete the log of attempt %d of Run %s/%s: %w", a, namespace, run, err)
+		if err := s.DeleteAttempt(ctx, namespace, run, runUID, a); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// DeleteAttempt removes attempt's log of the Run namespace/run whose uid
+// is runUID, if it has one.
+func (s *Store) DeleteAttempt(ctx context.Context, namespace, run string, runUID types.UID, attempt int32) error {
+	err := s.storage.Delete(ctx, s.key(namespace, run, attempt), &kruntimes.RunLog{}, &storage.Preconditions{UID: &runUID}, storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{})
+	if err != nil && !storage.IsNotFound(err) && !storage.IsInvalidObj(err) {
+		return fmt.Errorf("delete the log of attempt %d of Run %s/%s: %w", attempt, namespace, run, err)
 	}
 	return nil
 }

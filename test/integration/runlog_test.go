@@ -2,7 +2,9 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -18,6 +20,7 @@ import (
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apiserver"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
+	runregistry "kruntimes.io/kruntimes/registry/run"
 	logstore "kruntimes.io/kruntimes/registry/runlog"
 	"kruntimes.io/kruntimes/registry/storage/embedded"
 )
@@ -29,7 +32,7 @@ type logBackend struct {
 	// stored says whether a log record of the Run named run (whose UID is
 	// uid) is in storage; the server is stopped for the embedded backend,
 	// whose file it locks.
-	stored func(t *testing.T, run string, uid types.UID) bool
+	stored func(t *testing.T, run string, uid types.UID, attempt int32) bool
 }
 
 // TestRunLogKeptOnEveryBackend hands a log over as runtimed does and reads
@@ -41,14 +44,14 @@ func TestRunLogKeptOnEveryBackend(t *testing.T) {
 	backends := map[string]logBackend{
 		"embedded": {
 			start: func(t *testing.T) *testServer { return startServer(t, dir) },
-			stored: func(t *testing.T, run string, uid types.UID) bool {
+			stored: func(t *testing.T, run string, uid types.UID, attempt int32) bool {
 				backend, err := embedded.Open(dir, embedded.Options{})
 				require.NoError(t, err)
 				defer backend.Close()
 				store, err := logstore.NewStore(backend.RESTOptionsGetter(*storagebackend.NewDefaultConfig("/registry/kruntimes.io", apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion))))
 				require.NoError(t, err)
 				defer store.Destroy()
-				record, err := store.Get(context.Background(), namespace, run, uid, 1)
+				record, err := store.Get(context.Background(), namespace, run, uid, attempt)
 				require.NoError(t, err)
 				return record != nil
 			},
@@ -57,8 +60,8 @@ func TestRunLogKeptOnEveryBackend(t *testing.T) {
 			start: func(t *testing.T) *testServer {
 				return startServer(t, "", "--storage-backend=etcd3", "--etcd-servers="+strings.Join(etcd.Endpoints(), ","))
 			},
-			stored: func(t *testing.T, run string, _ types.UID) bool {
-				resp, err := etcd.KV.Get(context.Background(), "/registry/kruntimes.io/kruntimes.io/runlogs/"+namespace+"/"+run+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+			stored: func(t *testing.T, run string, _ types.UID, attempt int32) bool {
+				resp, err := etcd.KV.Get(context.Background(), "/registry/kruntimes.io/kruntimes.io/runlogs/"+namespace+"/"+run+"/"+strconv.Itoa(int(attempt)), clientv3.WithCountOnly())
 				require.NoError(t, err)
 				return resp.Count > 0
 			},
@@ -184,6 +187,41 @@ func testRunLog(t *testing.T, b logBackend) {
 		assert.Equal(t, "hi\n", string(body))
 	})
 
+	// A task retried twelve times keeps the logs of its last ten attempts.
+	retried, err := runs.Create(ctx, taskRun("retried"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	for attempt := int32(1); attempt <= 12; attempt++ {
+		if attempt > 1 {
+			// Recovered: Pending again, one attempt on.
+			retried.Status.Phase, retried.Status.Attempt = lifecycle.Pending, attempt
+			retried.Status.AssignedPod, retried.Status.AssignedPodUID = "", ""
+			retried, err = runs.UpdateStatus(ctx, retried, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}
+		for _, step := range steps(scheduled, running) {
+			step(&retried.Status)
+			retried, err = runs.UpdateStatus(ctx, retried, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}
+		require.Equal(t, attempt, retried.Status.Attempt)
+		require.NoError(t, pb.KruntimesV1alpha1().Runs(namespace).SaveLog(ctx, "retried", attempt, &v1alpha1.RunLog{Chunks: []v1alpha1.RunLogChunk{
+			{Stream: v1alpha1.RunLogStreamStdout, UnixNano: t0, Data: []byte(fmt.Sprintf("attempt %d\n", attempt))},
+		}}))
+	}
+	t.Run("the last attempts' logs are kept", func(t *testing.T) {
+		retriedPath := "/apis/kruntimes.io/v1alpha1/namespaces/" + namespace + "/runs/retried/log?attempt="
+		for attempt := 1; attempt <= 12-runregistry.KeptAttempts; attempt++ {
+			code, body := s.raw(t, http.MethodGet, retriedPath+strconv.Itoa(attempt), "", nil, nil)
+			assert.Equal(t, http.StatusGone, code, "attempt %d: %s", attempt, body)
+			assert.Contains(t, string(body), "only the last 10 attempts' logs are (attempts 3 to 12)")
+		}
+		for attempt := 12 - runregistry.KeptAttempts + 1; attempt <= 12; attempt++ {
+			code, body := s.raw(t, http.MethodGet, retriedPath+strconv.Itoa(attempt), "", nil, nil)
+			assert.Equal(t, http.StatusOK, code, "attempt %d: %s", attempt, body)
+			assert.Equal(t, fmt.Sprintf("attempt %d\n", attempt), string(body))
+		}
+	})
+
 	t.Run("a list of Runs carries no log", func(t *testing.T) {
 		code, body := s.raw(t, http.MethodGet, "/apis/kruntimes.io/v1alpha1/namespaces/"+namespace+"/runs", "", nil, nil)
 		require.Equal(t, http.StatusOK, code)
@@ -192,13 +230,15 @@ func testRunLog(t *testing.T, b logBackend) {
 
 	// Served after a restart; the record is in storage, outside the Run.
 	s.stop()
-	require.True(t, b.stored(t, "printer", run.UID), "the log is kept in storage")
-	assert.False(t, b.stored(t, "silent", silent.UID), "a silent attempt has no log record")
+	require.True(t, b.stored(t, "printer", run.UID, 1), "the log is kept in storage")
+	assert.False(t, b.stored(t, "silent", silent.UID, 1), "a silent attempt has no log record")
+	assert.False(t, b.stored(t, "retried", retried.UID, 12-runregistry.KeptAttempts), "the log of an attempt past the last ones kept is deleted")
+	assert.True(t, b.stored(t, "retried", retried.UID, 12-runregistry.KeptAttempts+1), "the oldest log kept is in storage")
 	s = b.start(t)
 	check(t, s)
 	checkSilent(t, s)
 
 	require.NoError(t, s.client.KruntimesV1alpha1().Runs(namespace).Delete(ctx, "printer", metav1.DeleteOptions{}))
 	s.stop()
-	assert.False(t, b.stored(t, "printer", run.UID), "the log is gone from storage with its Run")
+	assert.False(t, b.stored(t, "printer", run.UID, 1), "the log is gone from storage with its Run")
 }
