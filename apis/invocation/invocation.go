@@ -55,6 +55,12 @@ const MetadataDeduplicated = "x-kruntime-deduplicated"
 // as runtimed_nanos): decimal nanoseconds.
 const MetadataRuntimedNanos = "x-kruntime-runtimed-nanos"
 
+// CauseOutcomeEvicted is the cause type of the 409 that answers a repeat of
+// a caller-sent invocation ID whose recorded outcome runtimed evicted
+// within its window: the first may have run, its outcome is no longer
+// known, and this repeat did not run. Send a new ID to run it again.
+const CauseOutcomeEvicted = "InvocationOutcomeEvicted"
+
 // ClientCommonName is the CommonName of the only client certificate
 // runtimed accepts: the apiserver's, issued by the kruntimes CA for client
 // authentication.

@@ -131,7 +131,8 @@ func legacyResult(resp *runtimedv1.InvokeResponse) *runtimev1.InvokeFunctionResp
 // rpcStatus maps runtimed's answer. Only an answer that carries
 // runtimev1.NotStarted, or a call that never left this server, promises
 // that the handler did not run, and only those get the codes that say so
-// (429, 400, 503 + Retry-After); a code alone promises nothing (an older or
+// (429, 400, 503 + Retry-After); runtimed's AlreadyExists is the 409 of an
+// evicted outcome; a code alone promises nothing else (an older or
 // custom runtimed's FailedPrecondition, a ResourceExhausted after the
 // handler ran), so every other error is 504 (stopped at its deadline) or
 // 502 (outcome unknown).
@@ -141,7 +142,9 @@ func rpcStatus(err error, dispatched bool, timeout time.Duration) error {
 	case runtimev1.IsNotStarted(err):
 		switch st.Code() {
 		case codes.ResourceExhausted:
-			return apierrors.NewTooManyRequests("the function already has an invocation in flight; one at a time is served", retryAfterSeconds)
+			// The function is busy, or enough repeats of this ID already
+			// wait for the one in flight: runtimed says which.
+			return apierrors.NewTooManyRequests("the function already has an invocation in flight ("+st.Message()+"); one at a time is served", retryAfterSeconds)
 		case codes.InvalidArgument:
 			return apierrors.NewBadRequest(st.Message())
 		}
@@ -150,6 +153,16 @@ func rpcStatus(err error, dispatched bool, timeout time.Duration) error {
 		return BecomingReady(Unavailable("the owning runtimed refused the invocation before it started: " + st.Message()))
 	case !dispatched:
 		return BecomingReady(Unavailable("the owning runtimed is unreachable: " + st.Message()))
+	case st.Code() == codes.AlreadyExists:
+		// runtimed's answer to a repeat of an ID whose outcome it evicted:
+		// the only AlreadyExists that reaches here, since runtimed turns
+		// every error of a Runtime Server into Aborted or NotStarted. A
+		// 409, not a 502, so that no retry sends the same ID again.
+		return &apierrors.StatusError{ErrStatus: metav1.Status{
+			Status: metav1.StatusFailure, Code: http.StatusConflict, Reason: metav1.StatusReasonConflict, Message: st.Message(),
+			Details: &metav1.StatusDetails{Causes: []metav1.StatusCause{{Type: invocation.CauseOutcomeEvicted,
+				Message: "the outcome of this invocation ID is no longer known and it was not run again; use a new invocation ID"}}},
+		}}
 	case st.Code() == codes.DeadlineExceeded:
 		return apierrors.NewTimeoutError(fmt.Sprintf("the invocation did not complete within %s and was stopped", timeout.Round(time.Millisecond)), 0)
 	}

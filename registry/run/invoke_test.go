@@ -455,6 +455,27 @@ func TestInvokeAnswers(t *testing.T) {
 			code:     http.StatusBadGateway, reason: metav1.StatusReasonInternalError, ran: true,
 		},
 		{
+			name:     "a repeat of an ID whose outcome runtimed evicted is 409 without Retry-After: use a new ID",
+			runtimed: &fakeRuntimed{err: status.Error(codes.AlreadyExists, `the outcome of invocation ID "a" is no longer known`), dispatched: true},
+			code:     http.StatusConflict, reason: metav1.StatusReasonConflict, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				st := a.status(t)
+				assert.Contains(t, st.Message, "no longer known")
+				require.NotNil(t, st.Details)
+				require.Len(t, st.Details.Causes, 1)
+				assert.Equal(t, metav1.CauseType(invocation.CauseOutcomeEvicted), st.Details.Causes[0].Type)
+				assert.Contains(t, st.Details.Causes[0].Message, "new invocation ID")
+			},
+		},
+		{
+			name:     "too many repeats waiting for the one in flight is 429 with Retry-After, saying so",
+			runtimed: &fakeRuntimed{err: runtimev1.NotStartedError(codes.ResourceExhausted, `8 repeats of invocation ID "a" already wait for the one in flight`), dispatched: true},
+			code:     http.StatusTooManyRequests, retryAfter: "1", reason: metav1.StatusReasonTooManyRequests, ran: true,
+			check: func(t *testing.T, a answer, _ *runtimedv1.InvokeRequest) {
+				assert.Contains(t, a.status(t).Message, "already wait for the one in flight")
+			},
+		},
+		{
 			name:   "an ended or deleting Run is 409 without Retry-After",
 			router: &fakeRouter{err: apierrors.NewConflict(kruntimes.Resource("runs"), "fn", errors.New("it ended (Succeeded) and is not invoked any more"))},
 			code:   http.StatusConflict, reason: metav1.StatusReasonConflict,
@@ -569,6 +590,8 @@ func TestInvokeClassifiesRuntimedErrors(t *testing.T) {
 		{codes.Internal, unavailable, unknown},
 		{codes.Unknown, unavailable, unknown},
 		{codes.DeadlineExceeded, unavailable, want{http.StatusGatewayTimeout, ""}},
+		// runtimed's answer to a repeat of an ID whose outcome it evicted.
+		{codes.AlreadyExists, unavailable, want{http.StatusConflict, ""}},
 	}
 	for _, tc := range cases {
 		for _, variant := range []struct {

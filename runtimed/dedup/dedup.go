@@ -3,6 +3,8 @@ package dedup
 import (
 	"container/list"
 	"context"
+	"errors"
+	"hash/maphash"
 	"sync"
 	"time"
 
@@ -24,7 +26,25 @@ type Config struct {
 	// Budget, when set, also bounds this Table's outcomes together with
 	// those of the other Tables sharing it.
 	Budget *Budget
+	// MaxWaiters bounds the callers that wait at once for one invocation
+	// in flight; Find refuses one more with ErrTooManyWaiters. 0 leaves
+	// them unbounded.
+	MaxWaiters int
+	// Tombstones, when set, keeps the IDs whose outcome was evicted before
+	// its window ended, which Find then answers with ErrEvicted; without
+	// it a repeat of an evicted ID runs again.
+	Tombstones *Tombstones
 }
+
+// ErrTooManyWaiters is Find's refusal of one more caller waiting for an
+// invocation in flight: nothing ran for it, and it may ask again later.
+var ErrTooManyWaiters = errors.New("too many callers already wait for this invocation")
+
+// ErrEvicted is Find's answer for an ID whose outcome was recorded within
+// the window and then evicted to keep the Table or its Budget within
+// bounds: the invocation ran (or may have), and its outcome is no longer
+// known, so it must not run again under the same ID.
+var ErrEvicted = errors.New("the outcome of this invocation was evicted and is no longer known")
 
 // Table records the outcomes of invocations by ID. Its zero value is not
 // usable; make one with New.
@@ -41,6 +61,9 @@ type Table[T any] struct {
 	// dropped is set by Drop: outcomes finishing later reach only their
 	// waiters.
 	dropped bool
+	// seed hashes this Table's IDs for cfg.Tombstones: another Table's
+	// tombstones never match them.
+	seed maphash.Seed
 }
 
 type entry[T any] struct {
@@ -48,6 +71,8 @@ type entry[T any] struct {
 	id string
 	// done is closed when the outcome is known, recorded or not.
 	done chan struct{}
+	// waiters counts the callers waiting for done.
+	waiters int
 	// Set before done is closed.
 	value    T
 	err      error
@@ -64,7 +89,7 @@ func (e *entry[T]) evict() {
 	e.t.mu.Lock()
 	defer e.t.mu.Unlock()
 	if e.elem != nil {
-		e.t.removeLocked(e)
+		e.t.evictEntryLocked(e)
 	}
 }
 
@@ -75,11 +100,12 @@ func New[T any](cfg Config, size func(T, error) int64) *Table[T] {
 		cfg.Clock = clock.RealClock{}
 	}
 	cfg.MaxEntries = max(cfg.MaxEntries, 1)
-	return &Table[T]{cfg: cfg, size: size, entries: map[string]*entry[T]{}}
+	return &Table[T]{cfg: cfg, size: size, entries: map[string]*entry[T]{}, seed: maphash.MakeSeed()}
 }
 
-// Lookup is what Begin found for an ID: a recorded outcome to replay, or
-// the caller's turn to run the invocation.
+// Lookup is what Find found for an ID: a recorded outcome to replay, the
+// caller's turn to run the invocation, or an invocation in flight to wait
+// for.
 type Lookup[T any] struct {
 	// Replayed says Value and Err are the recorded outcome of an earlier
 	// invocation with the ID; the caller must not run it again.
@@ -89,49 +115,98 @@ type Lookup[T any] struct {
 	// Run is set when the caller is to run the invocation, and must then
 	// call Run.Finish exactly once.
 	Run *Pending[T]
+	// Wait is set when an invocation with the ID is in flight: the caller
+	// must call Wait.Wait exactly once, and may first let go of what it
+	// holds to run the invocation itself, which it will not.
+	Wait *Waiter[T]
 }
 
-// Pending is an invocation the caller of Begin runs.
+// Pending is an invocation the caller of Find runs.
 type Pending[T any] struct {
 	t *Table[T]
 	e *entry[T]
 }
 
-// Begin looks id up. A recorded outcome within the window is replayed; an
-// invocation with the ID in flight is waited for, until ctx ends (Begin
-// then returns ctx's error); otherwise the caller runs it (Lookup.Run).
-// When the invocation waited for ends without being recorded, the next
-// waiter runs it.
+// Waiter is a caller's place among the waiters of an invocation in flight.
+type Waiter[T any] struct {
+	t *Table[T]
+	e *entry[T]
+}
+
+// Outcome is what a waiter got: the outcome of the invocation it waited
+// for, which Recorded says was kept. An outcome that was not recorded is a
+// refusal before that invocation started: nothing ran, and the waiter may
+// send its own again.
+type Outcome[T any] struct {
+	Value    T
+	Err      error
+	Recorded bool
+}
+
+// Find looks id up without waiting. A recorded outcome within the window
+// is replayed; an ID whose outcome was evicted within its window is
+// ErrEvicted; an invocation in flight is the caller's to wait for
+// (Lookup.Wait) unless MaxWaiters already do (ErrTooManyWaiters);
+// otherwise the caller runs it (Lookup.Run).
+func (t *Table[T]) Find(id string) (Lookup[T], error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.expireLocked()
+	e := t.entries[id]
+	switch {
+	case e == nil && t.cfg.Tombstones.has(maphash.String(t.seed, id), t.cfg.Clock.Now().Add(-t.cfg.Window)):
+		return Lookup[T]{}, ErrEvicted
+	case e == nil:
+		e = &entry[T]{t: t, id: id, done: make(chan struct{})}
+		t.entries[id] = e
+		return Lookup[T]{Run: &Pending[T]{t: t, e: e}}, nil
+	case e.recorded:
+		return Lookup[T]{Replayed: true, Value: e.value, Err: e.err}, nil
+	case t.cfg.MaxWaiters > 0 && e.waiters >= t.cfg.MaxWaiters:
+		return Lookup[T]{}, ErrTooManyWaiters
+	}
+	e.waiters++
+	return Lookup[T]{Wait: &Waiter[T]{t: t, e: e}}, nil
+}
+
+// Wait waits for the outcome of the invocation in flight, until ctx ends
+// (Wait then returns ctx's error).
+func (w *Waiter[T]) Wait(ctx context.Context) (Outcome[T], error) {
+	defer func() {
+		w.t.mu.Lock()
+		w.e.waiters--
+		w.t.mu.Unlock()
+	}()
+	select {
+	case <-w.e.done:
+		return Outcome[T]{Value: w.e.value, Err: w.e.err, Recorded: w.e.recorded}, nil
+	case <-ctx.Done():
+		return Outcome[T]{}, ctx.Err()
+	}
+}
+
+// Begin is Find for a caller that holds nothing worth letting go of while
+// it waits: it waits for an invocation in flight, until ctx ends, and
+// when that one ends without being recorded, takes its own turn.
 func (t *Table[T]) Begin(ctx context.Context, id string) (Lookup[T], error) {
 	for {
-		t.mu.Lock()
-		t.expireLocked()
-		e := t.entries[id]
-		if e == nil {
-			e = &entry[T]{t: t, id: id, done: make(chan struct{})}
-			t.entries[id] = e
-			t.mu.Unlock()
-			return Lookup[T]{Run: &Pending[T]{t: t, e: e}}, nil
+		l, err := t.Find(id)
+		if err != nil || l.Wait == nil {
+			return l, err
 		}
-		if e.recorded {
-			t.mu.Unlock()
-			return Lookup[T]{Replayed: true, Value: e.value, Err: e.err}, nil
+		out, err := l.Wait.Wait(ctx)
+		if err != nil {
+			return Lookup[T]{}, err
 		}
-		t.mu.Unlock()
-		select {
-		case <-e.done:
-			if e.recorded {
-				return Lookup[T]{Replayed: true, Value: e.value, Err: e.err}, nil
-			}
-			// Not recorded: nothing ran; take a turn.
-		case <-ctx.Done():
-			return Lookup[T]{}, ctx.Err()
+		if out.Recorded {
+			return Lookup[T]{Replayed: true, Value: out.Value, Err: out.Err}, nil
 		}
 	}
 }
 
 // Finish ends the invocation: with record, its outcome is replayed to
-// repeats within the window; without, a repeat (or a waiter) runs it.
+// repeats within the window; without, a repeat runs it, and the waiters
+// are told the outcome, not recorded (Begin's take a turn).
 func (p *Pending[T]) Finish(value T, err error, record bool) {
 	t, e := p.t, p.e
 	t.mu.Lock()
@@ -148,8 +223,12 @@ func (p *Pending[T]) Finish(value T, err error, record bool) {
 			e.budgetElem = t.cfg.Budget.add(e, e.size)
 		}
 		t.evictLocked()
-	} else if t.entries[e.id] == e {
-		delete(t.entries, e.id)
+	} else {
+		// Only its waiters read it: they did not run either.
+		e.value, e.err = value, err
+		if t.entries[e.id] == e {
+			delete(t.entries, e.id)
+		}
 	}
 	t.mu.Unlock()
 	close(e.done)
@@ -203,7 +282,19 @@ func (t *Table[T]) expireLocked() {
 // newest alone is left.
 func (t *Table[T]) evictLocked() {
 	for t.recorded.Len() > 1 && (t.recorded.Len() > t.cfg.MaxEntries || t.bytes > t.cfg.MaxBytes) {
-		t.removeLocked(t.recorded.Front().Value.(*entry[T]))
+		t.evictEntryLocked(t.recorded.Front().Value.(*entry[T]))
+	}
+}
+
+// evictEntryLocked drops e before its window ended, to stay within
+// bounds, and keeps its ID as a tombstone: a repeat is then told that the
+// outcome is no longer known rather than run a second time. An outcome
+// that expired or whose Table was dropped leaves none: the guarantee ends
+// with the window and with the registration.
+func (t *Table[T]) evictEntryLocked(e *entry[T]) {
+	t.removeLocked(e)
+	if !t.dropped {
+		t.cfg.Tombstones.add(maphash.String(t.seed, e.id), e.at)
 	}
 }
 

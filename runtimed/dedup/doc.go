@@ -9,5 +9,8 @@
 // the recorded outcomes; the oldest outcome goes first, and one outcome
 // larger than the byte bound is kept alone. A Budget shared by the Tables
 // of one Pod bounds their bytes together, evicting the oldest outcome of
-// any of them first.
+// any of them first. Tombstones, which may be shared the same way, keep
+// the IDs of outcomes evicted within their window, so that a repeat is
+// told the outcome is no longer known rather than run twice; MaxWaiters
+// bounds the callers waiting for one invocation in flight.
 package dedup

@@ -293,10 +293,10 @@ func TestDedupPodBudgetBoundsWhatIsKept(t *testing.T) {
 	_, replayed, err := r.invoke(t, t.Context(), "b", true)
 	require.NoError(t, err)
 	assert.True(t, replayed, "the newest outcome is kept")
-	resp, replayed, err := r.invoke(t, t.Context(), "a", true)
-	require.NoError(t, err)
-	assert.False(t, replayed, "the older one went to stay within the Pod's budget")
-	assert.Equal(t, "3", string(resp.GetOutput()), "so a repeat of it ran")
+	_, replayed, err = r.invoke(t, t.Context(), "a", true)
+	assert.Equal(t, codes.AlreadyExists, status.Code(err), "the older one went to stay within the Pod's budget: %v", err)
+	assert.False(t, replayed)
+	assert.Equal(t, int32(2), r.rs.calls.Load(), "and a repeat of it did not run")
 }
 
 func TestErrorsCarryRuntimedTime(t *testing.T) {

@@ -60,6 +60,8 @@ type Server struct {
 	lastSweep time.Time
 	// budget bounds the tables together; nil without MaxPodBytes.
 	budget *dedup.Budget
+	// tombstones keeps the IDs the tables evicted, for all of them.
+	tombstones *dedup.Tombstones
 }
 
 // DedupConfig bounds invocation-ID deduplication.
@@ -74,9 +76,28 @@ type DedupConfig struct {
 	// MaxPodBytes bounds the outcomes of every registration together (the
 	// oldest of any go first); 0 leaves only the per-registration bounds.
 	MaxPodBytes int64
+	// MaxWaiters bounds the repeats that wait at once for one invocation
+	// in flight; one more is refused (ResourceExhausted, NotStarted).
+	// DefaultMaxWaiters when 0.
+	MaxWaiters int
+	// MaxTombstones bounds the IDs, of every registration together, whose
+	// outcome was evicted within the window and whose repeat is refused
+	// (AlreadyExists) rather than run again; the oldest go first.
+	// DefaultMaxTombstones when 0.
+	MaxTombstones int
 	// Clock is the real clock when nil.
 	Clock clock.PassiveClock
 }
+
+// Defaults of DedupConfig's bounds.
+const (
+	// DefaultMaxWaiters: a client retries an invocation a few times, not
+	// hundreds; a waiter holds its stream and a goroutine, not its input.
+	DefaultMaxWaiters = 8
+	// DefaultMaxTombstones: 16 bytes each and the map's share, well under
+	// 1 MiB, for 16 times the outcomes one registration keeps by default.
+	DefaultMaxTombstones = 16 << 10
+)
 
 // registrationTable is the table of one registration: a new registration
 // ID or attempt of the Run starts an empty one.
@@ -96,8 +117,15 @@ func (s *Server) Deduplicate(cfg DedupConfig) *Server {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
+	if cfg.MaxWaiters == 0 {
+		cfg.MaxWaiters = DefaultMaxWaiters
+	}
+	if cfg.MaxTombstones == 0 {
+		cfg.MaxTombstones = DefaultMaxTombstones
+	}
 	s.dedup = cfg
 	s.tables = map[types.UID]*registrationTable{}
+	s.tombstones = dedup.NewTombstones(cfg.MaxTombstones)
 	if cfg.MaxPodBytes > 0 {
 		s.budget = dedup.NewBudget(cfg.MaxPodBytes)
 	}
@@ -212,15 +240,33 @@ func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest, call
 	// Keyed by the caller too: another identity that sends the same ID
 	// runs its own invocation rather than reading this caller's outcome.
 	// An ID holds no control character, so the NUL splits the key alone.
-	found, err := table.Begin(ctx, call.GetInvocationId()+"\x00"+req.GetCaller())
-	if err != nil {
-		// Gave up waiting for the invocation in flight with this ID, which
-		// started: not NotStarted.
-		return nil, false, status.Errorf(status.FromContextError(err).Code(),
-			"an invocation with ID %q is in flight; its outcome did not arrive in time: %v", call.GetInvocationId(), err)
-	}
-	if found.Replayed {
+	found, err := table.Find(call.GetInvocationId() + "\x00" + req.GetCaller())
+	switch {
+	case errors.Is(err, dedup.ErrTooManyWaiters):
+		return nil, false, runtimev1.NotStartedError(codes.ResourceExhausted,
+			"%d repeats of invocation ID %q already wait for the one in flight; send it again once that one has answered", s.dedup.MaxWaiters, call.GetInvocationId())
+	case errors.Is(err, dedup.ErrEvicted):
+		// Not NotStarted: the first may have run, and a retry with this
+		// ID would be refused the same way.
+		return nil, false, status.Errorf(codes.AlreadyExists,
+			"the outcome of invocation ID %q is no longer known: it ran, or may have, and its record was evicted to make room for newer ones before its window ended; "+
+				"it was not run again: send a new invocation ID to run it again", call.GetInvocationId())
+	case found.Replayed:
 		return found.Value, true, found.Err
+	case found.Wait != nil:
+		// A waiter never runs its own: holding its input while it waits
+		// is what would make a flood of repeats cost memory.
+		call.Input = nil
+		out, err := found.Wait.Wait(ctx)
+		if err != nil {
+			// Gave up waiting for the invocation in flight with this ID,
+			// which started: not NotStarted.
+			return nil, false, status.Errorf(status.FromContextError(err).Code(),
+				"an invocation with ID %q is in flight; its outcome did not arrive in time: %v", call.GetInvocationId(), err)
+		}
+		// An outcome not recorded is a refusal before the handler started:
+		// this repeat did not run either, and may be sent again.
+		return out.Value, out.Recorded, out.Err
 	}
 	// The outcome is recorded for a retry, so the invocation runs to its
 	// end even when this caller goes away first; its deadline stays.
@@ -291,7 +337,7 @@ func (s *Server) tableOf(uid types.UID, attempt int32, id string) *dedup.Table[*
 		}
 		t = &registrationTable{attempt: attempt, registrationID: id, table: dedup.New(dedup.Config{
 			Window: s.dedup.Window, MaxEntries: s.dedup.MaxEntries, MaxBytes: s.dedup.MaxBytes, Clock: s.dedup.Clock,
-			Budget: s.budget,
+			Budget: s.budget, MaxWaiters: s.dedup.MaxWaiters, Tombstones: s.tombstones,
 		}, outcomeSize)}
 		s.tables[uid] = t
 	}

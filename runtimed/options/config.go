@@ -53,7 +53,9 @@ type Config struct {
 type InvokeConfig struct {
 	Listener net.Listener
 	TLS      *tls.Config
-	Dedup    invoke.DedupConfig
+	// MaxConcurrentStreams is --invoke-max-concurrent-streams.
+	MaxConcurrentStreams uint32
+	Dedup                invoke.DedupConfig
 }
 
 // Config builds runtimed's configuration from validated options. ctx bounds
@@ -122,7 +124,7 @@ func (o *InvokeOptions) config(ctx context.Context) (*InvokeConfig, error) {
 		return nil, fmt.Errorf("listen on %s for invocations: %w; pick another --invoke-address", o.Address, err)
 	}
 	d := o.Dedup
-	return &InvokeConfig{Listener: lis, TLS: serverTLS,
+	return &InvokeConfig{Listener: lis, TLS: serverTLS, MaxConcurrentStreams: o.MaxConcurrentStreams,
 		Dedup: invoke.DedupConfig{Window: d.Window, MaxEntries: d.MaxEntries, MaxBytes: d.MaxBytes, MaxPodBytes: d.MaxPodBytes}}, nil
 }
 

@@ -80,7 +80,11 @@ type InvokeOptions struct {
 	CertFile     string
 	KeyFile      string
 	ClientCAFile string
-	Dedup        DedupOptions
+	// MaxConcurrentStreams bounds the calls in flight on one connection
+	// of kruntimes-apiserver's (one per replica): each may hold its input
+	// in runtimed, so it bounds their memory; more wait in the apiserver.
+	MaxConcurrentStreams uint32
+	Dedup                DedupOptions
 }
 
 // DedupOptions keep the outcome of an invocation whose ID the caller sent,
@@ -138,6 +142,10 @@ func NewOptions() *Options {
 		},
 		Invoke: InvokeOptions{
 			Address: net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedInvokePort)),
+			// At most 128 MiB of 1 MiB inputs per apiserver replica, under
+			// runtimed's 256Mi memory limit; room for 64 functions busy at
+			// once and as many log follows.
+			MaxConcurrentStreams: 128,
 			// Restate keeps an idempotency key for a day, Lambda Powertools an
 			// hour; ten minutes covers a client's retries after a 502 at a
 			// bounded cost (at most 1,000 outcomes and 4 MiB per function Run).
@@ -249,6 +257,7 @@ func (o *InvokeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.CertFile, "invoke-tls-cert-file", o.CertFile, "Serving certificate of the invoke server, reloaded when the file changes; the invoke server is off without it.")
 	fs.StringVar(&o.KeyFile, "invoke-tls-key-file", o.KeyFile, "Key of --invoke-tls-cert-file.")
 	fs.StringVar(&o.ClientCAFile, "invoke-client-ca-file", o.ClientCAFile, "CA whose client certificate for kruntimes-apiserver the invoke server accepts, reloaded when the file changes.")
+	fs.Uint32Var(&o.MaxConcurrentStreams, "invoke-max-concurrent-streams", o.MaxConcurrentStreams, "Most invocations and log follows in flight at once on one connection of kruntimes-apiserver (it keeps one per replica); each may hold up to 1 MiB of input in runtimed, and more wait in kruntimes-apiserver. Raise it with --capacity above 64.")
 	d := &o.Dedup
 	fs.DurationVar(&d.Window, "invoke-dedup-window", d.Window, "How long the outcome of an invocation whose ID the caller sent (X-Kruntime-Invocation-ID) is kept: a repeat within it is answered with that outcome without running the handler again, and a repeat while it runs waits for it. Kept per registration: a new attempt, a new Runtime Server registration or a runtimed restart starts empty. 0 turns deduplication off.")
 	fs.IntVar(&d.MaxEntries, "invoke-dedup-max-entries", d.MaxEntries, "Most outcomes kept per function Run for --invoke-dedup-window; the oldest go first.")
@@ -333,6 +342,9 @@ func (o *InvokeOptions) Validate() []error {
 	}
 	if _, _, err := net.SplitHostPort(o.Address); err != nil {
 		errs = append(errs, fmt.Errorf("--invoke-address must be host:port: %w", err))
+	}
+	if o.MaxConcurrentStreams < 1 {
+		errs = append(errs, fmt.Errorf("--invoke-max-concurrent-streams must be at least 1, got %d", o.MaxConcurrentStreams))
 	}
 	d := o.Dedup
 	if d.Window < 0 {

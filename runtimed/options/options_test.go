@@ -88,6 +88,7 @@ func TestValidateSaysWhatIsWrong(t *testing.T) {
 		{"a bad health address is refused", func(o *Options) { o.HealthAddress = "8080" }, "--health-address"},
 		{"a negative GOMAXPROCS is refused", func(o *Options) { o.MaxProcs = -1 }, "--gomaxprocs must not be negative"},
 		{"a negative dedup window is refused", func(o *Options) { o.Invoke.Dedup.Window = -time.Second }, "--invoke-dedup-window must not be negative"},
+		{"no concurrent streams is refused", func(o *Options) { o.Invoke.MaxConcurrentStreams = 0 }, "--invoke-max-concurrent-streams must be at least 1"},
 		{"no dedup entries is refused", func(o *Options) { o.Invoke.Dedup.MaxEntries = 0 }, "--invoke-dedup-max-entries must be at least 1"},
 		{"no dedup bytes is refused", func(o *Options) { o.Invoke.Dedup.MaxBytes = 0 }, "--invoke-dedup-max-bytes must be at least 1"},
 		{"no dedup bytes per Pod is refused", func(o *Options) { o.Invoke.Dedup.MaxPodBytes = 0 }, "--invoke-dedup-max-pod-bytes must be at least 1"},
@@ -197,6 +198,7 @@ func TestConfigBuildsWhatRunNeeds(t *testing.T) {
 		assert.NotNil(t, c.Invoke.TLS)
 		assert.Contains(t, c.Invoke.Listener.Addr().String(), "127.0.0.1:")
 		assert.Equal(t, invoke.DedupConfig{Window: time.Minute, MaxEntries: 1000, MaxBytes: 4 << 20, MaxPodBytes: 64 << 20}, c.Invoke.Dedup)
+		assert.Equal(t, uint32(128), c.Invoke.MaxConcurrentStreams, "the invoke server caps the streams of a connection")
 	})
 	t.Run("a taken health port says which flag to change", func(t *testing.T) {
 		taken, err := net.Listen("tcp", "127.0.0.1:0")

@@ -225,7 +225,8 @@ func sweepWorkspaces(ctx context.Context, root workspace.Root, runs runlisters.R
 
 // serve serves the apiserver's invocations until ctx ends.
 func (c *InvokeConfig) serve(ctx context.Context, server *invoke.Server) error {
-	gs := grpc.NewServer(append(transport.RuntimedServerOptions(), grpc.Creds(credentials.NewTLS(c.TLS)))...)
+	gs := grpc.NewServer(append(transport.RuntimedServerOptions(), grpc.Creds(credentials.NewTLS(c.TLS)),
+		grpc.MaxConcurrentStreams(c.MaxConcurrentStreams))...)
 	runtimedv1.RegisterRuntimedServer(gs, server)
 	go func() {
 		<-ctx.Done()
