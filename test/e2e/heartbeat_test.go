@@ -6,8 +6,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"kruntimes.io/kruntimes/apis/runtimepod"
@@ -56,11 +58,26 @@ func TestHeartbeatLease(t *testing.T) {
 	})
 
 	t.Run("a new Pod of the same name takes the Lease over", func(t *testing.T) {
+		// The taken-over Lease is read from the watch, not with a Get: its
+		// owner reference names a Pod UID that does not exist, so the
+		// garbage collector may delete it right after the write.
+		name := runtimepod.LeaseName(pod.Name)
+		before, err := leases.Leases(ns).Get(ctx, name, metav1.GetOptions{})
+		require.NoError(t, err)
+		w, err := leases.Leases(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + name, ResourceVersion: before.ResourceVersion})
+		require.NoError(t, err)
+		defer w.Stop()
 		clk := testingclock.NewFakeClock(time.Now())
 		h := runtimedheartbeat.New(leases, runtimepod.Pod{Name: pod.Name, Namespace: ns, UID: "a-newer-pod"}, clk)
 		require.NoError(t, h.Renew(ctx))
-		lease, err := leases.Leases(ns).Get(ctx, runtimepod.LeaseName(pod.Name), metav1.GetOptions{})
-		require.NoError(t, err)
+		var lease *coordinationv1.Lease
+		select {
+		case e := <-w.ResultChan():
+			require.Equal(t, watch.Modified, e.Type, "the write after the renew: %v", e.Object)
+			lease = e.Object.(*coordinationv1.Lease)
+		case <-ctx.Done():
+			t.Fatal("no write of the Lease arrived")
+		}
 		assert.Equal(t, "a-newer-pod", *lease.Spec.HolderIdentity)
 		assert.Equal(t, int32(1), *lease.Spec.LeaseTransitions)
 		require.Len(t, lease.OwnerReferences, 1)
