@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -97,6 +98,11 @@ func parseAllowlist(data []byte) (allowlist, error) {
 // maxKeptLines bounds the output remembered per test, for the summary.
 const maxKeptLines = 20
 
+// maxAssertionLines bounds the failed assertions remembered per test: a
+// test's assertions are printed long before its last lines (a component's
+// shutdown log, say), and the summary may be all a reader of CI sees.
+const maxAssertionLines = 60
+
 // report follows one `go test -json` stream.
 type report struct {
 	out        io.Writer
@@ -112,6 +118,7 @@ type report struct {
 	unfinishedPackages   map[string]bool
 	running              map[testKey]bool
 	output               map[testKey][]string
+	assertions           map[testKey]*assertionLines
 	sawEvent, sawPackage bool
 }
 
@@ -124,6 +131,7 @@ func newReport(out io.Writer, allowed allowlist, failOnSkip bool) *report {
 		unfinishedPackages: map[string]bool{},
 		running:            map[testKey]bool{},
 		output:             map[testKey][]string{},
+		assertions:         map[testKey]*assertionLines{},
 	}
 }
 
@@ -219,12 +227,20 @@ func (r *report) endPackage(pkg string) {
 func (r *report) finish(key testKey) {
 	delete(r.running, key)
 	delete(r.output, key)
+	delete(r.assertions, key)
 }
 
 // keep remembers the last lines a test printed; a skip's reason and a
 // failure's last words are among them.
 func (r *report) keep(key testKey, line string) {
-	lines := append(r.output[key], strings.TrimRight(line, "\n"))
+	line = strings.TrimRight(line, "\n")
+	a := r.assertions[key]
+	if a == nil {
+		a = &assertionLines{}
+		r.assertions[key] = a
+	}
+	a.see(line)
+	lines := append(r.output[key], line)
 	if len(lines) > maxKeptLines {
 		lines = lines[len(lines)-maxKeptLines:]
 	}
@@ -264,6 +280,14 @@ func (r *report) summarize() bool {
 	}
 	for _, key := range r.failed {
 		fmt.Fprintf(r.out, "FAIL test   %s\n", key)
+		if a := r.assertions[key]; a != nil {
+			for _, line := range a.lines {
+				fmt.Fprintf(r.out, "              %s\n", line)
+			}
+			if a.dropped > 0 {
+				fmt.Fprintf(r.out, "              (%d more lines of failed assertions: see the test's output above)\n", a.dropped)
+			}
+		}
 		for _, line := range lastLines(r.output[key], 5) {
 			fmt.Fprintf(r.out, "              %s\n", line)
 		}
@@ -321,6 +345,35 @@ func skipReason(lines []string) string {
 	}
 	return strings.Join(lastLines(reason, 2), " / ")
 }
+
+// assertionLines keeps the failed testify assertions a test printed:
+// each is a "file_test.go:N: " line followed by lines indented with a tab
+// (Error Trace, Error, Test, Messages).
+type assertionLines struct {
+	lines   []string
+	dropped int
+	inBlock bool
+}
+
+func (a *assertionLines) see(line string) {
+	switch {
+	case assertionHeader.MatchString(line):
+		a.inBlock = true
+	case a.inBlock && strings.HasPrefix(strings.TrimLeft(line, " "), "\t"):
+	default:
+		a.inBlock = false
+		return
+	}
+	if len(a.lines) < maxAssertionLines {
+		a.lines = append(a.lines, line)
+	} else {
+		a.dropped++
+	}
+}
+
+// assertionHeader is how testify starts a failed assertion: the caller's
+// file and line, and nothing after.
+var assertionHeader = regexp.MustCompile(`^\s+\S+_test\.go:\d+: ?$`)
 
 func lastLines(lines []string, n int) []string {
 	if len(lines) > n {

@@ -172,6 +172,38 @@ func TestReport(t *testing.T) {
 	}
 }
 
+// TestSummaryShowsFailedAssertions: a failed assertion printed long before
+// the test's last lines (a component's shutdown log) is in the summary,
+// which may be all a reader of CI sees; a log line is not.
+func TestSummaryShowsFailedAssertions(t *testing.T) {
+	const test = "TestRecovery"
+	stream := []string{start(pkgA), run(pkgA, test),
+		output(pkgA, test, "    x_test.go:40: created Pod silent"),
+		output(pkgA, test, "    x_test.go:455: "),
+		output(pkgA, test, "        \tError Trace:\t/src/x_test.go:455"),
+		output(pkgA, test, "        \tError:      \tNot equal: "),
+		output(pkgA, test, "        \t            \texpected: 1"),
+		output(pkgA, test, "        \t            \tactual  : 2"),
+		output(pkgA, test, "        \tMessages:   \tthe Pod is deleted once for all its Runs"),
+	}
+	for i := range 3 * maxKeptLines {
+		stream = append(stream, output(pkgA, test, fmt.Sprintf("I1205 apiserver.go:%d] \"Shutting down\"", i)))
+	}
+	stream = append(stream, output(pkgA, test, "--- FAIL: "+test+" (3.47s)"), outcome("fail", pkgA, test), outcome("fail", pkgA, ""))
+
+	var out bytes.Buffer
+	r := newReport(&out, nil, true)
+	require.NoError(t, r.read(strings.NewReader(lines(stream...)+"\n")))
+	require.False(t, r.summarize())
+	_, summary, ok := strings.Cut(out.String(), "==== testreport:")
+	require.True(t, ok, out.String())
+	for _, want := range []string{"x_test.go:455:", "Error Trace:\t/src/x_test.go:455", "actual  : 2", "the Pod is deleted once for all its Runs", "--- FAIL: " + test} {
+		assert.Contains(t, summary, want)
+	}
+	assert.NotContains(t, summary, "created Pod silent", "a log line is no assertion")
+	assert.NotContains(t, summary, "apiserver.go:0]", "only the last lines of the log")
+}
+
 func TestParseAllowlist(t *testing.T) {
 	tests := []struct {
 		name    string
