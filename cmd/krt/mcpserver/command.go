@@ -40,6 +40,8 @@ type mcpOptions struct {
 	tlsCertFile   string
 	tlsKeyFile    string
 	idleTimeout   time.Duration
+	// allowedOrigins are the --allowed-origin values.
+	allowedOrigins []string
 
 	// labelSelector is selector, parsed by Complete.
 	labelSelector labels.Selector
@@ -94,7 +96,11 @@ session acts as the token that created it: its own watch of the Runs,
 SelfSubjectAccessReviews and invocations, made with the kubeconfig's
 server and CA and that token, never the kubeconfig's credentials. A
 request of a session with a different token is refused with 403 (a new
-token, e.g. a refreshed one, starts a new session). The address is printed
+token, e.g. a refreshed one, starts a new session). A request with an
+Origin header (one sent by a web page in a browser) is refused with 403
+unless --allowed-origin names that origin, so that a page whose host
+name was rebound to this address (DNS rebinding) cannot reach it; MCP
+clients that are not browsers send no Origin. The address is printed
 on standard error once listening. SIGINT or SIGTERM stops it.
 
 With --sandbox-runtime RUNTIME, each session also has the tools
@@ -124,6 +130,7 @@ ends, or after its idle timeout.`,
 	cmd.Flags().StringVar(&o.tlsCertFile, "tls-cert-file", "", "With --listen: serve HTTPS with this certificate (PEM); required for a non-loopback address.")
 	cmd.Flags().StringVar(&o.tlsKeyFile, "tls-private-key-file", "", "With --listen: the private key (PEM) of --tls-cert-file.")
 	cmd.Flags().DurationVar(&o.idleTimeout, "session-idle-timeout", 30*time.Minute, "With --listen: close an MCP session that sent no request for this long (its watch ends with it); 0 never.")
+	cmd.Flags().StringSliceVar(&o.allowedOrigins, "allowed-origin", nil, "With --listen: an Origin (SCHEME://HOST[:PORT]) whose web pages may send requests, e.g. a browser-based MCP client's; repeatable. A request with any other Origin is refused with 403; one without Origin (not from a browser) is served.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "How long one tools/call may take (the invocation's request timeout); the server's default (60s) when 0.")
 	return cmd
 }
@@ -142,6 +149,14 @@ func (o *mcpOptions) Complete() error {
 func (o *mcpOptions) Validate() error {
 	if o.listen == "" && (o.tlsCertFile != "" || o.tlsKeyFile != "") {
 		return errors.New("--tls-cert-file and --tls-private-key-file need --listen")
+	}
+	if o.listen == "" && len(o.allowedOrigins) > 0 {
+		return errors.New("--allowed-origin needs --listen")
+	}
+	for _, origin := range o.allowedOrigins {
+		if err := checkOrigin(origin); err != nil {
+			return err
+		}
 	}
 	if o.listen != "" {
 		return checkListen(o.listen, o.tlsCertFile, o.tlsKeyFile)

@@ -8,6 +8,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"time"
@@ -52,6 +53,9 @@ func isLoopbackHost(host string) bool {
 // created it, and only that token may use the session.
 type mcpHTTP struct {
 	tokens *tokenCache
+	// allowedOrigins are the Origin headers (normalized by originKey)
+	// a request may carry; a request without one is not a browser's.
+	allowedOrigins map[string]bool
 	// newSession builds the MCP server of a new session acting as id.
 	newSession func(id *identity) (*mcp.Server, sessionBackend, error)
 	log        io.Writer
@@ -85,16 +89,39 @@ type pending struct {
 	err     error
 }
 
-func newMCPHTTP(tokens *tokenCache, newSession func(id *identity) (*mcp.Server, sessionBackend, error), idle time.Duration, log io.Writer) *mcpHTTP {
+// newMCPHTTP serves with o's --session-idle-timeout and
+// --allowed-origin.
+func newMCPHTTP(tokens *tokenCache, newSession func(id *identity) (*mcp.Server, sessionBackend, error), o *mcpOptions, log io.Writer) *mcpHTTP {
 	h := &mcpHTTP{
-		tokens:     tokens,
-		newSession: newSession,
-		log:        log,
-		versions:   mcp.NewServer(&mcp.Implementation{Name: "krt", Version: "versions"}, nil),
-		sessions:   map[sessionBackend]struct{}{},
+		tokens:         tokens,
+		allowedOrigins: map[string]bool{},
+		newSession:     newSession,
+		log:            log,
+		versions:       mcp.NewServer(&mcp.Implementation{Name: "krt", Version: "versions"}, nil),
+		sessions:       map[sessionBackend]struct{}{},
 	}
-	h.handler = mcp.NewStreamableHTTPHandler(h.server, &mcp.StreamableHTTPOptions{SessionTimeout: idle})
+	for _, origin := range o.allowedOrigins {
+		h.allowedOrigins[originKey(origin)] = true
+	}
+	h.handler = mcp.NewStreamableHTTPHandler(h.server, &mcp.StreamableHTTPOptions{SessionTimeout: o.idleTimeout})
 	return h
+}
+
+// originKey is how an Origin is compared: scheme and host are
+// case-insensitive, a trailing "/" is not part of it.
+func originKey(origin string) string {
+	return strings.ToLower(strings.TrimSuffix(origin, "/"))
+}
+
+// checkOrigin parses an --allowed-origin: SCHEME://HOST[:PORT], as
+// browsers send it, nothing more.
+func checkOrigin(origin string) error {
+	u, err := url.Parse(origin)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil ||
+		strings.TrimSuffix(u.Path, "/") != "" || u.RawQuery != "" || u.Fragment != "" {
+		return fmt.Errorf("--allowed-origin %q: want SCHEME://HOST[:PORT] as a browser sends it in Origin, e.g. http://localhost:6274", origin)
+	}
+	return nil
 }
 
 // server is the SDK's getServer: it is called for every request.
@@ -116,6 +143,13 @@ func (h *mcpHTTP) server(r *http.Request) *mcp.Server {
 }
 
 func (h *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	// MCP's streamable HTTP transport asks servers to validate Origin:
+	// a web page whose name was rebound to this address must not reach
+	// it through the browser that shows the page.
+	if origin := r.Header.Get("Origin"); origin != "" && !h.allowedOrigins[originKey(origin)] {
+		http.Error(w, fmt.Sprintf("krt mcp: requests from web pages of origin %q are refused; start krt mcp with --allowed-origin %s to accept them", origin, origin), http.StatusForbidden)
+		return
+	}
 	token, ok := bearerToken(r)
 	if !ok {
 		unauthorized(w, "krt mcp: every request needs an Authorization: Bearer <Kubernetes token> header")
@@ -204,7 +238,7 @@ func serveMCPHTTP(ctx context.Context, config *rest.Config, scope toolScope, sel
 			return nil, nil, err
 		}
 		return s.server, s, nil
-	}, o.idleTimeout, streams.ErrOut)
+	}, o, streams.ErrOut)
 	defer h.close()
 
 	ln, err := net.Listen("tcp", o.listen)

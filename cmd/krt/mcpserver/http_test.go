@@ -48,15 +48,20 @@ type fakeBackend struct{ started, stopped atomic.Int32 }
 func (b *fakeBackend) start() { b.started.Add(1) }
 func (b *fakeBackend) stop()  { b.stopped.Add(1) }
 
-// bearer adds a token to every request of an http.Client.
+// bearer adds a token (and an Origin, when set) to every request of an
+// http.Client.
 type bearer struct {
-	token string
-	next  http.RoundTripper
+	token  string
+	origin string
+	next   http.RoundTripper
 }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
+	if b.origin != "" {
+		r.Header.Set("Origin", b.origin)
+	}
 	return b.next.RoundTrip(r)
 }
 
@@ -94,7 +99,7 @@ func newTestMCPHTTP(t *testing.T) *testMCPHTTP {
 		s.all = append(s.all, b)
 		s.mu.Unlock()
 		return server, b, nil
-	}, time.Minute, newTestWriter(t))
+	}, &mcpOptions{idleTimeout: time.Minute, allowedOrigins: []string{"http://localhost:6274"}}, newTestWriter(t))
 	mux := http.NewServeMux()
 	mux.Handle(MCPPath, h)
 	ts := httptest.NewServer(mux)
@@ -149,6 +154,13 @@ func (s *testMCPHTTP) connect(ctx context.Context, t *testing.T, token string, o
 // Authorization header auth (none when empty).
 func (s *testMCPHTTP) post(t *testing.T, authz, sessionID string) *http.Response {
 	t.Helper()
+	return s.postFrom(t, "", authz, sessionID)
+}
+
+// postFrom is post with the Origin header origin (none when empty), as a
+// browser sends it.
+func (s *testMCPHTTP) postFrom(t *testing.T, origin, authz, sessionID string) *http.Response {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, s.url, strings.NewReader(`{"jsonrpc":"2.0","id":99,"method":"ping"}`))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
@@ -156,6 +168,9 @@ func (s *testMCPHTTP) post(t *testing.T, authz, sessionID string) *http.Response
 	req.Header.Set("Mcp-Protocol-Version", "2025-11-25")
 	if authz != "" {
 		req.Header.Set("Authorization", authz)
+	}
+	if origin != "" {
+		req.Header.Set("Origin", origin)
 	}
 	if sessionID != "" {
 		req.Header.Set("Mcp-Session-Id", sessionID)
@@ -276,6 +291,57 @@ func TestMCPHTTPSessionIsBoundToItsToken(t *testing.T) {
 		}
 		assert.EqualValues(t, 1, b.stopped.Load())
 	})
+}
+
+// TestMCPHTTPValidatesOrigin: as MCP's streamable HTTP transport asks, a
+// request a web page sends (it has an Origin) is refused with 403 unless
+// --allowed-origin names its origin, before the cluster is asked about its
+// token; a request without Origin is not a browser's and is served.
+func TestMCPHTTPValidatesOrigin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := newTestMCPHTTP(t)
+	alice := s.connect(ctx, t, "alice-token", nil)
+	defer alice.Close()
+
+	for _, origin := range []string{"http://evil.example", "http://localhost:6275", "https://localhost:6274", "null"} {
+		t.Run("refused: "+origin, func(t *testing.T) {
+			asked := s.asked.Load()
+			resp := s.postFrom(t, origin, "Bearer alice-token", "")
+			assert.Equal(t, http.StatusForbidden, resp.StatusCode)
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			assert.Contains(t, string(body), "--allowed-origin "+origin)
+			resp = s.postFrom(t, origin, "Bearer alice-token", alice.ID())
+			assert.Equal(t, http.StatusForbidden, resp.StatusCode, "nor on an existing session")
+			assert.Equal(t, asked, s.asked.Load(), "the token was not sent to the cluster")
+		})
+	}
+
+	t.Run("an allowed origin is served", func(t *testing.T) {
+		client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+		cs, err := client.Connect(ctx, &mcp.StreamableClientTransport{
+			Endpoint:   s.url,
+			HTTPClient: &http.Client{Transport: bearer{token: "bob-token", origin: "HTTP://LOCALHOST:6274/", next: http.DefaultTransport}},
+			MaxRetries: -1,
+		}, nil)
+		require.NoError(t, err)
+		defer cs.Close()
+		assert.Equal(t, "bob", callText(ctx, t, cs, "whoami"))
+	})
+
+	t.Run("no Origin is served", func(t *testing.T) {
+		assert.Equal(t, "alice", callText(ctx, t, alice, "whoami"))
+	})
+}
+
+func TestCheckOrigin(t *testing.T) {
+	for _, origin := range []string{"http://localhost:6274", "https://mcp.example.com", "http://127.0.0.1:8080/"} {
+		assert.NoError(t, checkOrigin(origin), origin)
+	}
+	for _, origin := range []string{"localhost:6274", "ftp://example.com", "http://example.com/path", "http://", "*", "http://u@example.com"} {
+		assert.ErrorContains(t, checkOrigin(origin), "want SCHEME://HOST[:PORT]", origin)
+	}
 }
 
 // lockedBuffer is a bytes.Buffer safe for a writer and a reader.
