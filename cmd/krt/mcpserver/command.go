@@ -24,6 +24,11 @@ var MCPProtocolRevision = mcp.SupportedProtocolVersions()[0]
 // DefaultToolSelector selects the function Runs krt mcp serves as tools.
 const DefaultToolSelector = "kruntimes.io/tool=true"
 
+// DefaultMaxSessionsPerUser is --max-sessions-per-user's default: enough
+// for a user's agents and the reconnects of a few, not for a loop that
+// opens sessions and leaves them.
+const DefaultMaxSessionsPerUser = 8
+
 // mcpOptions are krt mcp's flags, and what Complete makes of them.
 type mcpOptions struct {
 	configFlags *genericclioptions.ConfigFlags
@@ -42,6 +47,8 @@ type mcpOptions struct {
 	idleTimeout   time.Duration
 	// allowedOrigins are the --allowed-origin values.
 	allowedOrigins []string
+	// maxSessionsPerUser is --max-sessions-per-user.
+	maxSessionsPerUser int
 
 	// labelSelector is selector, parsed by Complete.
 	labelSelector labels.Selector
@@ -100,7 +107,10 @@ token, e.g. a refreshed one, starts a new session). A request with an
 Origin header (one sent by a web page in a browser) is refused with 403
 unless --allowed-origin names that origin, so that a page whose host
 name was rebound to this address (DNS rebinding) cannot reach it; MCP
-clients that are not browsers send no Origin. The address is printed
+clients that are not browsers send no Origin. One user (as the cluster
+names the token's identity) has at most --max-sessions-per-user sessions
+(8) at once: a request that would start one more is refused with 429
+until one ends (DELETE, or --session-idle-timeout). The address is printed
 on standard error once listening. SIGINT or SIGTERM stops it.
 
 With --sandbox-runtime RUNTIME, each session also has the tools
@@ -131,6 +141,7 @@ ends, or after its idle timeout.`,
 	cmd.Flags().StringVar(&o.tlsKeyFile, "tls-private-key-file", "", "With --listen: the private key (PEM) of --tls-cert-file.")
 	cmd.Flags().DurationVar(&o.idleTimeout, "session-idle-timeout", 30*time.Minute, "With --listen: close an MCP session that sent no request for this long (its watch ends with it); 0 never.")
 	cmd.Flags().StringSliceVar(&o.allowedOrigins, "allowed-origin", nil, "With --listen: an Origin (SCHEME://HOST[:PORT]) whose web pages may send requests, e.g. a browser-based MCP client's; repeatable. A request with any other Origin is refused with 403; one without Origin (not from a browser) is served.")
+	cmd.Flags().IntVar(&o.maxSessionsPerUser, "max-sessions-per-user", DefaultMaxSessionsPerUser, "With --listen: the most MCP sessions one user (as the cluster names the bearer token's identity) may have at once; a request that would start one more is refused with 429 until one ends.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "How long one tools/call may take (the invocation's request timeout); the server's default (60s) when 0.")
 	return cmd
 }
@@ -149,6 +160,9 @@ func (o *mcpOptions) Complete() error {
 func (o *mcpOptions) Validate() error {
 	if o.listen == "" && (o.tlsCertFile != "" || o.tlsKeyFile != "") {
 		return errors.New("--tls-cert-file and --tls-private-key-file need --listen")
+	}
+	if o.maxSessionsPerUser < 1 {
+		return fmt.Errorf("--max-sessions-per-user %d: want at least 1", o.maxSessionsPerUser)
 	}
 	if o.listen == "" && len(o.allowedOrigins) > 0 {
 		return errors.New("--allowed-origin needs --listen")

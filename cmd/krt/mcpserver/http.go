@@ -65,9 +65,16 @@ type mcpHTTP struct {
 	// server speaks for requests of existing sessions.
 	versions *mcp.Server
 
+	// maxSessionsPerUser bounds the sessions of one user, each of which
+	// holds an MCP server and its tools.
+	maxSessionsPerUser int
+
 	mu       sync.Mutex
 	sessions map[sessionBackend]struct{}
-	closed   bool
+	// slots counts, by user, the live sessions and the requests that may
+	// make one.
+	slots  map[string]int
+	closed bool
 }
 
 // sessionBackend is what feeds one session's tools: start begins it (once
@@ -89,8 +96,8 @@ type pending struct {
 	err     error
 }
 
-// newMCPHTTP serves with o's --session-idle-timeout and
-// --allowed-origin.
+// newMCPHTTP serves with o's --session-idle-timeout, --allowed-origin and
+// --max-sessions-per-user.
 func newMCPHTTP(tokens *tokenCache, newSession func(id *identity) (*mcp.Server, sessionBackend, error), o *mcpOptions, log io.Writer) *mcpHTTP {
 	h := &mcpHTTP{
 		tokens:         tokens,
@@ -99,6 +106,9 @@ func newMCPHTTP(tokens *tokenCache, newSession func(id *identity) (*mcp.Server, 
 		log:            log,
 		versions:       mcp.NewServer(&mcp.Implementation{Name: "krt", Version: "versions"}, nil),
 		sessions:       map[sessionBackend]struct{}{},
+
+		maxSessionsPerUser: o.maxSessionsPerUser,
+		slots:              map[string]int{},
 	}
 	for _, origin := range o.allowedOrigins {
 		h.allowedOrigins[originKey(origin)] = true
@@ -167,6 +177,12 @@ func (h *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ctx := context.WithValue(r.Context(), identityKey{}, id)
 	var p *pending
 	if r.Header.Get("Mcp-Session-Id") == "" {
+		// A slot is taken before the session exists, so that concurrent
+		// initializations cannot pass the bound together.
+		if !h.takeSlot(id.user) {
+			http.Error(w, fmt.Sprintf("krt mcp: %s has %d MCP sessions, the most --max-sessions-per-user allows; end one (an HTTP DELETE with its Mcp-Session-Id) or wait until one is idle for --session-idle-timeout", id.user, h.maxSessionsPerUser), http.StatusTooManyRequests)
+			return
+		}
 		p = &pending{id: id}
 		ctx = context.WithValue(ctx, pendingKey{}, p)
 	}
@@ -176,15 +192,36 @@ func (h *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return &auth.TokenInfo{UserID: id.hash}, nil
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h.handler)
 	bound.ServeHTTP(w, r.WithContext(ctx))
-	if p != nil && p.session != nil {
-		h.adopt(p)
+	if p == nil {
+		return
+	}
+	if p.session == nil || !h.adopt(p) {
+		h.freeSlot(id.user)
+	}
+}
+
+func (h *mcpHTTP) takeSlot(user string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.slots[user] >= h.maxSessionsPerUser {
+		return false
+	}
+	h.slots[user]++
+	return true
+}
+
+func (h *mcpHTTP) freeSlot(user string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.slots[user]--; h.slots[user] <= 0 {
+		delete(h.slots, user)
 	}
 }
 
 // adopt keeps the watch of a new session while the session lives, and
-// stops it when the session ends; a request that made no session stops it
-// at once.
-func (h *mcpHTTP) adopt(p *pending) {
+// stops it (and frees the user's slot) when the session ends; a request
+// that made no session stops it at once, and adopt says false.
+func (h *mcpHTTP) adopt(p *pending) bool {
 	var live *mcp.ServerSession
 	for ss := range p.server.Sessions() {
 		live = ss
@@ -193,7 +230,7 @@ func (h *mcpHTTP) adopt(p *pending) {
 	if live == nil || h.closed {
 		h.mu.Unlock()
 		p.session.stop()
-		return
+		return false
 	}
 	h.sessions[p.session] = struct{}{}
 	h.mu.Unlock()
@@ -205,8 +242,10 @@ func (h *mcpHTTP) adopt(p *pending) {
 		delete(h.sessions, p.session)
 		h.mu.Unlock()
 		p.session.stop()
+		h.freeSlot(p.id.user)
 		fmt.Fprintf(h.log, "krt mcp: session %s… of %s ended\n", sessionPrefix(live.ID()), p.id.user)
 	}()
+	return true
 }
 
 // sessionPrefix is enough of a session ID to tell sessions apart in a log,

@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
 	certutil "k8s.io/client-go/util/cert"
@@ -65,11 +66,15 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
+// testMaxSessionsPerUser is the --max-sessions-per-user of newTestMCPHTTP.
+const testMaxSessionsPerUser = 3
+
 type testMCPHTTP struct {
 	url      string
 	mu       sync.Mutex
 	servers  map[string]*mcp.Server // by user
 	backends map[string]*fakeBackend
+	byUser   map[string][]*fakeBackend
 	all      []*fakeBackend
 	asked    atomic.Int32
 }
@@ -78,7 +83,7 @@ type testMCPHTTP struct {
 // tokens alice-token and bob-token, and each session's server has a tool
 // whoami that answers the session's user.
 func newTestMCPHTTP(t *testing.T) *testMCPHTTP {
-	s := &testMCPHTTP{servers: map[string]*mcp.Server{}, backends: map[string]*fakeBackend{}}
+	s := &testMCPHTTP{servers: map[string]*mcp.Server{}, backends: map[string]*fakeBackend{}, byUser: map[string][]*fakeBackend{}}
 	tokens := &tokenCache{now: time.Now, authenticate: func(_ context.Context, token string) (string, error) {
 		s.asked.Add(1)
 		user, ok := map[string]string{"alice-token": "alice", "bob-token": "bob"}[token]
@@ -97,9 +102,10 @@ func newTestMCPHTTP(t *testing.T) *testMCPHTTP {
 		s.mu.Lock()
 		s.servers[user], s.backends[user] = server, b
 		s.all = append(s.all, b)
+		s.byUser[user] = append(s.byUser[user], b)
 		s.mu.Unlock()
 		return server, b, nil
-	}, &mcpOptions{idleTimeout: time.Minute, allowedOrigins: []string{"http://localhost:6274"}}, newTestWriter(t))
+	}, &mcpOptions{idleTimeout: time.Minute, allowedOrigins: []string{"http://localhost:6274"}, maxSessionsPerUser: testMaxSessionsPerUser}, newTestWriter(t))
 	mux := http.NewServeMux()
 	mux.Handle(MCPPath, h)
 	ts := httptest.NewServer(mux)
@@ -335,6 +341,64 @@ func TestMCPHTTPValidatesOrigin(t *testing.T) {
 	})
 }
 
+// TestMCPHTTPCapsSessionsPerUser: one user has at most
+// --max-sessions-per-user sessions (so at most that many backends were
+// started for it); one more is refused with 429 naming the flag, other
+// users are not affected, and a session that ends frees its slot.
+func TestMCPHTTPCapsSessionsPerUser(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s := newTestMCPHTTP(t)
+	var sessions []*mcp.ClientSession
+	for range testMaxSessionsPerUser {
+		cs := s.connect(ctx, t, "alice-token", nil)
+		defer cs.Close()
+		sessions = append(sessions, cs)
+	}
+	// started counts the backends of user's live sessions.
+	startedFor := func(user string) int {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		n := 0
+		for _, b := range s.byUser[user] {
+			if b.started.Load() > 0 && b.stopped.Load() == 0 {
+				n++
+			}
+		}
+		return n
+	}
+	// A session's backend starts once its initialize was answered.
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return startedFor("alice") == testMaxSessionsPerUser, nil
+	}))
+
+	resp := s.post(t, "Bearer alice-token", "")
+	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	assert.Contains(t, string(body), "--max-sessions-per-user")
+	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
+	_, err = client.Connect(ctx, &mcp.StreamableClientTransport{
+		Endpoint:   s.url,
+		HTTPClient: &http.Client{Transport: bearer{token: "alice-token", next: http.DefaultTransport}},
+		MaxRetries: -1,
+	}, nil)
+	assert.Error(t, err, "one session more than the cap")
+	assert.Equal(t, testMaxSessionsPerUser, startedFor("alice"), "no backend for a refused session")
+
+	bob := s.connect(ctx, t, "bob-token", nil)
+	defer bob.Close()
+	assert.Equal(t, "bob", callText(ctx, t, bob, "whoami"), "another user's sessions are not counted")
+
+	require.NoError(t, sessions[0].Close())
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return startedFor("alice") < testMaxSessionsPerUser, nil
+	}), "the closed session's backend stops")
+	again := s.connect(ctx, t, "alice-token", nil)
+	defer again.Close()
+	assert.Equal(t, "alice", callText(ctx, t, again, "whoami"), "the closed session's slot is free")
+}
+
 func TestCheckOrigin(t *testing.T) {
 	for _, origin := range []string{"http://localhost:6274", "https://mcp.example.com", "http://127.0.0.1:8080/"} {
 		assert.NoError(t, checkOrigin(origin), origin)
@@ -377,7 +441,7 @@ func TestMCPListenTLS(t *testing.T) {
 	defer cancel()
 	errOut := &lockedBuffer{}
 	streams := genericiooptions.IOStreams{In: strings.NewReader(""), Out: io.Discard, ErrOut: errOut}
-	o := &mcpOptions{listen: "127.0.0.1:0", tlsCertFile: certFile, tlsKeyFile: keyFile, idleTimeout: time.Minute}
+	o := &mcpOptions{listen: "127.0.0.1:0", tlsCertFile: certFile, tlsKeyFile: keyFile, idleTimeout: time.Minute, maxSessionsPerUser: 1}
 	served := make(chan error, 1)
 	go func() {
 		served <- serveMCPHTTP(ctx, &rest.Config{Host: "https://127.0.0.1:1"}, toolScope{namespaces: []string{"ns"}}, labels.Everything(), streams, o)
