@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -22,18 +23,21 @@ import (
 const tokenTTL = 30 * time.Second
 
 // identity is the caller of one HTTP request: its bearer token, the
-// token's SHA-256 (what a session is bound to), and who the cluster says
-// it is.
+// token's SHA-256, who the cluster says it is, and its principal (what a
+// session is bound to and what shares a watch): a digest of the user's
+// name, UID and groups, which are what RBAC decides on, so that a
+// refreshed token of the same ServiceAccount keeps its sessions.
 type identity struct {
-	token string
-	hash  string
-	user  string
+	token     string
+	hash      string
+	user      string
+	principal string
 }
 
 type identityKey struct{}
 
 // tokenAuthenticator asks the cluster who a token is.
-type tokenAuthenticator func(ctx context.Context, token string) (user string, err error)
+type tokenAuthenticator func(ctx context.Context, token string) (authenticationv1.UserInfo, error)
 
 // errUnauthenticated: the cluster does not accept the token.
 var errUnauthenticated = errors.New("the cluster does not accept the bearer token")
@@ -42,19 +46,19 @@ var errUnauthenticated = errors.New("the cluster does not accept the bearer toke
 // the token against the cluster of base (its server and CA, none of its
 // credentials).
 func selfSubjectReviewer(base *rest.Config) tokenAuthenticator {
-	return func(ctx context.Context, token string) (string, error) {
+	return func(ctx context.Context, token string) (authenticationv1.UserInfo, error) {
 		kube, err := kubernetes.NewForConfig(bearerConfig(base, token))
 		if err != nil {
-			return "", err
+			return authenticationv1.UserInfo{}, err
 		}
 		review, err := kube.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 		if apierrors.IsUnauthorized(err) {
-			return "", errUnauthenticated
+			return authenticationv1.UserInfo{}, errUnauthenticated
 		}
 		if err != nil {
-			return "", err
+			return authenticationv1.UserInfo{}, err
 		}
-		return review.Status.UserInfo.Username, nil
+		return review.Status.UserInfo, nil
 	}
 }
 
@@ -77,8 +81,18 @@ type tokenCache struct {
 }
 
 type cachedUser struct {
-	user string
-	at   time.Time
+	user      string
+	principal string
+	at        time.Time
+}
+
+// principalOf digests what RBAC decides on: the user's name, UID and
+// groups (not extra, which holds e.g. a ServiceAccount token's own ID).
+func principalOf(info authenticationv1.UserInfo) string {
+	groups := append([]string(nil), info.Groups...)
+	sort.Strings(groups)
+	sum := sha256.Sum256([]byte(strings.Join(append([]string{info.Username, info.UID}, groups...), "\x00")))
+	return hex.EncodeToString(sum[:])
 }
 
 func (c *tokenCache) identify(ctx context.Context, token string) (*identity, error) {
@@ -89,12 +103,13 @@ func (c *tokenCache) identify(ctx context.Context, token string) (*identity, err
 	cached, ok := c.users[hash]
 	c.mu.Unlock()
 	if ok && now.Sub(cached.at) < tokenTTL {
-		return &identity{token: token, hash: hash, user: cached.user}, nil
+		return &identity{token: token, hash: hash, user: cached.user, principal: cached.principal}, nil
 	}
-	user, err := c.authenticate(ctx, token)
+	info, err := c.authenticate(ctx, token)
 	if err != nil {
 		return nil, err
 	}
+	user, principal := info.Username, principalOf(info)
 	c.mu.Lock()
 	if c.users == nil {
 		c.users = map[string]cachedUser{}
@@ -104,14 +119,18 @@ func (c *tokenCache) identify(ctx context.Context, token string) (*identity, err
 			delete(c.users, h)
 		}
 	}
-	c.users[hash] = cachedUser{user: user, at: now}
+	c.users[hash] = cachedUser{user: user, principal: principal, at: now}
 	c.mu.Unlock()
-	return &identity{token: token, hash: hash, user: user}, nil
+	return &identity{token: token, hash: hash, user: user, principal: principal}, nil
 }
 
 // bearerToken is the token of the request's Authorization header.
 func bearerToken(r *http.Request) (string, bool) {
-	fields := strings.Fields(r.Header.Get("Authorization"))
+	return bearerTokenOf(r.Header)
+}
+
+func bearerTokenOf(header http.Header) (string, bool) {
+	fields := strings.Fields(header.Get("Authorization"))
 	if len(fields) != 2 || !strings.EqualFold(fields[0], "Bearer") {
 		return "", false
 	}

@@ -99,11 +99,17 @@ http://HOST:PORT/mcp instead (https with --tls-cert-file and
 without them). Every request must carry "Authorization: Bearer TOKEN", a
 Kubernetes token (e.g. kubectl create token SERVICEACCOUNT), and is
 answered 401 without one or when the cluster does not accept it. Each MCP
-session acts as the token that created it: its own watch of the Runs,
-SelfSubjectAccessReviews and invocations, made with the kubeconfig's
-server and CA and that token, never the kubeconfig's credentials. A
-request of a session with a different token is refused with 403 (a new
-token, e.g. a refreshed one, starts a new session). A request with an
+session belongs to the principal (user name, UID and groups) of the token
+that created it: a request of the session with a token of another
+principal is refused with 403, a refreshed token of the same one keeps
+it. What a request does (SelfSubjectAccessReviews, invocations, sandboxes)
+acts as that request's token, with the kubeconfig's server and CA, never
+the kubeconfig's credentials. The sessions of one principal share one
+list and watch of the Runs per namespace, whose cache holds only what the
+tools read (no source, env or annotations). That watch, the re-check of
+a session's tools after a Run changes, and the deletion of its sandboxes
+when it ends act as the principal's newest token: the one token krt mcp
+keeps after a request, and only while the principal has a session. A request with an
 Origin header (one sent by a web page in a browser) is refused with 403
 unless --allowed-origin names that origin, so that a page whose host
 name was rebound to this address (DNS rebinding) cannot reach it; MCP

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/rest"
+
+	"kruntimes.io/kruntimes/client/clientset/versioned"
 )
 
 // MCPPath is the path krt mcp --listen serves MCP's streamable HTTP on.
@@ -49,10 +51,13 @@ func isLoopbackHost(host string) bool {
 }
 
 // mcpHTTP serves MCP's streamable HTTP transport: every request is
-// authenticated by its bearer token, each session acts as the token that
-// created it, and only that token may use the session.
+// authenticated by its bearer token, each session belongs to the principal
+// that created it, and only a token of that principal may use it; a
+// session's calls act as the token of the request that makes them.
 type mcpHTTP struct {
 	tokens *tokenCache
+	// sawToken, when set, hears of every authenticated request.
+	sawToken func(id *identity)
 	// allowedOrigins are the Origin headers (normalized by originKey)
 	// a request may carry; a request without one is not a browser's.
 	allowedOrigins map[string]bool
@@ -174,6 +179,9 @@ func (h *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "krt mcp: could not ask the cluster who the bearer token is: "+err.Error(), http.StatusBadGateway)
 		return
 	}
+	if h.sawToken != nil {
+		h.sawToken(id)
+	}
 	ctx := context.WithValue(r.Context(), identityKey{}, id)
 	var p *pending
 	if r.Header.Get("Mcp-Session-Id") == "" {
@@ -189,7 +197,7 @@ func (h *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The SDK binds a session to the TokenInfo.UserID of the request that
 	// created it and answers 403 to a request of the session with another.
 	bound := auth.RequireBearerToken(func(context.Context, string, *http.Request) (*auth.TokenInfo, error) {
-		return &auth.TokenInfo{UserID: id.hash}, nil
+		return &auth.TokenInfo{UserID: id.principal}, nil
 	}, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(h.handler)
 	bound.ServeHTTP(w, r.WithContext(ctx))
 	if p == nil {
@@ -234,16 +242,18 @@ func (h *mcpHTTP) adopt(p *pending) bool {
 	}
 	h.sessions[p.session] = struct{}{}
 	h.mu.Unlock()
-	p.session.start()
-	fmt.Fprintf(h.log, "krt mcp: session %s… of %s started\n", sessionPrefix(live.ID()), p.id.user)
+	// The session outlives the request; the request's token must not.
+	session, user := p.session, p.id.user
+	session.start()
+	fmt.Fprintf(h.log, "krt mcp: session %s… of %s started\n", sessionPrefix(live.ID()), user)
 	go func() {
 		_ = live.Wait()
 		h.mu.Lock()
-		delete(h.sessions, p.session)
+		delete(h.sessions, session)
 		h.mu.Unlock()
-		p.session.stop()
-		h.freeSlot(p.id.user)
-		fmt.Fprintf(h.log, "krt mcp: session %s… of %s ended\n", sessionPrefix(live.ID()), p.id.user)
+		session.stop()
+		h.freeSlot(user)
+		fmt.Fprintf(h.log, "krt mcp: session %s… of %s ended\n", sessionPrefix(live.ID()), user)
 	}()
 	return true
 }
@@ -269,15 +279,41 @@ func (h *mcpHTTP) close() {
 	}
 }
 
-func serveMCPHTTP(ctx context.Context, config *rest.Config, scope toolScope, selector labels.Selector, streams genericiooptions.IOStreams, o *mcpOptions) error {
-	tokens := &tokenCache{authenticate: selfSubjectReviewer(config), now: time.Now}
-	h := newMCPHTTP(tokens, func(id *identity) (*mcp.Server, sessionBackend, error) {
-		s, err := newMCPSession(context.Background(), bearerConfig(config, id.token), scope, selector, o, nil)
+// newSharedRunSources watches the Runs of the cluster of base once per
+// principal.
+func newSharedRunSources(base *rest.Config, scope toolScope, selector labels.Selector) *sharedRunSources {
+	return &sharedRunSources{newSource: func(token *heldToken) (*runSource, error) {
+		// The watch's requests are few; client-go's default limit is fine.
+		client, err := versioned.NewForConfig(heldConfig(base, token))
+		if err != nil {
+			return nil, err
+		}
+		return newRunSource(client, scope, selector), nil
+	}}
+}
+
+// newHTTPSession builds a session for the principal of id, on its shared
+// watch of the Runs; nothing of the session keeps id's token.
+func newHTTPSession(base *rest.Config, sources *sharedRunSources, scope toolScope, selector labels.Selector, o *mcpOptions) func(id *identity) (*mcp.Server, sessionBackend, error) {
+	return func(id *identity) (*mcp.Server, sessionBackend, error) {
+		source, token, release, err := sources.acquire(id)
 		if err != nil {
 			return nil, nil, err
 		}
+		s, err := newMCPSession(context.Background(), heldConfig(base, token), source, release, scope, selector, o, nil)
+		if err != nil {
+			release()
+			return nil, nil, err
+		}
 		return s.server, s, nil
-	}, o, streams.ErrOut)
+	}
+}
+
+func serveMCPHTTP(ctx context.Context, config *rest.Config, scope toolScope, selector labels.Selector, streams genericiooptions.IOStreams, o *mcpOptions) error {
+	tokens := &tokenCache{authenticate: selfSubjectReviewer(config), now: time.Now}
+	sources := newSharedRunSources(config, scope, selector)
+	h := newMCPHTTP(tokens, newHTTPSession(config, sources, scope, selector, o), o, streams.ErrOut)
+	h.sawToken = sources.sawToken
 	defer h.close()
 
 	ln, err := net.Listen("tcp", o.listen)

@@ -21,6 +21,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
@@ -84,13 +85,13 @@ type testMCPHTTP struct {
 // whoami that answers the session's user.
 func newTestMCPHTTP(t *testing.T) *testMCPHTTP {
 	s := &testMCPHTTP{servers: map[string]*mcp.Server{}, backends: map[string]*fakeBackend{}, byUser: map[string][]*fakeBackend{}}
-	tokens := &tokenCache{now: time.Now, authenticate: func(_ context.Context, token string) (string, error) {
+	tokens := &tokenCache{now: time.Now, authenticate: func(_ context.Context, token string) (authenticationv1.UserInfo, error) {
 		s.asked.Add(1)
 		user, ok := map[string]string{"alice-token": "alice", "bob-token": "bob"}[token]
 		if !ok {
-			return "", errUnauthenticated
+			return authenticationv1.UserInfo{}, errUnauthenticated
 		}
-		return user, nil
+		return authenticationv1.UserInfo{Username: user}, nil
 	}}
 	h := newMCPHTTP(tokens, func(id *identity) (*mcp.Server, sessionBackend, error) {
 		server := mcp.NewServer(&mcp.Implementation{Name: "krt", Version: "test"}, nil)
@@ -213,9 +214,9 @@ func TestMCPHTTPNeedsABearerToken(t *testing.T) {
 	assert.Empty(t, s.servers, "no session was made")
 }
 
-// TestMCPHTTPSessionIsBoundToItsToken: each session acts as the token that
-// created it, and a request of the session with another token (or none)
-// is refused; notifications/tools/list_changed still reach the session;
+// TestMCPHTTPSessionIsBoundToItsToken: each session belongs to the user
+// whose token created it, and a request of the session with another's
+// token (or none) is refused; notifications/tools/list_changed still reach the session;
 // the session's backend starts when it is initialized and stops when it
 // ends.
 func TestMCPHTTPSessionIsBoundToItsToken(t *testing.T) {

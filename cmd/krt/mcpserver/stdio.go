@@ -14,7 +14,7 @@ import (
 // serveStdio serves one MCP session, acting as config's identity, over
 // standard input and output until the client closes them or ctx ends.
 func serveStdio(ctx context.Context, config *rest.Config, scope toolScope, selector labels.Selector, streams genericiooptions.IOStreams, o *mcpOptions) error {
-	session, err := newMCPSession(ctx, config, scope, selector, o, nil)
+	session, err := newMCPSession(ctx, config, nil, nil, scope, selector, o, nil)
 	if err != nil {
 		return err
 	}
