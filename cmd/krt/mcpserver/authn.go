@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"sort"
@@ -91,7 +92,9 @@ type cachedUser struct {
 func principalOf(info authenticationv1.UserInfo) string {
 	groups := append([]string(nil), info.Groups...)
 	sort.Strings(groups)
-	sum := sha256.Sum256([]byte(strings.Join(append([]string{info.Username, info.UID}, groups...), "\x00")))
+	// JSON, so that no name can pass for another name and a group.
+	encoded, _ := json.Marshal([]any{info.Username, info.UID, groups})
+	sum := sha256.Sum256(encoded)
 	return hex.EncodeToString(sum[:])
 }
 

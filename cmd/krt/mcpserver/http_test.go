@@ -378,13 +378,15 @@ func TestMCPHTTPCapsSessionsPerUser(t *testing.T) {
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	assert.Contains(t, string(body), "--max-sessions-per-user")
-	client := mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil)
-	_, err = client.Connect(ctx, &mcp.StreamableClientTransport{
-		Endpoint:   s.url,
-		HTTPClient: &http.Client{Transport: bearer{token: "alice-token", next: http.DefaultTransport}},
-		MaxRetries: -1,
-	}, nil)
-	assert.Error(t, err, "one session more than the cap")
+	connect := func() (*mcp.ClientSession, error) {
+		return mcp.NewClient(&mcp.Implementation{Name: "test", Version: "v0"}, nil).Connect(ctx, &mcp.StreamableClientTransport{
+			Endpoint:   s.url,
+			HTTPClient: &http.Client{Transport: bearer{token: "alice-token", next: http.DefaultTransport}},
+			MaxRetries: -1,
+		}, nil)
+	}
+	_, err = connect()
+	assert.ErrorContains(t, err, "Too Many Requests", "one session more than the cap")
 	assert.Equal(t, testMaxSessionsPerUser, startedFor("alice"), "no backend for a refused session")
 
 	bob := s.connect(ctx, t, "bob-token", nil)
@@ -392,10 +394,12 @@ func TestMCPHTTPCapsSessionsPerUser(t *testing.T) {
 	assert.Equal(t, "bob", callText(ctx, t, bob, "whoami"), "another user's sessions are not counted")
 
 	require.NoError(t, sessions[0].Close())
+	// The slot is freed once the closed session's backend has stopped.
+	var again *mcp.ClientSession
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return startedFor("alice") < testMaxSessionsPerUser, nil
-	}), "the closed session's backend stops")
-	again := s.connect(ctx, t, "alice-token", nil)
+		again, err = connect()
+		return err == nil, nil
+	}), "the closed session's slot is free: %v", err)
 	defer again.Close()
 	assert.Equal(t, "alice", callText(ctx, t, again, "whoami"), "the closed session's slot is free")
 }

@@ -354,6 +354,9 @@ func (b *requestBearer) RoundTrip(r *http.Request) (*http.Response, error) {
 		token = b.held.get()
 	}
 	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+token)
+	// Once the principal's last session ended there is none to send.
+	if token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
+	}
 	return b.next.RoundTrip(r)
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -226,7 +227,7 @@ func toolNames(ctx context.Context, t *testing.T, cs *mcp.ClientSession) []strin
 // share one list and watch of the Runs (one per namespace), not one each;
 // another user has its own; the shared cache holds no Run's source, env or
 // annotations (a Run of more than 128 KiB is less than 2 KiB there); the
-// watch ends with the user's last session.
+// watch, and the token it acts as, end with the user's last session.
 func TestMCPHTTPSharesOneStrippedWatchPerPrincipal(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -249,8 +250,10 @@ func TestMCPHTTPSharesOneStrippedWatchPerPrincipal(t *testing.T) {
 	assert.Equal(t, 1, cluster.count("list", "bob"))
 	assert.Equal(t, 2, sources.count(), "a source per principal")
 
+	var held []*heldToken
 	sources.mu.Lock()
 	for _, shared := range sources.byPrincipal {
+		held = append(held, shared.token)
 		for _, lister := range shared.source.listers {
 			runs, err := lister.List(labels.Everything())
 			require.NoError(t, err)
@@ -274,6 +277,13 @@ func TestMCPHTTPSharesOneStrippedWatchPerPrincipal(t *testing.T) {
 		return sources.count() == 1 && cluster.openWatches("alice") == 0, nil
 	}), "alice's watch ends with her last session")
 	assert.Equal(t, 1, cluster.openWatches("bob"), "bob's goes on")
+	var kept []string
+	for _, token := range held {
+		if token.get() != "" {
+			kept = append(kept, token.get())
+		}
+	}
+	assert.Equal(t, []string{"bob-token"}, kept, "alice's token is forgotten with her last session")
 }
 
 // switchableBearer is bearer whose token can be changed, as a client's
@@ -324,4 +334,18 @@ func TestMCPHTTPCallsActAsTheRequestsToken(t *testing.T) {
 		return cluster.open["alice-token-2"] == 1, nil
 	}), "the watch reconnects with the newest token: %v", cluster.tokensSince(since))
 	assert.NotContains(t, cluster.tokensSince(since), "alice-token", fmt.Sprintf("nothing uses the revoked token after %d requests", since))
+}
+
+func TestPrincipalOf(t *testing.T) {
+	alice := authenticationv1.UserInfo{Username: "alice", UID: "1", Groups: []string{"a", "b"}, Extra: map[string]authenticationv1.ExtraValue{"authentication.kubernetes.io/credential-id": {"JTI=1"}}}
+	refreshed := authenticationv1.UserInfo{Username: "alice", UID: "1", Groups: []string{"b", "a"}, Extra: map[string]authenticationv1.ExtraValue{"authentication.kubernetes.io/credential-id": {"JTI=2"}}}
+	assert.Equal(t, principalOf(alice), principalOf(refreshed), "a refreshed token (another credential ID, groups in another order) is the same principal")
+	for name, other := range map[string]authenticationv1.UserInfo{
+		"another user":               {Username: "bob", UID: "1", Groups: []string{"a", "b"}},
+		"another UID":                {Username: "alice", UID: "2", Groups: []string{"a", "b"}},
+		"fewer groups":               {Username: "alice", UID: "1", Groups: []string{"a"}},
+		"a UID that ends in a group": {Username: "alice", UID: "1\x00a", Groups: []string{"b"}},
+	} {
+		assert.NotEqual(t, principalOf(alice), principalOf(other), name)
+	}
 }

@@ -149,12 +149,14 @@ func (s *mcpSession) start() {
 		s.syncing.Add(1)
 		go func() {
 			defer s.syncing.Done()
-			s.err = s.source.waitSynced(s.ctx)
+			// The tools are in before a call waiting for synced goes on.
+			if s.err = s.source.waitSynced(s.ctx); s.err == nil {
+				s.tools.sync(s.ctx)
+			}
 			close(s.synced)
 			if s.err != nil {
 				return
 			}
-			s.tools.sync(s.ctx)
 			for {
 				select {
 				case <-s.ctx.Done():
