@@ -35,8 +35,6 @@ type identity struct {
 	principal string
 }
 
-type identityKey struct{}
-
 // tokenAuthenticator asks the cluster who a token is.
 type tokenAuthenticator func(ctx context.Context, token string) (authenticationv1.UserInfo, error)
 

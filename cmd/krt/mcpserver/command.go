@@ -109,15 +109,18 @@ list and watch of the Runs per namespace, whose cache holds only what the
 tools read (no source, env or annotations). That watch, the re-check of
 a session's tools after a Run changes, and the deletion of its sandboxes
 when it ends act as the principal's newest token: the one token krt mcp
-keeps after a request, and only while the principal has a session. A request with an
-Origin header (one sent by a web page in a browser) is refused with 403
-unless --allowed-origin names that origin, so that a page whose host
-name was rebound to this address (DNS rebinding) cannot reach it; MCP
-clients that are not browsers send no Origin. One user (as the cluster
-names the token's identity) has at most --max-sessions-per-user sessions
-(8) at once: a request that would start one more is refused with 429
-until one ends (DELETE, or --session-idle-timeout). The address is printed
-on standard error once listening. SIGINT or SIGTERM stops it.
+keeps after a request, and only while the principal has a session. The
+address is printed on standard error once listening. SIGINT or SIGTERM
+stops it.
+
+A request with an Origin header (one a web page sends from a browser) is
+refused with 403 unless --allowed-origin names that origin, so that a
+page whose host name was rebound to this address (DNS rebinding) cannot
+reach it; MCP clients that are not browsers send no Origin. One user (as
+the cluster names the token's identity) has at most
+--max-sessions-per-user sessions (8) at once: a request that would start
+one more is refused with 429 until one ends (DELETE, or
+--session-idle-timeout).
 
 With --sandbox-runtime RUNTIME, each session also has the tools
 create_sandbox, run_code, run_command, write_file, read_file, list_files
@@ -145,7 +148,7 @@ ends, or after its idle timeout.`,
 	cmd.Flags().StringVar(&o.listen, "listen", "", "Serve MCP's streamable HTTP transport on HOST:PORT (path /mcp) instead of stdio; port 0 picks a free one.")
 	cmd.Flags().StringVar(&o.tlsCertFile, "tls-cert-file", "", "With --listen: serve HTTPS with this certificate (PEM); required for a non-loopback address.")
 	cmd.Flags().StringVar(&o.tlsKeyFile, "tls-private-key-file", "", "With --listen: the private key (PEM) of --tls-cert-file.")
-	cmd.Flags().DurationVar(&o.idleTimeout, "session-idle-timeout", 30*time.Minute, "With --listen: close an MCP session that sent no request for this long (its watch ends with it); 0 never.")
+	cmd.Flags().DurationVar(&o.idleTimeout, "session-idle-timeout", 30*time.Minute, "With --listen: close an MCP session that sent no request for this long (the shared watch of the Runs ends with its principal's last session); 0 never.")
 	cmd.Flags().StringSliceVar(&o.allowedOrigins, "allowed-origin", nil, "With --listen: an Origin (SCHEME://HOST[:PORT]) whose web pages may send requests, e.g. a browser-based MCP client's; repeatable. A request with any other Origin is refused with 403; one without Origin (not from a browser) is served.")
 	cmd.Flags().IntVar(&o.maxSessionsPerUser, "max-sessions-per-user", DefaultMaxSessionsPerUser, "With --listen: the most MCP sessions one user (as the cluster names the bearer token's identity) may have at once; a request that would start one more is refused with 429 until one ends.")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "How long one tools/call may take (the invocation's request timeout); the server's default (60s) when 0.")

@@ -182,7 +182,7 @@ func (h *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if h.sawToken != nil {
 		h.sawToken(id)
 	}
-	ctx := context.WithValue(r.Context(), identityKey{}, id)
+	ctx := r.Context()
 	var p *pending
 	if r.Header.Get("Mcp-Session-Id") == "" {
 		// A slot is taken before the session exists, so that concurrent
