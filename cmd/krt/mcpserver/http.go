@@ -1,7 +1,9 @@
 package mcpserver
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -184,7 +186,12 @@ func (h *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	var p *pending
-	if r.Header.Get("Mcp-Session-Id") == "" {
+	initialize, err := isInitialize(w, r)
+	if err != nil {
+		http.Error(w, "krt mcp: reading the request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if initialize {
 		// A slot is taken before the session exists, so that concurrent
 		// initializations cannot pass the bound together.
 		if !h.takeSlot(id.user) {
@@ -206,6 +213,28 @@ func (h *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if p.session == nil || !h.adopt(p) {
 		h.freeSlot(id.user)
 	}
+}
+
+// isInitialize says whether r is an initialize request, the only one
+// that makes a session; it leaves r's body to be read again. Clients ask
+// other questions before one (the SDK's server/discover, to learn whether
+// the server is stateless) and those must neither take a slot nor make a
+// session, or a user's slots run out while they are answered.
+func isInitialize(w http.ResponseWriter, r *http.Request) (bool, error) {
+	if r.Method != http.MethodPost || r.Header.Get("Mcp-Session-Id") != "" || r.Body == nil {
+		return false, nil
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, mcp.DefaultMaxRequestBodyBytes))
+	if err != nil {
+		return false, err
+	}
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	var call struct {
+		Method string `json:"method"`
+	}
+	// A batch or a malformed body is no initialize (which the protocol
+	// forbids in a batch); the SDK answers it.
+	return json.Unmarshal(body, &call) == nil && call.Method == "initialize", nil
 }
 
 func (h *mcpHTTP) takeSlot(user string) bool {

@@ -168,7 +168,19 @@ func (s *testMCPHTTP) post(t *testing.T, authz, sessionID string) *http.Response
 // browser sends it.
 func (s *testMCPHTTP) postFrom(t *testing.T, origin, authz, sessionID string) *http.Response {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, s.url, strings.NewReader(`{"jsonrpc":"2.0","id":99,"method":"ping"}`))
+	return s.postCall(t, origin, authz, sessionID, `{"jsonrpc":"2.0","id":99,"method":"ping"}`)
+}
+
+// initialize sends an initialize request, which makes a session, with the
+// Authorization header authz.
+func (s *testMCPHTTP) initialize(t *testing.T, authz string) *http.Response {
+	t.Helper()
+	return s.postCall(t, "", authz, "", `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-11-25","capabilities":{},"clientInfo":{"name":"curl","version":"v0"}}}`)
+}
+
+func (s *testMCPHTTP) postCall(t *testing.T, origin, authz, sessionID, call string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, s.url, strings.NewReader(call))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json, text/event-stream")
@@ -372,8 +384,14 @@ func TestMCPHTTPCapsSessionsPerUser(t *testing.T) {
 	require.NoError(t, wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return startedFor("alice") == testMaxSessionsPerUser, nil
 	}))
+	s.mu.Lock()
+	assert.Len(t, s.byUser["alice"], testMaxSessionsPerUser, "a backend is built for each initialize alone, not for the client's server/discover before it")
+	s.mu.Unlock()
 
-	resp := s.post(t, "Bearer alice-token", "")
+	// Questions before a session (a ping here, the SDK's server/discover)
+	// are answered and take no slot.
+	assert.Equal(t, http.StatusOK, s.post(t, "Bearer alice-token", "").StatusCode)
+	resp := s.initialize(t, "Bearer alice-token")
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
