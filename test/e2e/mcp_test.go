@@ -444,7 +444,7 @@ func mcpPing(ctx context.Context, t *testing.T, url, authz, sessionID string) *h
 // that has no credentials at all, serves each MCP session as the bearer
 // token that created it: a ServiceAccount allowed to invoke one of three
 // tools lists and calls that one (and is told when a second it may invoke
-// becomes Ready, through its own watch); a ServiceAccount that may only
+// becomes Ready, through the one watch its sessions share); a ServiceAccount that may only
 // read Runs lists none; a request without a token is 401; the first
 // ServiceAccount's session refuses the second's token.
 func TestKrtMCPHTTP(t *testing.T) {
