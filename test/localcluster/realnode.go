@@ -12,6 +12,9 @@ import (
 	"sync"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -149,6 +152,9 @@ func (c *Cluster) startRealNode(ctx, agentCtx context.Context, logDir string, ad
 	if err := c.startAPIServerForward(ctx, node.NodeIP()); err != nil {
 		return err
 	}
+	if err := bindClusterAdmins(ctx, adminClient); err != nil {
+		return err
+	}
 
 	c.progress("containerd (socket %s, registry %s)", node.ContainerdSocket(), cfg.Registry)
 	containerd, err := rn.start(ctx, logDir, "containerd", filepath.Join(binDir, "containerd"), node.ContainerdEnv(), node.ContainerdArgs()...)
@@ -271,6 +277,23 @@ func (c *Cluster) startAPIServerForward(ctx context.Context, nodeIP net.IP) erro
 		return fmt.Errorf("serving kube-apiserver on the node IP %s: %w", address, err)
 	}
 	c.realNode.apiServerForward, c.realNode.stopAPIServerForward = front, cancel
+	return nil
+}
+
+// bindClusterAdmins binds cluster-admin to the group kubeadm:cluster-admins,
+// as kubeadm init does: kube-apiserver's kubelet client pair is in that
+// group, and kubelet authorizes its API (logs, exec, port-forward) with a
+// SubjectAccessReview.
+func bindClusterAdmins(ctx context.Context, client kubernetes.Interface) error {
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:cluster-admins"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "kubeadm:cluster-admins"}},
+	}
+	_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("binding cluster-admin to kube-apiserver's kubelet client: %w", err)
+	}
 	return nil
 }
 
