@@ -1,7 +1,6 @@
 package realnode
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -30,19 +29,12 @@ import (
 	"kruntimes.io/kruntimes/test/repobin"
 )
 
-// Env opts in: the real node needs root, hack/build-node.sh and the
-// machine-wide real-node lock.
-const Env = "KRUNTIMES_E2E_REALNODE"
-
 // podCIDR is this suite's Pod network, apart from make run's.
 const podCIDR = "10.245.0.0/24"
 
 func requireRealNode(t *testing.T) string {
 	t.Helper()
-	if os.Getenv(Env) != "1" {
-		t.Skipf("set %s=1 to run the real-node suite (root, hack/build-node.sh)", Env)
-	}
-	require.Zero(t, os.Geteuid(), "the real node needs root")
+	realnode.RequireForTest(t)
 	wd, err := os.Getwd()
 	require.NoError(t, err)
 	root, err := repobin.RepoRoot(wd)
@@ -256,17 +248,22 @@ func TestRealNodeStartCleansWhatAKilledRunLeft(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, string(out))
 
-	var output bytes.Buffer
+	// A file, not a buffer: the process writes it while the test reads.
+	outputPath := filepath.Join(t.TempDir(), "localcluster.log")
+	output, err := os.Create(outputPath)
+	require.NoError(t, err)
+	defer output.Close()
+	readOutput := func() string { data, _ := os.ReadFile(outputPath); return string(data) }
 	cmd := exec.Command(binary, "--node=containerd", "--kruntimes-apiserver=disabled", "--build=false",
 		"--state-dir="+state, "--kubeconfig-out="+kubeconfig, "--pod-cidr="+podCIDR)
 	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = &output, &output
+	cmd.Stdout, cmd.Stderr = output, output
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(context.Context) (bool, error) {
-		return strings.Contains(output.String(), "Press Ctrl-C to stop"), nil
+		return strings.Contains(readOutput(), "Press Ctrl-C to stop"), nil
 	})
-	require.NoError(t, err, output.String())
+	require.NoError(t, err, readOutput())
 	client := newClient(t, kubeconfig)
 
 	// The registry runs in the localcluster process; containerd's
@@ -281,7 +278,7 @@ func TestRealNodeStartCleansWhatAKilledRunLeft(t *testing.T) {
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
-	t.Logf("localcluster killed; its output:\n%s", output.String())
+	t.Logf("localcluster killed; its output:\n%s", readOutput())
 
 	// What the killed run left: its containers (their shims outlive
 	// containerd), their mounts and network namespaces, the bridge.
