@@ -267,11 +267,16 @@ func TestRealNodeStartCleansWhatAKilledRunLeft(t *testing.T) {
 	client := newClient(t, kubeconfig)
 
 	// The registry runs in the localcluster process; containerd's
-	// configuration names it.
+	// configuration names it, beside the hosts it mirrors.
 	hosts, err := os.ReadDir(filepath.Join(state, "node", "containerd", "certs.d"))
 	require.NoError(t, err)
-	require.Len(t, hosts, 1)
-	registry := &realnode.Registry{Host: hosts[0].Name()}
+	var registry *realnode.Registry
+	for _, host := range hosts {
+		if strings.HasPrefix(host.Name(), "127.0.0.1:") {
+			registry = &realnode.Registry{Host: host.Name()}
+		}
+	}
+	require.NotNil(t, registry, "containerd's certs.d names the loopback registry: %v", hosts)
 	image, err := registry.PushBinary(ctx, "e2e/hello", "v1", buildHello(t), "")
 	require.NoError(t, err)
 	runHelloPod(ctx, t, client, image)
