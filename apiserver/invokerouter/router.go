@@ -43,7 +43,8 @@ type Router struct {
 	// cache is set by Start; until then and until it synced, Route answers
 	// that routing is starting.
 	cache atomic.Pointer[ownershipCache]
-	// changes wakes invocations waiting for a function to become routable.
+	// changes wakes invocations waiting for a function to become routable,
+	// and follows of runs/log waiting for their Run to start or move.
 	changes *routeChanges
 }
 
@@ -73,7 +74,7 @@ func (r *Router) Start(ctx context.Context, runs RunSource) {
 		logger.Info("runs/invoke is off", "why", r.off)
 		return
 	}
-	c := newOwnershipCache(runs, r.kube)
+	c := newOwnershipCache(runs, r.kube, r.changes)
 	_, _ = c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: r.conns.podUpdated,
 		DeleteFunc: r.conns.forgetPod,
