@@ -50,8 +50,8 @@ type Router struct {
 
 var (
 	_ runregistry.Router      = &Router{}
-	_ runregistry.PodRouter   = &Router{}
 	_ runregistry.RouteWaiter = &Router{}
+	_ runregistry.LogRouter   = &Router{}
 )
 
 // New returns a router that routes nothing until Start.
