@@ -67,6 +67,16 @@ func startFollow(t *testing.T, next func(n int32) Next) *follow {
 	return f
 }
 
+// answers answers the tries in order, then WaitForChange.
+func answers(first ...Next) func(n int32) Next {
+	return func(n int32) Next {
+		if int(n) <= len(first) {
+			return first[n-1]
+		}
+		return WaitForChange
+	}
+}
+
 // waiting waits until the loop waits after try n: it made n tries and
 // sleeps on its timer and its change signal.
 func (f *follow) waiting(t *testing.T, n int32) {
@@ -121,12 +131,7 @@ func TestLoop(t *testing.T) {
 	})
 
 	t.Run("a waiting follow back from a retry waits for a change again", func(t *testing.T) {
-		f := startFollow(t, func(n int32) Next {
-			if n == 1 {
-				return Retry
-			}
-			return WaitForChange
-		})
+		f := startFollow(t, answers(Retry))
 		f.waiting(t, 1)
 		f.clock.Step(retryFirst)
 		f.waiting(t, 2)
@@ -156,12 +161,7 @@ func TestLoop(t *testing.T) {
 	})
 
 	t.Run("Done ends the loop", func(t *testing.T) {
-		f := startFollow(t, func(n int32) Next {
-			if n == 2 {
-				return Done
-			}
-			return WaitForChange
-		})
+		f := startFollow(t, answers(WaitForChange, Done))
 		f.waiting(t, 1)
 		f.changes.change()
 		f.ended(t)
