@@ -56,9 +56,10 @@ build:
 ## run every benchmark once. Fails on a test that skips without an entry in
 ## hack/allowed-skips.txt, and on a data race or crash in any cluster component.
 ## Builds the images first (make images), which hack/images' tests check.
-## As root it also builds the real node (make node-binaries) and runs its
-## suites (test/e2e/realnode, test/localcluster/realnode).
-test: verify kube-binaries $(if $(filter 0,$(shell id -u)),node-binaries) helm python-deps ts-deps testreport images
+## As root it also builds the real node (make node-binaries) and the Python
+## Runtime image (make image-python), and runs the real-node suites
+## (test/e2e/realnode, test/localcluster/realnode).
+test: verify kube-binaries $(if $(filter 0,$(shell id -u)),node-binaries) helm python-deps ts-deps testreport images $(if $(filter 0,$(shell id -u)),image-python)
 	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) ./... 2>&1 | $(TESTREPORT)
 	@$(MAKE) --no-print-directory bench-once
 

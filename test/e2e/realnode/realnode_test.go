@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -305,4 +306,80 @@ func TestRealNodeStartCleansWhatAKilledRunLeft(t *testing.T) {
 	node := cluster.RealNode()
 	cluster.Stop(ctx)
 	assertNothingLeft(t, node, before)
+}
+
+// pythonRuntimeImage is make image-python's kruntimes-runtime image, as
+// its OCI layout names it.
+func pythonRuntimeImage(t *testing.T, root string) string {
+	data, err := os.ReadFile(filepath.Join(root, "_output", "images", "kruntimes-runtime-python", "index.json"))
+	require.NoError(t, err, "run make image-python")
+	var index struct {
+		Manifests []struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
+	}
+	require.NoError(t, json.Unmarshal(data, &index))
+	for _, m := range index.Manifests {
+		if ref := m.Annotations["org.opencontainers.image.ref.name"]; strings.HasSuffix(ref, "-python") {
+			return ref
+		}
+	}
+	t.Fatalf("no -python image in make image-python's layout")
+	return ""
+}
+
+// TestRealNodeRunsTheQuickstart runs the README quickstart on the real node:
+// Runtime Pods from make images' images, pulled by containerd as
+// kruntimes.io/... from the loopback registry, then a task, krt run and a
+// function invoked through kube-apiserver; user code runs as 65532 with no
+// credentials and a read-only root file system.
+func TestRealNodeRunsTheQuickstart(t *testing.T) {
+	root := requireRealNode(t)
+	image := pythonRuntimeImage(t, root)
+	ctx := klog.NewContext(context.Background(), klog.Background().WithName("realnode"))
+	state := stateDir(t, root)
+	cluster, err := localcluster.Start(ctx, localcluster.Config{
+		RepoRoot: root, StateDir: state, Node: localcluster.NodeContainerd, PodCIDR: podCIDR,
+		Progress: testWriter{t},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { cluster.Stop(ctx) })
+
+	run := func(name string, stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(root, "bin", name), args...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Config().KubeconfigPath)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s %s: %s", name, strings.Join(args, " "), out)
+		return string(out)
+	}
+	example := func(file string) string {
+		data, err := os.ReadFile(filepath.Join(root, "artifacts", "examples", file))
+		require.NoError(t, err)
+		return strings.ReplaceAll(string(data), "kruntimes.io/kruntimes-runtime:v0.1.0-python", image)
+	}
+
+	run("kubectl", example("runtime-bash.yaml"), "apply", "-f", "-")
+	run("kubectl", "", "wait", "--for=condition=Ready", "runtime/bash", "--timeout=3m")
+	run("kubectl", example("run-task.yaml"), "create", "-f", "-")
+	run("kubectl", "", "wait", "--for=jsonpath={.status.phase}=Succeeded", "run/hello", "--timeout=2m")
+	assert.Equal(t, `{"greeted":"world"}`, run("kubectl", "", "get", "run", "hello", "-o", "jsonpath={.status.outputs}"))
+	assert.Contains(t, run("krt", "", "logs", "hello"), "hello, world")
+
+	out := run("krt", "", "run", "--runtime=bash", "--name=isolation", "--", "sh", "-c",
+		`id -u; ls /var/run/secrets/kubernetes.io 2>&1; touch /written 2>&1; echo done`)
+	assert.Contains(t, out, "65532\n", "user code runs as 65532")
+	assert.Contains(t, out, "/var/run/secrets/kubernetes.io': No such file or directory", "user code has no ServiceAccount token")
+	assert.Contains(t, out, "touch: cannot touch '/written'", "the image's root file system is read-only to user code")
+
+	run("kubectl", example("runtime-python.yaml"), "apply", "-f", "-")
+	run("kubectl", "", "wait", "--for=condition=Ready", "runtime/python", "--timeout=3m")
+	run("kubectl", example("run-function.yaml"), "create", "-f", "-")
+	run("kubectl", "", "wait", "--for=condition=Ready", "run/echo", "--timeout=2m")
+	assert.Contains(t, run("krt", "", "invoke", "echo", "--data", `{"hello":"world"}`), `"echo":{"hello":"world"}`)
+
+	pods := run("kubectl", "", "get", "pods", "-o", "jsonpath={range .items[*]}{.status.containerStatuses[*].imageID}{\"\\n\"}{end}")
+	assert.Contains(t, pods, localcluster.ImageHost+"/runtimed@sha256:", "runtimed pulled as kruntimes.io/runtimed")
 }
