@@ -176,8 +176,9 @@ verify-proto:
 ## writes .local/kubeconfig. CHART=1 installs kruntimes-apiserver with
 ## bin/helm from charts/kruntimes instead of running it as a host process.
 ## NODE=containerd (root) runs a real node instead of the node agent:
-## kubelet, containerd + runc, kube-scheduler, kube-proxy, a CNI bridge.
-run: kube-binaries $(if $(CHART),helm) $(if $(filter containerd,$(NODE)),node-binaries)
+## kubelet, containerd + runc, kube-scheduler, kube-proxy, a CNI bridge; its
+## Runtime Pods pull the images of make images and make image-python.
+run: kube-binaries $(if $(CHART),helm) $(if $(filter containerd,$(NODE)),node-binaries images image-python)
 	$(GO) build -o $(BIN)/localcluster ./test/localcluster/cmd/localcluster
 	$(BIN)/localcluster $(if $(CHART),--kruntimes-apiserver=chart) $(if $(NODE),--node=$(NODE))
 
