@@ -56,7 +56,10 @@ build:
 ## run every benchmark once. Fails on a test that skips without an entry in
 ## hack/allowed-skips.txt, and on a data race or crash in any cluster component.
 ## Builds the images first (make images), which hack/images' tests check.
-test: verify kube-binaries helm python-deps ts-deps testreport images
+## As root it also builds the real node (make node-binaries) and the Python
+## Runtime image (make image-python), and runs the real-node suites
+## (test/e2e/realnode, test/localcluster/realnode).
+test: verify kube-binaries $(if $(filter 0,$(shell id -u)),node-binaries) helm python-deps ts-deps testreport images $(if $(filter 0,$(shell id -u)),image-python)
 	set -o pipefail; KRUNTIMES_E2E_REQUIRE=1 $(GO) test -json $(GOTEST_FLAGS) -tags $(GO_TAGS) ./... 2>&1 | $(TESTREPORT)
 	@$(MAKE) --no-print-directory bench-once
 
@@ -173,8 +176,9 @@ verify-proto:
 ## writes .local/kubeconfig. CHART=1 installs kruntimes-apiserver with
 ## bin/helm from charts/kruntimes instead of running it as a host process.
 ## NODE=containerd (root) runs a real node instead of the node agent:
-## kubelet, containerd + runc, kube-scheduler, kube-proxy, a CNI bridge.
-run: kube-binaries $(if $(CHART),helm) $(if $(filter containerd,$(NODE)),node-binaries)
+## kubelet, containerd + runc, kube-scheduler, kube-proxy, a CNI bridge; its
+## Runtime Pods pull the images of make images and make image-python.
+run: kube-binaries $(if $(CHART),helm) $(if $(filter containerd,$(NODE)),node-binaries images image-python)
 	$(GO) build -o $(BIN)/localcluster ./test/localcluster/cmd/localcluster
 	$(BIN)/localcluster $(if $(CHART),--kruntimes-apiserver=chart) $(if $(NODE),--node=$(NODE))
 

@@ -69,7 +69,7 @@ func (c *Config) Complete() CompletedConfig {
 // New builds the server and installs the kruntimes.io API group.
 func (c CompletedConfig) New() (*Server, error) {
 	router := invokerouter.New(c.invoke.Router)
-	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter, router,
+	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter, router, router,
 		runregistry.InvokeSettings{MaxTimeout: c.invoke.MaxTimeout, WaitForReady: c.invoke.WaitForReady}, c.invoke.Endpoint)
 	if err != nil {
 		return nil, fmt.Errorf("building runs storage: %w", err)

@@ -47,8 +47,10 @@ type ownershipCache struct {
 }
 
 // newOwnershipCache watches Runs in source and Runtime Pods (those labelled
-// kruntimes.io/runtime) through kube.
-func newOwnershipCache(source RunSource, kube kubernetes.Interface) *ownershipCache {
+// kruntimes.io/runtime) through kube. The cache keeps function Runs only;
+// changes still hears of every Run: of a task Run at each event of its
+// watch, and of them all after each list, which may have hidden some.
+func newOwnershipCache(source RunSource, kube kubernetes.Interface, changes *routeChanges) *ownershipCache {
 	runs := cache.NewSharedIndexInformer(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, options metav1.ListOptions) (runtime.Object, error) {
 			internal, err := internalListOptions(options)
@@ -58,6 +60,9 @@ func newOwnershipCache(source RunSource, kube kubernetes.Interface) *ownershipCa
 			obj, err := source.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll), internal)
 			if list, ok := obj.(*kruntimes.RunList); ok {
 				list.Items = slices.DeleteFunc(list.Items, func(r kruntimes.Run) bool { return r.Spec.Mode.Function == nil })
+				// A relist after a broken watch: the task Runs' events
+				// in between are lost.
+				changes.changedAll()
 			}
 			return obj, err
 		},
@@ -73,12 +78,16 @@ func newOwnershipCache(source RunSource, kube kubernetes.Interface) *ownershipCa
 			// The watch cache wraps what it sends to share serializations;
 			// an in-process reader wants the object. Only function Runs
 			// are invoked, and a Run's mode never changes: task Runs,
-			// most Runs at scale, are not kept (lookup tells them apart).
+			// most Runs at scale, are not kept (lookup tells them apart),
+			// but their follows on runs/log are told of each event. The
+			// watch cache holds the event's Run before it sends it, so a
+			// follow woken here reads it there.
 			return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
 				if cached, ok := e.Object.(runtime.CacheableObject); ok {
 					e.Object = cached.GetObject()
 				}
 				if run, ok := e.Object.(*kruntimes.Run); ok && e.Type != watch.Bookmark && run.Spec.Mode.Function == nil {
+					changes.changed(run.Namespace + "/" + run.Name)
 					return e, false
 				}
 				return e, true

@@ -7,9 +7,11 @@ import (
 )
 
 // routeChanges tells invocations that wait for a function on its way to
-// Ready when its route may have changed: at each event of its Run, and of
-// any Runtime Pod (a Pod's address, readiness or deletion moves routes).
-// Only invocations that were refused wait, so it holds few channels.
+// Ready, and follows of runs/log that wait for a Run to start, move or end,
+// when its route may have changed: at each event of its Run (a task Run's
+// too, though the cache does not keep it), and of any Runtime Pod (a Pod's
+// address, readiness or deletion moves routes). Only refused invocations
+// and follows between two streams wait, so it holds few channels.
 type routeChanges struct {
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{}

@@ -43,14 +43,15 @@ type Router struct {
 	// cache is set by Start; until then and until it synced, Route answers
 	// that routing is starting.
 	cache atomic.Pointer[ownershipCache]
-	// changes wakes invocations waiting for a function to become routable.
+	// changes wakes invocations waiting for a function to become routable,
+	// and follows of runs/log waiting for their Run to start or move.
 	changes *routeChanges
 }
 
 var (
 	_ runregistry.Router      = &Router{}
-	_ runregistry.PodRouter   = &Router{}
 	_ runregistry.RouteWaiter = &Router{}
+	_ runregistry.LogRouter   = &Router{}
 )
 
 // New returns a router that routes nothing until Start.
@@ -73,7 +74,7 @@ func (r *Router) Start(ctx context.Context, runs RunSource) {
 		logger.Info("runs/invoke is off", "why", r.off)
 		return
 	}
-	c := newOwnershipCache(runs, r.kube)
+	c := newOwnershipCache(runs, r.kube, r.changes)
 	_, _ = c.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: r.conns.podUpdated,
 		DeleteFunc: r.conns.forgetPod,

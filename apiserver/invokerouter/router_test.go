@@ -297,6 +297,19 @@ func TestRouteChanged(t *testing.T) {
 		assert.False(t, closed(other), "another Run's waiter sleeps on")
 	})
 
+	t.Run("an event of a task Run wakes its waiters, though the cache keeps no task", func(t *testing.T) {
+		task, stopTask := router.RouteChanged("ns", "task")
+		defer stopTask()
+		other, stopOther := router.RouteChanged("ns", "other")
+		defer stopOther()
+		runs.add(functionRun("task", func(r *kruntimes.Run) { r.Spec.Mode.Function = nil; r.Status.Phase = lifecycle.Running }))
+		waitClosed(t, task, "the task started")
+		_, exists, err := router.cache.Load().runs.GetIndexer().GetByKey("ns/task")
+		require.NoError(t, err)
+		assert.False(t, exists, "task Runs are not kept")
+		assert.False(t, closed(other), "another Run's waiter sleeps on")
+	})
+
 	t.Run("a Runtime Pod's change wakes every waiter", func(t *testing.T) {
 		a, stopA := router.RouteChanged("ns", "fn")
 		defer stopA()

@@ -36,8 +36,8 @@ type Router interface {
 // instead of answering 503 at once.
 type RouteWaiter interface {
 	// RouteChanged returns a channel closed at the router's next change of
-	// the Run namespace/name or of a Runtime Pod, and a func that gives
-	// the channel up.
+	// the Run namespace/name (a task Run's too) or of a Runtime Pod, and a
+	// func that gives the channel up.
 	RouteChanged(namespace, name string) (changed <-chan struct{}, stop func())
 }
 

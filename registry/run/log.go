@@ -50,9 +50,9 @@ var runLogKind = v1alpha1.SchemeGroupVersion.WithKind("RunLog")
 // task Run as text, exactly as written; POST is runtimed handing it over
 // before it records the attempt's outcome.
 type LogREST struct {
-	// router, when it is a PodRouter, reaches the runtimed of a running
-	// task for follow.
-	router Router
+	// router reaches the runtimed of a running Run, and wakes a follow
+	// waiting for its Run to move.
+	router LogRouter
 	runs   *genericregistry.Store
 	logs   *logstore.Store
 	// codecs decode a hand-over's body.

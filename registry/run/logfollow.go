@@ -17,6 +17,7 @@ import (
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runlog"
+	"kruntimes.io/kruntimes/apiserver/logfollow"
 	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 )
 
@@ -29,17 +30,19 @@ type PodRouter interface {
 	Runtimed(namespace, pod string, podUID types.UID) (runtimedclient.Interface, error)
 }
 
-// Bounds of a follow.
-const (
-	// followStartTimeout bounds how long a follow of an attempt that has
-	// not written anything yet waits for its first byte or its end, unless
-	// the request's own deadline is sooner: the generic request timeout
-	// (60 s), which a long-running log request is otherwise exempt from.
-	followStartTimeout = 60 * time.Second
-	// followRetry is how often a follow looks again at a Run that has not
-	// started, or whose runtimed could not be reached.
-	followRetry = 50 * time.Millisecond
-)
+// LogRouter is what runs/log follows a Run through, as pods/log reaches a
+// kubelet through a ConnectionInfoGetter: the runtimed of the Run's Pod,
+// and the change signal a follow waits on until the Run is there to follow.
+type LogRouter interface {
+	PodRouter
+	RouteWaiter
+}
+
+// followStartTimeout bounds how long a follow of an attempt that has not
+// written anything yet waits for its first byte or its end, unless the
+// request's own deadline is sooner: the generic request timeout (60 s),
+// which a long-running log request is otherwise exempt from.
+const followStartTimeout = 60 * time.Second
 
 // follower is one follow of one attempt: it writes what the attempt wrote
 // from offset on, as Render would, live.
@@ -135,18 +138,18 @@ func startFollow(w http.ResponseWriter, o *kruntimes.RunLogOptions) *follower {
 // follow streams attempt of run as it is written: from the owning runtimed
 // while it runs, from the kept log once it ended (from the offset reached,
 // so nothing is lost or repeated when the attempt ends mid-follow). The
-// Run is read from this server's watch cache and the owner's runtimed found
-// through the invoke router's Pods: no Kubernetes API call per follow.
+// Run is read from this server's watch cache, again at each change the
+// router tells of, and the owner's runtimed found through the router's
+// Pods: no Kubernetes API call per follow.
 func (r *LogREST) follow(ctx context.Context, w http.ResponseWriter, namespace string, run *kruntimes.Run, attempt int32, o *kruntimes.RunLogOptions) {
 	logger := klog.FromContext(ctx).WithValues("run", klog.KRef(namespace, run.Name), "attempt", attempt)
 	f := startFollow(w, o)
-	startBy := time.Now().Add(followStartTimeout)
-	pods, _ := r.router.(PodRouter)
 	ctx = genericapirequest.WithNamespace(ctx, namespace)
-	for first := true; ; first = false {
+	loop := r.followLoop(namespace, run.Name, func() bool { return f.wrote })
+	loop.Run(ctx, func(first bool) logfollow.Next {
 		if !first {
 			if run = r.reread(ctx, run, logger); run == nil {
-				return
+				return logfollow.Done
 			}
 		}
 		switch {
@@ -154,39 +157,39 @@ func (r *LogREST) follow(ctx context.Context, w http.ResponseWriter, namespace s
 			// The attempt ended, and its log was kept before its outcome
 			// was written.
 			r.followKept(ctx, f, namespace, run, attempt, logger)
-			return
-		case attempt == run.Status.Attempt && run.Status.Phase == lifecycle.Running && run.Status.AssignedPod != "" && pods != nil:
-			client, err := pods.Runtimed(namespace, run.Status.AssignedPod, run.Status.AssignedPodUID)
-			if err != nil {
-				logger.V(4).Info("The runtimed of a followed attempt is not reachable yet", "err", err)
-				break
-			}
-			done, err := followLive(ctx, f, client, runtimedclient.LogKey{RunUID: run.UID, Attempt: attempt, PodUID: run.Status.AssignedPodUID})
-			if done {
-				return
-			}
-			if err != nil {
-				logger.V(4).Info("Following the runtimed of an attempt failed; trying again", "err", err)
-			}
+			return logfollow.Done
+		case attempt != run.Status.Attempt || run.Status.Phase != lifecycle.Running || run.Status.AssignedPod == "":
+			return logfollow.WaitForChange
 		}
-		if !f.wrote && time.Now().After(startBy) {
-			return // nothing to show within the bound: an empty 200
+		client, err := r.router.Runtimed(namespace, run.Status.AssignedPod, run.Status.AssignedPodUID)
+		if err != nil {
+			logger.V(4).Info("The runtimed of a followed attempt is not reachable yet", "err", err)
+			return logfollow.Retry
 		}
-	}
+		done, err := followLive(ctx, f, client, runtimedclient.LogKey{RunUID: run.UID, Attempt: attempt, PodUID: run.Status.AssignedPodUID})
+		if done {
+			return logfollow.Done
+		}
+		if err != nil {
+			logger.V(4).Info("Following the runtimed of an attempt failed; trying again", "err", err)
+		}
+		return logfollow.Retry
+	})
 }
 
-// reread waits followRetry and reads run again from the watch cache. It
-// returns nil when the follow is over: the client went away, or the Run
-// is gone (deleted, or its name taken by another Run).
+// followLoop is the loop of a follow of the Run namespace/name, which ends
+// empty after followStartTimeout unless started says it wrote or went live.
+func (r *LogREST) followLoop(namespace, name string, started func() bool) *logfollow.Loop {
+	return &logfollow.Loop{Changes: r.router, Namespace: namespace, Name: name, StartBy: time.Now().Add(followStartTimeout), Started: started}
+}
+
+// reread reads run again from the watch cache. It returns nil when the
+// follow is over: the Run is gone (deleted, or its name taken by another
+// Run).
 func (r *LogREST) reread(ctx context.Context, run *kruntimes.Run, logger klog.Logger) *kruntimes.Run {
-	select {
-	case <-ctx.Done():
-		return nil
-	case <-time.After(followRetry):
-	}
 	obj, err := r.runs.Get(ctx, run.Name, &metav1.GetOptions{ResourceVersion: "0"})
 	if err != nil {
-		if !apierrors.IsNotFound(err) {
+		if !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			logger.Error(err, "A follow could not read its Run")
 		}
 		return nil
@@ -270,45 +273,42 @@ func (r *LogREST) followFunction(ctx context.Context, w http.ResponseWriter, nam
 		_, _ = f.caughtUp()
 		f.flush()
 	}()
-	startBy := time.Now().Add(followStartTimeout)
-	pods, _ := r.router.(PodRouter)
 	ctx = genericapirequest.WithNamespace(ctx, namespace)
 	var attempt int32
-	for first := true; ; first = false {
+	loop := r.followLoop(namespace, run.Name, func() bool { return f.live || f.wrote })
+	loop.Run(ctx, func(first bool) logfollow.Next {
 		if !first {
 			if run = r.reread(ctx, run, logger); run == nil {
-				return
+				return logfollow.Done
 			}
 		}
-		if lifecycle.IsTerminal(run.Status.Phase) {
-			return
+		switch {
+		case lifecycle.IsTerminal(run.Status.Phase):
+			return logfollow.Done
+		case run.Status.Phase != lifecycle.Ready || run.Status.AssignedPod == "":
+			return logfollow.WaitForChange
 		}
-		if run.Status.Phase == lifecycle.Ready && run.Status.AssignedPod != "" && pods != nil {
-			if run.Status.Attempt != attempt {
-				// Another registration: its log starts at 0.
-				attempt, f.offset = run.Status.Attempt, 0
-			}
-			client, err := pods.Runtimed(namespace, run.Status.AssignedPod, run.Status.AssignedPodUID)
-			if err != nil {
-				logger.V(4).Info("The runtimed of a followed function is not reachable yet", "err", err)
-			} else {
-				done, err := followLive(ctx, f, client, runtimedclient.LogKey{RunUID: run.UID, Attempt: attempt, PodUID: run.Status.AssignedPodUID, Function: true})
-				if done {
-					return
-				}
-				if errors.Is(err, runtimedclient.ErrLogUnsupported) {
-					logger.V(2).Info("The Runtime Server of a followed function does not serve function logs", "err", err)
-					return
-				}
-				if err != nil {
-					logger.V(4).Info("Following the runtimed of a function failed; trying again", "err", err)
-				}
-			}
+		if run.Status.Attempt != attempt {
+			// Another registration: its log starts at 0.
+			attempt, f.offset = run.Status.Attempt, 0
 		}
-		if !f.live && !f.wrote && time.Now().After(startBy) {
-			return // the function never became Ready within the bound: an empty 200
+		client, err := r.router.Runtimed(namespace, run.Status.AssignedPod, run.Status.AssignedPodUID)
+		if err != nil {
+			logger.V(4).Info("The runtimed of a followed function is not reachable yet", "err", err)
+			return logfollow.Retry
 		}
-	}
+		done, err := followLive(ctx, f, client, runtimedclient.LogKey{RunUID: run.UID, Attempt: attempt, PodUID: run.Status.AssignedPodUID, Function: true})
+		switch {
+		case done:
+			return logfollow.Done
+		case errors.Is(err, runtimedclient.ErrLogUnsupported):
+			logger.V(2).Info("The Runtime Server of a followed function does not serve function logs", "err", err)
+			return logfollow.Done
+		case err != nil:
+			logger.V(4).Info("Following the runtimed of a function failed; trying again", "err", err)
+		}
+		return logfollow.Retry
+	})
 }
 
 // followKept writes the ended attempt's kept log from f.offset on.

@@ -31,9 +31,10 @@ type REST struct {
 }
 
 // NewStorage builds the runs and runs/status storage over the backend that
-// optsGetter selects, and runs/invoke over router within invoke's bounds;
-// endpoint is what Ready function Runs advertise in status.endpoint.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, invoke InvokeSettings, endpoint Endpoint) (Storage, error) {
+// optsGetter selects, runs/invoke over router within invoke's bounds, and
+// runs/log's follows over logs; endpoint is what Ready function Runs
+// advertise in status.endpoint.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, logs LogRouter, invoke InvokeSettings, endpoint Endpoint) (Storage, error) {
 	strategy := NewStrategy(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &kruntimes.Run{} },
@@ -58,17 +59,17 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 	if err := store.CompleteWithOptions(options); err != nil {
 		return Storage{}, err
 	}
-	logs, err := logstore.NewStore(optsGetter)
+	kept, err := logstore.NewStore(optsGetter)
 	if err != nil {
 		return Storage{}, err
 	}
-	store.AfterDelete = deleteLogs(logs)
+	store.AfterDelete = deleteLogs(kept)
 
 	return Storage{
 		Run:    &REST{store},
 		Status: statusrest.New(store, NewStatusStrategy(strategy, endpoint)),
 		Invoke: newInvokeREST(router, invoke),
-		Log:    &LogREST{router: router, runs: store, logs: logs, codecs: serializer.NewCodecFactory(scheme)},
+		Log:    &LogREST{router: logs, runs: store, logs: kept, codecs: serializer.NewCodecFactory(scheme)},
 	}, nil
 }
 

@@ -35,6 +35,7 @@ import (
 	"kruntimes.io/kruntimes/runtimed/runstatus"
 	"kruntimes.io/kruntimes/runtimes/bash"
 	"kruntimes.io/kruntimes/runtimes/server"
+	"kruntimes.io/kruntimes/test/bench/cputime"
 )
 
 // taskLogServer is kruntimes-apiserver with a request timeout of 2 s
@@ -55,7 +56,7 @@ func (ts *taskLogServer) logURL(name, query string) string {
 	return ts.config.Host + "/apis/kruntimes.io/v1alpha1/namespaces/" + namespace + "/runs/" + name + "/log?" + query
 }
 
-func startTaskLogServer(t *testing.T) *taskLogServer {
+func startTaskLogServer(t testing.TB) *taskLogServer {
 	s := startInvokeServerWith(t, func(c *apiserver.Config) { c.GenericConfig.RequestTimeout = 2 * time.Second })
 
 	// The Runtime Server of pod-a, behind its runtimed.
@@ -385,4 +386,33 @@ func TestIdleTaskFollowersCost(t *testing.T) {
 		_ = b.Body.Close()
 	}
 	ts.openGate(t, "idle")
+}
+
+// BenchmarkWaitingTaskFollowers measures the CPU of this process (the
+// apiserver, its clients) while 0 or 100 follows of runs/log wait for a
+// task Run that has not started: each operation is one second of them
+// waiting, so the difference ÷ 100 is one waiting follow's CPU per second.
+// Report, don't assert:
+//
+//	go test -tags fieldsv1string ./test/integration -run '^$' -bench BenchmarkWaitingTaskFollowers -benchtime 5x
+func BenchmarkWaitingTaskFollowers(b *testing.B) {
+	for _, n := range []int{0, 100} {
+		b.Run(fmt.Sprintf("follows=%d", n), func(b *testing.B) {
+			ts := startTaskLogServer(b)
+			name := fmt.Sprintf("pending-%d", n)
+			_, err := ts.runs.Create(b.Context(), taskRun(name), metav1.CreateOptions{})
+			require.NoError(b, err)
+			for range n {
+				resp, err := ts.httpc.Get(ts.logURL(name, "follow=true"))
+				require.NoError(b, err)
+				require.Equal(b, http.StatusOK, resp.StatusCode)
+				b.Cleanup(func() { _ = resp.Body.Close() })
+			}
+			start := cputime.Now()
+			for b.Loop() {
+				time.Sleep(time.Second) // the operation: a second of waiting
+			}
+			cputime.Report(b, start)
+		})
+	}
 }

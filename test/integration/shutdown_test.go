@@ -96,7 +96,7 @@ func startInvokeServer(t *testing.T, extraArgs ...string) *invokeServer {
 
 // startInvokeServerWith is startInvokeServer with configure applied to the
 // server's configuration before it is built.
-func startInvokeServerWith(t *testing.T, configure func(*apiserver.Config), extraArgs ...string) *invokeServer {
+func startInvokeServerWith(t testing.TB, configure func(*apiserver.Config), extraArgs ...string) *invokeServer {
 	t.Helper()
 	dir := t.TempDir()
 	const runtimeName = "python"
@@ -202,13 +202,13 @@ func startInvokeServerWith(t *testing.T, configure func(*apiserver.Config), extr
 }
 
 // createReadyFunction creates the function Run fn, Ready on pod-a.
-func (s *invokeServer) createReadyFunction(t *testing.T) {
+func (s *invokeServer) createReadyFunction(t testing.TB) {
 	t.Helper()
 	s.createReady(t, functionRun("fn"))
 }
 
 // createReady creates the function Run run, Ready on pod-a.
-func (s *invokeServer) createReady(t *testing.T, run *v1alpha1.Run) {
+func (s *invokeServer) createReady(t testing.TB, run *v1alpha1.Run) {
 	t.Helper()
 	ctx := t.Context()
 	client, err := versioned.NewForConfig(s.config)
@@ -296,7 +296,7 @@ func awaitAnswer(t *testing.T, ch <-chan answer) answer {
 // HTTP/1.1, where Connection: close is a header (kube-apiserver's proxy
 // keeps such connections in a pool too); keepAlive false opens a new
 // connection per request.
-func httpClient(t *testing.T, config *rest.Config, http1, keepAlive bool) *http.Client {
+func httpClient(t testing.TB, config *rest.Config, http1, keepAlive bool) *http.Client {
 	t.Helper()
 	tlsConfig, err := rest.TLSConfigFor(config)
 	require.NoError(t, err)

@@ -208,8 +208,10 @@ func (c *Cluster) runKruntimes(ctx context.Context, logDir string, client kubern
 			"--audit-log-maxsize=100",
 			"--audit-log-maxbackup=1",
 		}
-		if !c.cfg.RuntimedThroughAggregation {
-			// runtimed reaches this API as a Pod reaches the Service.
+		if !c.cfg.RuntimedThroughAggregation && c.cfg.Node != NodeContainerd {
+			// runtimed reaches this API as a Pod reaches the Service. A
+			// real node's Pods cannot reach this loopback address: there
+			// runtimed goes through kube-apiserver's aggregation.
 			args = append(args, "--runtimed-kruntimes-api-server="+c.KruntimesURL, "--runtimed-kruntimes-api-ca-file="+c.pki.clusterCA())
 		}
 		args = append(args, storage...)

@@ -9,9 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/klog/v2"
@@ -94,6 +98,7 @@ func (c *Cluster) startRealNode(ctx, agentCtx context.Context, logDir string, ad
 		KubeletHealthzPort:   kubeletHealthz,
 		KubeProxyHealthzPort: proxyHealthz,
 		KubeProxyMetrics:     proxyMetrics,
+		Mirrored:             []string{ImageHost},
 	}
 	node, err := realnode.New(cfg)
 	if err != nil {
@@ -122,6 +127,11 @@ func (c *Cluster) startRealNode(ctx, agentCtx context.Context, logDir string, ad
 		return err
 	}
 	cfg.Registry = rn.registry.Host
+	if c.cfg.Kruntimes != KruntimesDisabled {
+		if err := c.pushImages(ctx, rn.registry); err != nil {
+			return err
+		}
+	}
 	cfg.SandboxImage = sandboxImage
 	if node, err = realnode.New(cfg); err != nil {
 		return err
@@ -147,6 +157,9 @@ func (c *Cluster) startRealNode(ctx, agentCtx context.Context, logDir string, ad
 	}
 
 	if err := c.startAPIServerForward(ctx, node.NodeIP()); err != nil {
+		return err
+	}
+	if err := bindClusterAdmins(ctx, adminClient); err != nil {
 		return err
 	}
 
@@ -271,6 +284,49 @@ func (c *Cluster) startAPIServerForward(ctx context.Context, nodeIP net.IP) erro
 		return fmt.Errorf("serving kube-apiserver on the node IP %s: %w", address, err)
 	}
 	c.realNode.apiServerForward, c.realNode.stopAPIServerForward = front, cancel
+	return nil
+}
+
+// ImageHost is the registry host of the images make images builds; the real
+// node pulls it from the loopback registry.
+const ImageHost = "kruntimes.io"
+
+// pushImages pushes every image make images and make image-python left in
+// _output/images to the loopback registry, so that kruntimes.io/<image>:<tag>
+// pulls as on a cluster that can reach its registry.
+func (c *Cluster) pushImages(ctx context.Context, registry *realnode.Registry) error {
+	dir := filepath.Join(c.cfg.RepoRoot, "_output", "images")
+	layouts, _ := filepath.Glob(filepath.Join(dir, "*", "index.json"))
+	if len(layouts) == 0 {
+		c.progress("no images in %s: Runtime Pods need make images (and make image-python for bash and python)", dir)
+		return nil
+	}
+	var pushed []string
+	for _, index := range layouts {
+		refs, err := registry.PushLayout(ctx, filepath.Dir(index), ImageHost)
+		if err != nil {
+			return err
+		}
+		pushed = append(pushed, refs...)
+	}
+	c.progress("images from %s in the loopback registry: %s", dir, strings.Join(pushed, ", "))
+	return nil
+}
+
+// bindClusterAdmins binds cluster-admin to the group kubeadm:cluster-admins,
+// as kubeadm init does: kube-apiserver's kubelet client pair is in that
+// group, and kubelet authorizes its API (logs, exec, port-forward) with a
+// SubjectAccessReview.
+func bindClusterAdmins(ctx context.Context, client kubernetes.Interface) error {
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "kubeadm:cluster-admins"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "kubeadm:cluster-admins"}},
+	}
+	_, err := client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("binding cluster-admin to kube-apiserver's kubelet client: %w", err)
+	}
 	return nil
 }
 

@@ -1,10 +1,10 @@
 package realnode
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"net"
 	"os"
 	"os/exec"
@@ -30,19 +30,12 @@ import (
 	"kruntimes.io/kruntimes/test/repobin"
 )
 
-// Env opts in: the real node needs root, hack/build-node.sh and the
-// machine-wide real-node lock.
-const Env = "KRUNTIMES_E2E_REALNODE"
-
 // podCIDR is this suite's Pod network, apart from make run's.
 const podCIDR = "10.245.0.0/24"
 
 func requireRealNode(t *testing.T) string {
 	t.Helper()
-	if os.Getenv(Env) != "1" {
-		t.Skipf("set %s=1 to run the real-node suite (root, hack/build-node.sh)", Env)
-	}
-	require.Zero(t, os.Geteuid(), "the real node needs root")
+	realnode.RequireForTest(t)
 	wd, err := os.Getwd()
 	require.NoError(t, err)
 	root, err := repobin.RepoRoot(wd)
@@ -256,32 +249,42 @@ func TestRealNodeStartCleansWhatAKilledRunLeft(t *testing.T) {
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, string(out))
 
-	var output bytes.Buffer
+	// A file, not a buffer: the process writes it while the test reads.
+	outputPath := filepath.Join(t.TempDir(), "localcluster.log")
+	output, err := os.Create(outputPath)
+	require.NoError(t, err)
+	defer output.Close()
+	readOutput := func() string { data, _ := os.ReadFile(outputPath); return string(data) }
 	cmd := exec.Command(binary, "--node=containerd", "--kruntimes-apiserver=disabled", "--build=false",
 		"--state-dir="+state, "--kubeconfig-out="+kubeconfig, "--pod-cidr="+podCIDR)
 	cmd.Dir = root
-	cmd.Stdout, cmd.Stderr = &output, &output
+	cmd.Stdout, cmd.Stderr = output, output
 	require.NoError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	err = wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(context.Context) (bool, error) {
-		return strings.Contains(output.String(), "Press Ctrl-C to stop"), nil
+		return strings.Contains(readOutput(), "Press Ctrl-C to stop"), nil
 	})
-	require.NoError(t, err, output.String())
+	require.NoError(t, err, readOutput())
 	client := newClient(t, kubeconfig)
 
 	// The registry runs in the localcluster process; containerd's
-	// configuration names it.
+	// configuration names it, beside the hosts it mirrors.
 	hosts, err := os.ReadDir(filepath.Join(state, "node", "containerd", "certs.d"))
 	require.NoError(t, err)
-	require.Len(t, hosts, 1)
-	registry := &realnode.Registry{Host: hosts[0].Name()}
+	var registry *realnode.Registry
+	for _, host := range hosts {
+		if strings.HasPrefix(host.Name(), "127.0.0.1:") {
+			registry = &realnode.Registry{Host: host.Name()}
+		}
+	}
+	require.NotNil(t, registry, "containerd's certs.d names the loopback registry: %v", hosts)
 	image, err := registry.PushBinary(ctx, "e2e/hello", "v1", buildHello(t), "")
 	require.NoError(t, err)
 	runHelloPod(ctx, t, client, image)
 
 	require.NoError(t, cmd.Process.Signal(syscall.SIGKILL))
 	_ = cmd.Wait()
-	t.Logf("localcluster killed; its output:\n%s", output.String())
+	t.Logf("localcluster killed; its output:\n%s", readOutput())
 
 	// What the killed run left: its containers (their shims outlive
 	// containerd), their mounts and network namespaces, the bridge.
@@ -303,4 +306,80 @@ func TestRealNodeStartCleansWhatAKilledRunLeft(t *testing.T) {
 	node := cluster.RealNode()
 	cluster.Stop(ctx)
 	assertNothingLeft(t, node, before)
+}
+
+// pythonRuntimeImage is make image-python's kruntimes-runtime image, as
+// its OCI layout names it.
+func pythonRuntimeImage(t *testing.T, root string) string {
+	data, err := os.ReadFile(filepath.Join(root, "_output", "images", "kruntimes-runtime-python", "index.json"))
+	require.NoError(t, err, "run make image-python")
+	var index struct {
+		Manifests []struct {
+			Annotations map[string]string `json:"annotations"`
+		} `json:"manifests"`
+	}
+	require.NoError(t, json.Unmarshal(data, &index))
+	for _, m := range index.Manifests {
+		if ref := m.Annotations["org.opencontainers.image.ref.name"]; strings.HasSuffix(ref, "-python") {
+			return ref
+		}
+	}
+	t.Fatalf("no -python image in make image-python's layout")
+	return ""
+}
+
+// TestRealNodeRunsTheQuickstart runs the README quickstart on the real node:
+// Runtime Pods from make images' images, pulled by containerd as
+// kruntimes.io/... from the loopback registry, then a task, krt run and a
+// function invoked through kube-apiserver; user code runs as 65532 with no
+// credentials and a read-only root file system.
+func TestRealNodeRunsTheQuickstart(t *testing.T) {
+	root := requireRealNode(t)
+	image := pythonRuntimeImage(t, root)
+	ctx := klog.NewContext(context.Background(), klog.Background().WithName("realnode"))
+	state := stateDir(t, root)
+	cluster, err := localcluster.Start(ctx, localcluster.Config{
+		RepoRoot: root, StateDir: state, Node: localcluster.NodeContainerd, PodCIDR: podCIDR,
+		Progress: testWriter{t},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { cluster.Stop(ctx) })
+
+	run := func(name string, stdin string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(filepath.Join(root, "bin", name), args...)
+		cmd.Dir = root
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Config().KubeconfigPath)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "%s %s: %s", name, strings.Join(args, " "), out)
+		return string(out)
+	}
+	example := func(file string) string {
+		data, err := os.ReadFile(filepath.Join(root, "artifacts", "examples", file))
+		require.NoError(t, err)
+		return strings.ReplaceAll(string(data), "kruntimes.io/kruntimes-runtime:v0.1.0-python", image)
+	}
+
+	run("kubectl", example("runtime-bash.yaml"), "apply", "-f", "-")
+	run("kubectl", "", "wait", "--for=condition=Ready", "runtime/bash", "--timeout=3m")
+	run("kubectl", example("run-task.yaml"), "create", "-f", "-")
+	run("kubectl", "", "wait", "--for=jsonpath={.status.phase}=Succeeded", "run/hello", "--timeout=2m")
+	assert.Equal(t, `{"greeted":"world"}`, run("kubectl", "", "get", "run", "hello", "-o", "jsonpath={.status.outputs}"))
+	assert.Contains(t, run("krt", "", "logs", "hello"), "hello, world")
+
+	out := run("krt", "", "run", "--runtime=bash", "--name=isolation", "--", "sh", "-c",
+		`id -u; ls /var/run/secrets/kubernetes.io 2>&1; touch /written 2>&1; echo done`)
+	assert.Contains(t, out, "65532\n", "user code runs as 65532")
+	assert.Contains(t, out, "/var/run/secrets/kubernetes.io': No such file or directory", "user code has no ServiceAccount token")
+	assert.Contains(t, out, "touch: cannot touch '/written'", "the image's root file system is read-only to user code")
+
+	run("kubectl", example("runtime-python.yaml"), "apply", "-f", "-")
+	run("kubectl", "", "wait", "--for=condition=Ready", "runtime/python", "--timeout=3m")
+	run("kubectl", example("run-function.yaml"), "create", "-f", "-")
+	run("kubectl", "", "wait", "--for=condition=Ready", "run/echo", "--timeout=2m")
+	assert.Contains(t, run("krt", "", "invoke", "echo", "--data", `{"hello":"world"}`), `"echo":{"hello":"world"}`)
+
+	pods := run("kubectl", "", "get", "pods", "-o", "jsonpath={range .items[*]}{.status.containerStatuses[*].imageID}{\"\\n\"}{end}")
+	assert.Contains(t, pods, localcluster.ImageHost+"/runtimed@sha256:", "runtimed pulled as kruntimes.io/runtimed")
 }

@@ -2,9 +2,11 @@ package realnode
 
 import (
 	"encoding/json"
+	"maps"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/pelletier/go-toml/v2"
@@ -22,6 +24,7 @@ func testNode(t *testing.T) *Node {
 		PodCIDR: cidr, ServiceCIDR: "10.0.0.0/24", ClusterDomain: "cluster.local",
 		KubeletPort: 10250, KubeletHealthzPort: 10248, KubeProxyHealthzPort: 10256, KubeProxyMetrics: 10249,
 		SandboxImage: "127.0.0.1:5000/kruntimes/pause:local", Registry: "127.0.0.1:5000",
+		Mirrored: []string{"kruntimes.io"},
 	})
 	require.NoError(t, err)
 	return n
@@ -55,8 +58,14 @@ func TestWriteConfigs(t *testing.T) {
 		images := plugins["io.containerd.cri.v1.images"].(map[string]any)
 		assert.Equal(t, "overlayfs", images["snapshotter"])
 		assert.Equal(t, "127.0.0.1:5000/kruntimes/pause:local", images["pinned_images"].(map[string]any)["sandbox"])
-		_, err = os.Stat(filepath.Join(n.registryHostsDir(), "127.0.0.1:5000", "hosts.toml"))
-		assert.NoError(t, err)
+		for _, host := range []string{"127.0.0.1:5000", "kruntimes.io"} {
+			var hosts registryHosts
+			data, err := os.ReadFile(filepath.Join(n.registryHostsDir(), host, "hosts.toml"))
+			require.NoError(t, err)
+			require.NoError(t, toml.Unmarshal(data, &hosts))
+			assert.Equal(t, "http://127.0.0.1:5000", hosts.Server, "%s's images come from the loopback registry", host)
+			assert.Equal(t, []string{"http://127.0.0.1:5000"}, slices.Collect(maps.Keys(hosts.Host)), host)
+		}
 	})
 
 	t.Run("CNI: the cluster's bridge, no masquerade, no default route", func(t *testing.T) {

@@ -143,8 +143,9 @@ func (n *Node) containerdConfig() containerdConfig {
 	}
 }
 
-// writeContainerdConfig writes config.toml and the loopback registry's
-// hosts.toml (plain HTTP).
+// writeContainerdConfig writes config.toml and a hosts.toml that sends
+// pulls to the loopback registry (plain HTTP) for it and for each mirrored
+// host; the mirrored hosts themselves are never dialled.
 func (n *Node) writeContainerdConfig() error {
 	if err := writeTOML(n.ContainerdConfigPath(), n.containerdConfig()); err != nil {
 		return err
@@ -155,7 +156,12 @@ func (n *Node) writeContainerdConfig() error {
 			"http://" + n.cfg.Registry: {Capabilities: []string{"pull", "resolve"}},
 		},
 	}
-	return writeTOML(filepath.Join(n.registryHostsDir(), n.cfg.Registry, "hosts.toml"), hosts)
+	for _, host := range append([]string{n.cfg.Registry}, n.cfg.Mirrored...) {
+		if err := writeTOML(filepath.Join(n.registryHostsDir(), host, "hosts.toml"), hosts); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func writeTOML(path string, v any) error {

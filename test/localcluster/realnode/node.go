@@ -62,6 +62,10 @@ type Config struct {
 	// Registry is the loopback registry's host:port, which containerd
 	// reaches over plain HTTP.
 	Registry string
+	// Mirrored are registry hosts the node pulls from the loopback
+	// registry instead, as a cluster's mirror configuration would:
+	// kruntimes.io/runtimed:latest is Registry's runtimed:latest.
+	Mirrored []string
 }
 
 // Node is the real node's derived names and paths.

@@ -22,10 +22,6 @@ import (
 	"kruntimes.io/kruntimes/test/repobin"
 )
 
-// realNodeEnv opts in to the tests that run containerd: they need root and
-// hack/build-node.sh.
-const realNodeEnv = "KRUNTIMES_E2E_REALNODE"
-
 // TestContainerdRunsAPodAndCleanUpLeavesNothing runs a Pod through
 // containerd's CRI as kubelet would — the sandbox and image pulled from the
 // loopback registry, an address from the CNI bridge, a container as 65532
@@ -33,10 +29,7 @@ const realNodeEnv = "KRUNTIMES_E2E_REALNODE"
 // iptables rule, shim, shim socket or cgroup, after containerd stopped and
 // after it was killed under its running containers.
 func TestContainerdRunsAPodAndCleanUpLeavesNothing(t *testing.T) {
-	if os.Getenv(realNodeEnv) != "1" {
-		t.Skipf("set %s=1 to run containerd (root, hack/build-node.sh)", realNodeEnv)
-	}
-	require.Zero(t, os.Geteuid(), "the real node needs root")
+	RequireForTest(t)
 	wd, err := os.Getwd()
 	require.NoError(t, err)
 	root, err := repobin.RepoRoot(wd)

@@ -20,6 +20,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -133,4 +134,43 @@ func BuildStatic(ctx context.Context, dir, pkg, out string) error {
 		return fmt.Errorf("go build %s: %w: %s", pkg, err, strings.TrimSpace(string(output)))
 	}
 	return nil
+}
+
+// refNameAnnotation names an image in an OCI image layout's index.
+const refNameAnnotation = "org.opencontainers.image.ref.name"
+
+// PushLayout pushes every image of the OCI image layout at dir whose
+// reference (its org.opencontainers.image.ref.name, as hack/images writes
+// it) is on host — a host the node mirrors to this registry — so that the
+// node pulls host/<repository>:<tag> from here. It returns the references
+// pushed.
+func (r *Registry) PushLayout(ctx context.Context, dir, host string) ([]string, error) {
+	index, err := layout.ImageIndexFromPath(dir)
+	if err != nil {
+		return nil, fmt.Errorf("reading the image layout %s: %w", dir, err)
+	}
+	manifest, err := index.IndexManifest()
+	if err != nil {
+		return nil, fmt.Errorf("reading the image layout %s: %w", dir, err)
+	}
+	var pushed []string
+	for _, desc := range manifest.Manifests {
+		ref, err := name.ParseReference(desc.Annotations[refNameAnnotation])
+		if err != nil || ref.Context().RegistryStr() != host {
+			continue
+		}
+		img, err := index.Image(desc.Digest)
+		if err != nil {
+			return nil, fmt.Errorf("reading %s from %s: %w", ref, dir, err)
+		}
+		local, err := name.ParseReference(fmt.Sprintf("%s/%s:%s", r.Host, ref.Context().RepositoryStr(), ref.Identifier()), name.Insecure)
+		if err != nil {
+			return nil, err
+		}
+		if err := remote.Write(local, img, remote.WithContext(ctx)); err != nil {
+			return nil, fmt.Errorf("pushing %s as %s: %w", ref, local, err)
+		}
+		pushed = append(pushed, ref.String())
+	}
+	return pushed, nil
 }
