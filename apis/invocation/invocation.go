@@ -17,6 +17,11 @@ const (
 	MaxIDBytes = 128
 	// MaxInputBytes bounds the body of an invoke request.
 	MaxInputBytes = 1 << 20
+	// MaxInputDepth bounds how deeply an invoke request's JSON nests
+	// arrays and objects: an interpreter parses JSON recursively (Python
+	// within its recursion limit of 1,000 frames), so a deeper input would
+	// fail there, after dispatch, rather than here with a clear answer.
+	MaxInputDepth = 512
 	// MaxOutputBytes bounds a handler's output.
 	MaxOutputBytes = 1 << 20
 )
@@ -109,4 +114,32 @@ const (
 func EndpointURL(base, namespace, name, uid string) string {
 	return strings.TrimSuffix(base, "/") + "/apis/kruntimes.io/v1alpha1/namespaces/" + url.PathEscape(namespace) +
 		"/runs/" + url.PathEscape(name) + "/invoke?uid=" + url.QueryEscape(uid)
+}
+
+// NestingDepth is how deeply the valid JSON b nests arrays and objects: 0
+// for a scalar, 1 for a flat array or object.
+func NestingDepth(b []byte) int {
+	depth, deepest := 0, 0
+	inString, escaped := false, false
+	for _, c := range b {
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '[' || c == '{':
+			depth++
+			deepest = max(deepest, depth)
+		case c == ']' || c == '}':
+			depth--
+		}
+	}
+	return deepest
 }

@@ -15,3 +15,19 @@ func TestCheckID(t *testing.T) {
 		assert.Error(t, CheckID(id), "%q", id)
 	}
 }
+
+func TestNestingDepth(t *testing.T) {
+	for _, tc := range []struct {
+		json string
+		want int
+	}{
+		{`1`, 0},
+		{`"[{"`, 0},
+		{`[]`, 1},
+		{`{"a":[1,{"b":"]}\"[["}]}`, 3},
+		{`[[["\\"],[]]]`, 3},
+		{strings.Repeat("[", 1000) + strings.Repeat("]", 1000), 1000},
+	} {
+		assert.Equal(t, tc.want, NestingDepth([]byte(tc.json)), tc.json)
+	}
+}

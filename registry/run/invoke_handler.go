@@ -319,8 +319,9 @@ func checkContentType(contentType string) error {
 }
 
 // readInput reads the body, at most MaxInputBytes of it (a larger body is
-// refused without reading the rest), and checks that it is JSON: the one
-// scan of the input on its way to the handler.
+// refused without reading the rest), and checks that it is JSON nested at
+// most MaxInputDepth deep: the one check of the input on its way to the
+// handler.
 func readInput(w http.ResponseWriter, req *http.Request) ([]byte, error) {
 	tooLarge := apierrors.NewRequestEntityTooLargeError(fmt.Sprintf("the input of a function is at most %d bytes", invocation.MaxInputBytes))
 	if req.ContentLength > invocation.MaxInputBytes {
@@ -351,6 +352,9 @@ func readInput(w http.ResponseWriter, req *http.Request) ([]byte, error) {
 	}
 	if !json.Valid(buf) {
 		return nil, apierrors.NewBadRequest("the input is not valid JSON")
+	}
+	if depth := invocation.NestingDepth(buf); depth > invocation.MaxInputDepth {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("the input nests arrays and objects %d levels deep; at most %d are accepted, and the handler did not run", depth, invocation.MaxInputDepth))
 	}
 	return buf, nil
 }

@@ -392,6 +392,16 @@ func TestInvokeAnswers(t *testing.T) {
 			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
 		},
 		{
+			name: "an input nested MaxInputDepth deep is dispatched",
+			inv:  call{body: []byte(strings.Repeat("[", invocation.MaxInputDepth) + strings.Repeat("]", invocation.MaxInputDepth))},
+			code: http.StatusOK, ran: true,
+		},
+		{
+			name: "an input nested deeper than MaxInputDepth is 400, and not dispatched",
+			inv:  call{body: []byte(strings.Repeat("[", invocation.MaxInputDepth+1) + strings.Repeat("]", invocation.MaxInputDepth+1))},
+			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,
+		},
+		{
 			name: "an empty body is not JSON: 400",
 			inv:  call{body: []byte{}},
 			code: http.StatusBadRequest, reason: metav1.StatusReasonBadRequest,

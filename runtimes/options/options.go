@@ -127,7 +127,7 @@ func (o *Options) Config(stateDir string) server.Options {
 	case "python":
 		l := python.New(o.Interpreter)
 		if n := o.spareWorkers(); n > 0 {
-			l.KeepSpares(n, o.Capacity, os.Environ(), stateDir)
+			l.KeepSpares(n, o.Capacity, os.Environ())
 		}
 		lang, functions = l, l
 	}

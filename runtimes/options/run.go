@@ -17,6 +17,7 @@ import (
 
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/proto/transport"
+	"kruntimes.io/kruntimes/runtimes/process"
 	"kruntimes.io/kruntimes/runtimes/server"
 	"kruntimes.io/kruntimes/version"
 )
@@ -69,6 +70,14 @@ func (o *Options) Run(ctx context.Context) error {
 	srv, err := server.New(o.Config(stateDir))
 	if err != nil {
 		return err
+	}
+	// After Config, whose interpreter lookup is the one child not started
+	// by process.Start.
+	if err := process.GuardOrphans(ctx); err != nil {
+		if runtime.GOOS == "linux" {
+			return err
+		}
+		logger.Info("User code may outlive its reaper here", "reason", err)
 	}
 
 	path, _ := runtimepod.SocketPath(o.Listen)

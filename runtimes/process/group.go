@@ -48,7 +48,15 @@ type Group struct {
 	// reaped the leader.
 	mu     sync.Mutex
 	reaped bool
+	// escalation kills a reaper that did not exit when told to.
+	escalation *time.Timer
 }
+
+// reaperKillGrace is how long a reaper told to stop may take before it is
+// killed: user code runs as its user and may have stopped it (SIGSTOP).
+// Killed, its program dies of Pdeathsig and the rest of its subtree goes to
+// the orphan guard (GuardOrphans).
+const reaperKillGrace = 2 * time.Second
 
 // Start starts the program as the leader of a new process group, under a
 // reaper when Init enabled it.
@@ -106,7 +114,13 @@ func Start(spec Spec) (*Group, error) {
 	}
 	cmd.Stdout = childEnds[1]
 	cmd.Stderr = childEnds[2]
-	if err := cmd.Start(); err != nil {
+	spawnMu.RLock()
+	err = cmd.Start()
+	if err == nil {
+		recordStarted(cmd.Process.Pid)
+	}
+	spawnMu.RUnlock()
+	if err != nil {
 		closeAll(childEnds)
 		closeAll(parentEnds)
 		return nil, err
@@ -153,9 +167,21 @@ func (g *Group) Kill() {
 	}
 	if g.viaReaper {
 		_ = syscall.Kill(g.cmd.Process.Pid, reaperStopSignal)
+		if g.escalation == nil {
+			g.escalation = time.AfterFunc(reaperKillGrace, g.killLeader)
+		}
 		return
 	}
 	_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// killLeader kills the leader unless Wait reaped it.
+func (g *Group) killLeader() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.reaped {
+		_ = syscall.Kill(g.cmd.Process.Pid, syscall.SIGKILL)
+	}
 }
 
 // Wait waits for the leader to exit, kills whatever else is left in its group,
@@ -168,7 +194,11 @@ func (g *Group) Wait() (int, error) {
 	// lives, so this cannot hit an unrelated group.
 	_ = syscall.Kill(-g.cmd.Process.Pid, syscall.SIGKILL)
 	g.reaped = true
+	if g.escalation != nil {
+		g.escalation.Stop()
+	}
 	g.mu.Unlock()
+	forgetStarted(g.cmd.Process.Pid)
 
 	copied := make(chan struct{})
 	go func() {

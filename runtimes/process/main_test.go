@@ -9,5 +9,8 @@ import (
 // binary does.
 func TestMain(m *testing.M) {
 	Init()
+	if mode := os.Getenv(envGuardChild); mode != "" {
+		os.Exit(guardChild(mode))
+	}
 	os.Exit(m.Run())
 }

@@ -41,6 +41,9 @@ func runReaper(args []string) int {
 		fmt.Fprintf(os.Stderr, "kruntimes reaper: become a child subreaper: %v\n", err)
 		return 127
 	}
+	// The program runs as this process's user: non-dumpable, the reaper
+	// cannot be ptraced by it (nor its memory written through /proc).
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, reaperStopSignal)
 	// Signals meant for a terminal's process group are not the reaper's
@@ -115,26 +118,9 @@ func runReaper(args []string) int {
 // killDescendants sends SIGKILL to every process whose parent chain leads to
 // this one. As a subreaper, every living descendant has such a chain.
 func killDescendants() {
-	children := map[int][]int{}
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return
-	}
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if ppid, ok := parentPID(pid); ok {
-			children[ppid] = append(children[ppid], pid)
-		}
-	}
-	queue := append([]int(nil), children[os.Getpid()]...)
-	for len(queue) > 0 {
-		pid := queue[0]
-		queue = queue[1:]
-		_ = syscall.Kill(pid, syscall.SIGKILL)
-		queue = append(queue, children[pid]...)
+	children := childrenByParent()
+	for _, pid := range children[os.Getpid()] {
+		killTree(pid, children)
 	}
 }
 

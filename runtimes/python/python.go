@@ -61,12 +61,11 @@ func resolveInterpreter(interpreter string) string {
 	return path
 }
 
-// KeepSpares keeps n workers started ahead of registrations, with env in
-// dir, so that registering a function costs importing its handler rather
+// KeepSpares keeps n workers started ahead of registrations, with env, so that registering a function costs importing its handler rather
 // than starting an interpreter; with slots > 0 (the Pod's capacity), no more
 // than the slots no loaded function holds. Call Close to stop them.
-func (l *Language) KeepSpares(n, slots int, env []string, dir string) {
-	l.spares = newSparePool(l.Interpreter, env, dir, n, slots)
+func (l *Language) KeepSpares(n, slots int, env []string) {
+	l.spares = newSparePool(l.Interpreter, env, n, slots)
 	l.spares.fill()
 }
 

@@ -1,10 +1,6 @@
 package python
 
-import (
-	"slices"
-	"strings"
-	"sync"
-)
+import "sync"
 
 // sparePool keeps workers started ahead of need: a registration then costs
 // the import of its handler, not an interpreter start (most of the time a
@@ -16,9 +12,8 @@ import (
 // all at once — has a warm worker for each, up to size, and a full one none.
 type sparePool struct {
 	interpreter string
-	// env is the environment spares start with; dir their directory.
+	// env is the environment spares start with.
 	env  []string
-	dir  string
 	size int
 	// slots is how many functions the Pod may hold; 0 when unknown.
 	slots int
@@ -32,8 +27,8 @@ type sparePool struct {
 	closed bool
 }
 
-func newSparePool(interpreter string, env []string, dir string, size, slots int) *sparePool {
-	return &sparePool{interpreter: interpreter, env: env, dir: dir, size: size, slots: slots}
+func newSparePool(interpreter string, env []string, size, slots int) *sparePool {
+	return &sparePool{interpreter: interpreter, env: env, size: size, slots: slots}
 }
 
 // targetLocked is how many spares to keep: size, and with slots known no
@@ -67,12 +62,11 @@ func (p *sparePool) release() {
 	p.fillLocked()
 }
 
-// take returns a live spare that may serve a registration with env, and
-// starts its replacement; nil when there is none, or when env sets a
-// variable the interpreter reads at start (PYTHON*) differently from the
-// spares: such a registration needs an interpreter of its own.
-func (p *sparePool) take(env []string) *worker {
-	if p == nil || p.size == 0 || !sameInterpreterEnv(p.env, env) {
+// take returns a live spare, and starts its replacement; nil when there is
+// none. Any spare serves any registration: workers start isolated (-I), so
+// no variable of the environment they started with acted on them.
+func (p *sparePool) take() *worker {
+	if p == nil || p.size == 0 {
 		return nil
 	}
 	p.mu.Lock()
@@ -114,7 +108,7 @@ func (p *sparePool) fillLocked() {
 	for !p.closed && len(p.spares)+p.starting < target {
 		p.starting++
 		go func() {
-			w, err := spawn(p.interpreter, p.env, p.dir)
+			w, err := spawn(p.interpreter, p.env)
 			p.mu.Lock()
 			defer p.mu.Unlock()
 			p.starting--
@@ -145,21 +139,4 @@ func (p *sparePool) close() {
 	for _, w := range spares {
 		w.close()
 	}
-}
-
-// sameInterpreterEnv reports whether the PYTHON* variables, which the
-// interpreter reads once at start, are the same in a and b.
-func sameInterpreterEnv(a, b []string) bool {
-	return slices.Equal(interpreterEnv(a), interpreterEnv(b))
-}
-
-func interpreterEnv(env []string) []string {
-	var out []string
-	for _, kv := range env {
-		if strings.HasPrefix(kv, "PYTHON") {
-			out = append(out, kv)
-		}
-	}
-	slices.Sort(out)
-	return out
 }

@@ -3,7 +3,9 @@ package python
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,7 +52,7 @@ func loadIn(t *testing.T, l *Language, env ...string) (language.Function, string
 // directory, and a new spare replaces it.
 func TestSpareWorkerServesARegistration(t *testing.T) {
 	l := New("")
-	l.KeepSpares(1, 0, []string{"PATH=" + os.Getenv("PATH"), "BASE=spare"}, t.TempDir())
+	l.KeepSpares(1, 0, []string{"PATH=" + os.Getenv("PATH"), "BASE=spare"})
 	t.Cleanup(l.Close)
 	spare := readySpare(t, l.spares)
 
@@ -69,26 +71,38 @@ func TestSpareWorkerServesARegistration(t *testing.T) {
 	assert.NotEqual(t, spare, next, "a new spare replaces the one taken")
 }
 
-// TestSpareIsNotUsedWhenTheInterpreterEnvironmentDiffers: PYTHON* variables
-// act at interpreter start, so a registration that sets them gets an
-// interpreter of its own.
-func TestSpareIsNotUsedWhenTheInterpreterEnvironmentDiffers(t *testing.T) {
+// TestSpareServesARegistrationThatSetsPythonVariables: workers start
+// isolated, so a spare serves a registration that sets PYTHON* variables
+// as well as a fresh interpreter would, and the worker applies the two
+// that matter to an import: PYTHONPATH and PYTHONDONTWRITEBYTECODE.
+func TestSpareServesARegistrationThatSetsPythonVariables(t *testing.T) {
 	l := New("")
-	l.KeepSpares(1, 0, []string{"PATH=" + os.Getenv("PATH")}, t.TempDir())
+	l.KeepSpares(1, 0, []string{"PATH=" + os.Getenv("PATH")})
 	t.Cleanup(l.Close)
 	spare := readySpare(t, l.spares)
 
-	fn, _ := loadIn(t, l, "PYTHONDONTWRITEBYTECODE=1")
+	lib := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(lib, "helper.py"), []byte("VALUE = 'from PYTHONPATH'\n"), 0o644))
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "mod.py"), []byte("import sys, helper\ndef handle(event, context):\n    return {'value': helper.VALUE, 'nobytecode': sys.dont_write_bytecode, 'first': sys.path[:2]}\n"), 0o644))
+	fn, err := l.LoadFunction(t.Context(), language.FunctionSpec{RunUID: "u", WorkingDir: dir, Handler: "mod.handle",
+		Env: []string{"PATH=" + os.Getenv("PATH"), "PYTHONPATH=" + lib, "PYTHONDONTWRITEBYTECODE=1"}})
+	require.NoError(t, err)
+	t.Cleanup(fn.Close)
 	f := fn.(*function)
 	f.mu.Lock()
-	defer f.mu.Unlock()
-	assert.NotEqual(t, spare, f.worker.group.Pid())
+	assert.Equal(t, spare, f.worker.group.Pid(), "the spare serves the registration")
+	f.mu.Unlock()
+	res, err := fn.Invoke(t.Context(), language.Invocation{ID: "1", Input: []byte(`{}`), ContentType: invocation.ContentTypeJSON})
+	require.NoError(t, err)
+	require.Nil(t, res.Error)
+	assert.JSONEq(t, `{"value":"from PYTHONPATH","nobytecode":true,"first":["`+dir+`","`+lib+`"]}`, string(res.Output))
 }
 
 // TestCloseStopsTheSpares: no spare outlives its Runtime Server.
 func TestCloseStopsTheSpares(t *testing.T) {
 	l := New("")
-	l.KeepSpares(2, 0, []string{"PATH=" + os.Getenv("PATH")}, t.TempDir())
+	l.KeepSpares(2, 0, []string{"PATH=" + os.Getenv("PATH")})
 	readySpare(t, l.spares)
 	l.spares.mu.Lock()
 	spares := append([]*worker(nil), l.spares.spares...)
@@ -127,7 +141,7 @@ func waitSpares(t *testing.T, p *sparePool, n int, why string) {
 // function that goes frees its slot's spare again.
 func TestSparesFollowTheFreeSlots(t *testing.T) {
 	l := New("")
-	l.KeepSpares(8, 2, []string{"PATH=" + os.Getenv("PATH")}, t.TempDir())
+	l.KeepSpares(8, 2, []string{"PATH=" + os.Getenv("PATH")})
 	t.Cleanup(l.Close)
 	waitSpares(t, l.spares, 2, "an empty Pod of capacity 2")
 
@@ -140,4 +154,30 @@ func TestSparesFollowTheFreeSlots(t *testing.T) {
 	waitSpares(t, l.spares, 1, "one slot freed")
 	first.Close()
 	waitSpares(t, l.spares, 2, "both slots freed")
+}
+
+// TestSparesImportNothingATenantLeftInTheServersHome: a tenant can write
+// the Runtime Server's own HOME (the image's, e.g. /home/nonroot), where
+// an interpreter started normally finds a usercustomize to run at start:
+// spares start isolated and import none of it.
+func TestSparesImportNothingATenantLeftInTheServersHome(t *testing.T) {
+	home := t.TempDir()
+	out, err := exec.Command(New("").Interpreter, "-c", "import site; print(site.getusersitepackages())").Output()
+	require.NoError(t, err)
+	userSite := filepath.Join(home, strings.TrimPrefix(strings.TrimSpace(string(out)), os.Getenv("HOME")))
+	require.NoError(t, os.MkdirAll(userSite, 0o755))
+	marker := filepath.Join(home, "imported")
+	for _, name := range []string{"usercustomize", "json"} {
+		require.NoError(t, os.WriteFile(filepath.Join(userSite, name+".py"), []byte("open(\""+marker+"\", \"w\").close()\n"), 0o644))
+	}
+
+	l := New("")
+	l.KeepSpares(1, 0, []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home})
+	t.Cleanup(l.Close)
+	readySpare(t, l.spares)
+	fn, _ := loadIn(t, l, "HOME="+home)
+	res, err := fn.Invoke(t.Context(), language.Invocation{ID: "1", Input: []byte(`{}`), ContentType: invocation.ContentTypeJSON})
+	require.NoError(t, err)
+	require.Nil(t, res.Error)
+	assert.NoFileExists(t, marker, "a worker imported what was left in its HOME's user site-packages")
 }

@@ -95,7 +95,14 @@ type workerMessage struct {
 
 // spawn starts worker.py, loaded but serving nothing yet: the first frame
 // it reads says what to serve.
-func spawn(interpreter string, env []string, dir string) (*worker, error) {
+//
+// The interpreter starts isolated (-I): neither its directory nor a user
+// site-packages directory is on sys.path, and no PYTHON* variable acts on
+// it, so nothing another tenant of the Pod left behind (a json.py, a
+// usercustomize) is imported before the registration's own code. It starts
+// in /, which is not the tenants' to write on a real node, and moves to
+// the registration's working directory when told what to serve.
+func spawn(interpreter string, env []string) (*worker, error) {
 	reqR, reqW, err := os.Pipe()
 	if err != nil {
 		return nil, fmt.Errorf("create request pipe: %w", err)
@@ -108,8 +115,8 @@ func spawn(interpreter string, env []string, dir string) (*worker, error) {
 	}
 	logs := process.NewTailCapture(workerLogTail)
 	group, err := process.Start(process.Spec{
-		Argv:       []string{interpreter, "-c", workerSource, strconv.Itoa(language.MaxInvocationLogBytes)},
-		Dir:        dir,
+		Argv:       []string{interpreter, "-I", "-c", workerSource, strconv.Itoa(language.MaxInvocationLogBytes)},
+		Dir:        "/",
 		Env:        env,
 		Stdout:     logs,
 		Stderr:     logs,
@@ -179,10 +186,10 @@ func builtinFor(handler string) *builtinSpec {
 // startWorker gets a worker for the registration, a spare when one fits,
 // tells it what to serve and waits for its ready or fatal message.
 func (f *function) startWorker(ctx context.Context) (*worker, error) {
-	w := f.spares.take(f.spec.Env)
+	w := f.spares.take()
 	if w == nil {
 		var err error
-		if w, err = spawn(f.interpreter, f.spec.Env, f.spec.WorkingDir); err != nil {
+		if w, err = spawn(f.interpreter, f.spec.Env); err != nil {
 			return nil, err
 		}
 	}

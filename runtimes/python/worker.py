@@ -143,13 +143,23 @@ class Context:
         self.outputs[str(key)] = str(value)
 
 
-def load_handler(working_dir, handler, env):
-    # The registration's environment replaces the spare's, for the handler
-    # and for every program it starts.
+def enter_registration(working_dir, env):
+    """Makes the registration's environment the spare's: for the handler
+    and for every program it starts. The interpreter started isolated (-I),
+    ignoring PYTHON* variables, so PYTHONPATH is applied here: its entries
+    follow the workspace on sys.path, as they would follow a script's
+    directory."""
     os.environ.clear()
     os.environ.update(env)
     os.chdir(working_dir)
-    sys.path.insert(0, working_dir)
+    if env.get("PYTHONDONTWRITEBYTECODE"):
+        sys.dont_write_bytecode = True
+    extra = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[0:0] = [working_dir] + extra
+
+
+def load_handler(working_dir, handler, env):
+    enter_registration(working_dir, env)
     module_name, _, function_name = handler.rpartition(".")
     if not module_name or not function_name:
         raise ValueError("handler %r must be module.function" % handler)
@@ -166,9 +176,7 @@ def load_builtin(working_dir, env, builtin):
     """A handler the Runtime Server ships (builtin["source"], for example
     the sandbox), set up by the source's make_handler instead of imported
     from the workspace."""
-    os.environ.clear()
-    os.environ.update(env)
-    os.chdir(working_dir)
+    enter_registration(working_dir, env)
     module = types.ModuleType(builtin["module"])
     exec(compile(builtin["source"], "<%s>" % builtin["module"], "exec"), module.__dict__)
     sys.modules[builtin["module"]] = module
@@ -192,9 +200,11 @@ def invoke(fn, req, body, max_log):
             event = json.loads(str(body, "utf-8", "replace")) if body else None
         else:
             event = bytes(body)
-    except ValueError as e:
-        # Only a caller that mislabels its input gets here; the handler did
-        # not run.
+    except (ValueError, RecursionError) as e:
+        # The apiserver checked the input's syntax and depth: only a caller
+        # that mislabels its input, or nests it deeper than this interpreter
+        # can parse, gets here. The handler did not run, and the worker
+        # lives on.
         return {"error": describe(e)}, b"", b"", b""
     deadline_ns = req.get("deadline_unix_nano") or 0
     ctx = Context(req.get("invocation_id", ""), req.get("run_uid", ""), deadline_ns / 1e9 if deadline_ns else None)

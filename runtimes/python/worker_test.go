@@ -2,11 +2,15 @@ package python
 
 import (
 	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/runtimes/framing"
 	"kruntimes.io/kruntimes/runtimes/language"
 )
@@ -79,4 +83,29 @@ func FuzzDecodeAnswer(f *testing.F) {
 			t.Fatalf("stdout, stderr and output hold %d bytes of a body of %d", got, len(body))
 		}
 	})
+}
+
+// TestWorkerSurvivesAnInputTooDeepToParse: an input nested deeper than the
+// interpreter's recursion limit (the apiserver refuses it; this is the
+// worker's own guard) fails that invocation alone; the same worker, with
+// its state, serves the next.
+func TestWorkerSurvivesAnInputTooDeepToParse(t *testing.T) {
+	l := New("")
+	dir := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "mod.py"), []byte("calls = []\ndef handle(event, context):\n    calls.append(event)\n    return len(calls)\n"), 0o644))
+	fn, err := l.LoadFunction(t.Context(), language.FunctionSpec{RunUID: "u", WorkingDir: dir, Handler: "mod.handle", Env: []string{"PATH=" + os.Getenv("PATH")}})
+	require.NoError(t, err)
+	t.Cleanup(fn.Close)
+	invoke := func(input string) *language.Result {
+		res, err := fn.Invoke(t.Context(), language.Invocation{ID: "1", Input: []byte(input), ContentType: invocation.ContentTypeJSON})
+		require.NoError(t, err)
+		return res
+	}
+	require.Nil(t, invoke(`1`).Error)
+	deep := invoke(strings.Repeat("[", 100000) + strings.Repeat("]", 100000))
+	require.NotNil(t, deep.Error)
+	assert.Equal(t, "RecursionError", deep.Error.Type)
+	last := invoke(`2`)
+	require.Nil(t, last.Error, "the worker died of the deep input")
+	assert.JSONEq(t, `2`, string(last.Output), "the worker lost its state")
 }

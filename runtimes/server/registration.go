@@ -58,6 +58,9 @@ type registration struct {
 	// log keeps the tail of what the generation's invocations wrote, for
 	// FollowFunctionLog; it goes with the generation.
 	log *runlog.Recorder
+	// scratch holds the generation's HOME and TMPDIR; removed once its
+	// function is closed.
+	scratch string
 
 	mu           sync.Mutex
 	state        runtimev1.FunctionState
@@ -81,9 +84,25 @@ func (r *registration) shutdown() {
 	fn := r.fn
 	r.mu.Unlock()
 	r.cancel(errGenerationEnded)
-	// A function still loading is closed by load when it finishes.
 	if fn != nil {
 		fn.Close()
+		r.removeScratch()
+		return
+	}
+	// A function still loading is closed by load before loaded is closed;
+	// one that failed to load has no process left.
+	go func() {
+		<-r.loaded
+		r.removeScratch()
+	}()
+}
+
+func (r *registration) removeScratch() {
+	if r.scratch == "" {
+		return
+	}
+	if err := removeScratch(r.scratch); err != nil {
+		klog.Background().Error(err, "Could not remove a registration's HOME and TMPDIR", "runUID", r.runUID, "dir", r.scratch)
 	}
 }
 
@@ -149,6 +168,17 @@ func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFu
 	}
 	uid, attempt := req.GetRunUid(), req.GetRegistrationAttempt()
 	logger := klog.FromContext(ctx).WithValues("runUID", uid, "attempt", attempt)
+	scratch, scratchEnv, err := s.newScratch("function-")
+	if err != nil {
+		return nil, status.Errorf(codes.Internal, "create the function's HOME and TMPDIR: %v", err)
+	}
+	// Removed at once unless a new generation takes it below.
+	taken := false
+	defer func() {
+		if !taken {
+			_ = removeScratch(scratch)
+		}
+	}()
 
 	s.mu.Lock()
 	if s.closed {
@@ -190,7 +220,9 @@ func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFu
 		log:          runlog.NewTailRecorder(functionLogBytes, s.opts.Clock.Now),
 		state:        runtimev1.FunctionState_FUNCTION_STATE_REGISTERING,
 		lastActivity: now,
+		scratch:      scratch,
 	}
+	taken = true
 	s.regs[uid] = reg
 	s.mu.Unlock()
 
@@ -198,7 +230,7 @@ func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFu
 		logger.Info("Superseding registration", "oldAttempt", superseded.attempt)
 		superseded.shutdown()
 	}
-	spec := language.FunctionSpec{RunUID: uid, WorkingDir: req.GetWorkingDir(), Handler: req.GetHandler(), Env: s.env(env...)}
+	spec := language.FunctionSpec{RunUID: uid, WorkingDir: req.GetWorkingDir(), Handler: req.GetHandler(), Env: s.env(append(scratchEnv, env...)...)}
 	// Loading outlives this call on purpose: a caller that times out retries
 	// with the same attempt and digest and waits for the same load.
 	go s.load(klog.NewContext(context.Background(), logger), reg, spec)

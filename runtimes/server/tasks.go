@@ -161,10 +161,13 @@ func (s *Server) startTask(ctx context.Context, t *task, req *runtimev1.ExecuteR
 		t.status.ExitCode = -1
 		t.status.EndUnixNano = s.opts.Clock.Now().UnixNano()
 		t.mu.Unlock()
+		if t.dir != "" {
+			_ = removeScratch(t.dir)
+		}
 		close(t.done)
 	}
 
-	dir, err := os.MkdirTemp(s.opts.StateDir, "task-")
+	dir, scratchEnv, err := s.newScratch("task-")
 	if err != nil {
 		fail(ReasonStartFailed, fmt.Sprintf("create task scratch directory: %v", err))
 		return
@@ -184,7 +187,7 @@ func (s *Server) startTask(ctx context.Context, t *task, req *runtimev1.ExecuteR
 	group, err := process.Start(process.Spec{
 		Argv:   s.opts.Language.TaskArgv(file, args),
 		Dir:    req.GetWorkingDir(),
-		Env:    s.env(append(env, language.EnvOutputs+"="+outputsFile)...),
+		Env:    s.env(append(append(scratchEnv, env...), language.EnvOutputs+"="+outputsFile)...),
 		Stdout: io.MultiWriter(t.stdout, t.log.Writer(runlog.StreamStdout)),
 		Stderr: io.MultiWriter(t.stderr, t.log.Writer(runlog.StreamStderr)),
 	})
@@ -243,7 +246,7 @@ func (s *Server) startTask(ctx context.Context, t *task, req *runtimev1.ExecuteR
 			st.Outputs = outs
 		}
 		t.mu.Unlock()
-		_ = os.RemoveAll(dir)
+		_ = removeScratch(dir)
 		logger.V(2).Info("Task finished", "state", st.GetState().String(), "exitCode", code)
 		close(t.done)
 	}()
