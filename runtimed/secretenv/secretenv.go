@@ -99,14 +99,16 @@ func secretKeyRef(e v1alpha1.EnvVar) *v1alpha1.SecretKeySelector {
 }
 
 // forbiddenMessage says which grant is missing, as commands a namespace
-// admin can run.
+// admin can run. The Role is named <ServiceAccount>:secrets: no name
+// kruntimes makes for a Runtime contains a colon, so it cannot collide.
 func forbiddenMessage(run *v1alpha1.Run, name string, ref *v1alpha1.SecretKeySelector) string {
 	sa := runtimepod.ServiceAccountName(run.Spec.Runtime)
 	return fmt.Sprintf("env %s: the Runtime's ServiceAccount %s may not get Secret %s/%s (key %q); a namespace admin grants it with "+
-		"`kubectl -n %s create role %s-secrets --verb=get --resource=secrets --resource-name=%s` and "+
-		"`kubectl -n %s create rolebinding %s-secrets --role=%s-secrets --serviceaccount=%s:%s` "+
-		"(add further Secrets with more --resource-name flags)",
+		"`kubectl -n %s create role %s:secrets --verb=get --resource=secrets --resource-name=%s` and "+
+		"`kubectl -n %s create rolebinding %s:secrets --role=%s:secrets --serviceaccount=%s:%s` "+
+		"(once the Role exists, grant another Secret by adding its name to the Role's resourceNames: `kubectl -n %s edit role %s:secrets`)",
 		name, sa, run.Namespace, ref.Name, ref.Key,
 		run.Namespace, sa, ref.Name,
-		run.Namespace, sa, sa, run.Namespace, sa)
+		run.Namespace, sa, sa, run.Namespace, sa,
+		run.Namespace, sa)
 }

@@ -26,8 +26,8 @@ func runWithEnv(env ...v1alpha1.EnvVar) *v1alpha1.Run {
 func TestForbiddenMessageSaysWhatToGrant(t *testing.T) {
 	msg := forbiddenMessage(runWithEnv(), "TOKEN", &v1alpha1.SecretKeySelector{Name: "db", Key: "password"})
 	assert.Contains(t, msg, "ServiceAccount runtime-python may not get Secret team-a/db")
-	assert.Contains(t, msg, "`kubectl -n team-a create role runtime-python-secrets --verb=get --resource=secrets --resource-name=db`")
-	assert.Contains(t, msg, "`kubectl -n team-a create rolebinding runtime-python-secrets --role=runtime-python-secrets --serviceaccount=team-a:runtime-python`")
+	assert.Contains(t, msg, "`kubectl -n team-a create role runtime-python:secrets --verb=get --resource=secrets --resource-name=db`")
+	assert.Contains(t, msg, "`kubectl -n team-a create rolebinding runtime-python:secrets --role=runtime-python:secrets --serviceaccount=team-a:runtime-python`")
 }
 
 func TestWithoutASecretClient(t *testing.T) {

@@ -65,13 +65,13 @@ func TestSecretEnvResolveAsTheRuntime(t *testing.T) {
 	python, _ := serviceAccountConfig(ctx, t, f, ns, runtimepod.ServiceAccountName("python"))
 	bash, _ := serviceAccountConfig(ctx, t, f, ns, runtimepod.ServiceAccountName("bash"))
 	_, err := f.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{
-		ObjectMeta: metav1.ObjectMeta{Name: "runtime-python-secrets"},
+		ObjectMeta: metav1.ObjectMeta{Name: "runtime-python:secrets"},
 		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get"}, ResourceNames: []string{"db", "absent"}}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "runtime-python-secrets"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "runtime-python-secrets"},
+		ObjectMeta: metav1.ObjectMeta{Name: "runtime-python:secrets"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "runtime-python:secrets"},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: runtimepod.ServiceAccountName("python"), Namespace: ns}},
 	}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -94,8 +94,8 @@ func TestSecretEnvResolveAsTheRuntime(t *testing.T) {
 	grant := func(runtime, secret string) []string {
 		sa := runtimepod.ServiceAccountName(runtime)
 		return []string{"may not get Secret " + ns + "/" + secret,
-			"`kubectl -n " + ns + " create role " + sa + "-secrets --verb=get --resource=secrets --resource-name=" + secret + "`",
-			"`kubectl -n " + ns + " create rolebinding " + sa + "-secrets --role=" + sa + "-secrets --serviceaccount=" + ns + ":" + sa + "`"}
+			"`kubectl -n " + ns + " create role " + sa + ":secrets --verb=get --resource=secrets --resource-name=" + secret + "`",
+			"`kubectl -n " + ns + " create rolebinding " + sa + ":secrets --role=" + sa + ":secrets --serviceaccount=" + ns + ":" + sa + "`"}
 	}
 	cases := []struct {
 		name    string
@@ -219,8 +219,8 @@ func TestSecretEnv(t *testing.T) {
 		return run
 	}
 	wantCommands := []string{
-		"kubectl -n " + ns + " create role runtime-python-secrets --verb=get --resource=secrets --resource-name=db",
-		"kubectl -n " + ns + " create rolebinding runtime-python-secrets --role=runtime-python-secrets --serviceaccount=" + ns + ":runtime-python",
+		"kubectl -n " + ns + " create role runtime-python:secrets --verb=get --resource=secrets --resource-name=db",
+		"kubectl -n " + ns + " create rolebinding runtime-python:secrets --role=runtime-python:secrets --serviceaccount=" + ns + ":runtime-python",
 	}
 
 	var commands []string

@@ -45,17 +45,17 @@ def _create(client: kruntimes.Client, path: str, obj: dict[str, Any]) -> None:
 
 def _grant(client: kruntimes.Client, runtime: str, secret: str) -> None:
     """What the refusal's two kubectl commands create: the Role
-    runtime-<runtime>-secrets that may get the one Secret, bound to the
+    runtime-<runtime>:secrets that may get the one Secret, bound to the
     Runtime's ServiceAccount; then waits until kube-apiserver's authorizer
     says so."""
     ns, sa = client.namespace, f"runtime-{runtime}"
     rbac = f"/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}"
     _create(client, f"{rbac}/roles", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": f"{sa}-secrets"},
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": f"{sa}:secrets"},
         "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": [secret]}]})
     _create(client, f"{rbac}/rolebindings", {
-        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": f"{sa}-secrets"},
-        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{sa}-secrets"},
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": {"name": f"{sa}:secrets"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": f"{sa}:secrets"},
         "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": ns}]})
 
     def allowed() -> bool:
@@ -82,7 +82,7 @@ def test_a_function_and_a_task_read_a_granted_secret(client: kruntimes.Client, p
         with pytest.raises(kruntimes.RunEnded) as e:
             fn.wait_ready(timeout=90)
         assert e.value.phase == "Failed"
-        assert f"create role runtime-{python_runtime}-secrets --verb=get --resource=secrets --resource-name={secret}" in str(e.value)
+        assert f"create role runtime-{python_runtime}:secrets --verb=get --resource=secrets --resource-name={secret}" in str(e.value)
         assert value not in str(fn.refresh().run)
 
     _grant(client, python_runtime, secret)

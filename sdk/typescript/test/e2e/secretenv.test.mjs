@@ -27,12 +27,12 @@ async function grant(c, secret) {
   const rbac = `/apis/rbac.authorization.k8s.io/v1/namespaces/${c.namespace}`;
   const call = (path, obj) => c.client.transport.call('POST', path, { obj });
   await call(`${rbac}/roles`, {
-    apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name: `${sa}-secrets` },
+    apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'Role', metadata: { name: `${sa}:secrets` },
     rules: [{ apiGroups: [''], resources: ['secrets'], verbs: ['get'], resourceNames: [secret] }],
   });
   await call(`${rbac}/rolebindings`, {
-    apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: `${sa}-secrets` },
-    roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: `${sa}-secrets` },
+    apiVersion: 'rbac.authorization.k8s.io/v1', kind: 'RoleBinding', metadata: { name: `${sa}:secrets` },
+    roleRef: { apiGroup: 'rbac.authorization.k8s.io', kind: 'Role', name: `${sa}:secrets` },
     subjects: [{ kind: 'ServiceAccount', name: sa, namespace: c.namespace }],
   });
   const deadline = Date.now() + 30_000;
@@ -62,7 +62,7 @@ test('a function and a task read a Secret once the Runtime is granted it', async
   const err = await denied.waitReady({ timeoutMs: 90_000 }).then(() => assert.fail('became Ready'), (e) => e);
   assert.ok(err instanceof sdk.RunEnded, `${err}`);
   assert.equal(err.phase, 'Failed');
-  assert.match(err.message, new RegExp(`create role runtime-${c.python}-secrets --verb=get --resource=secrets --resource-name=${secret}`));
+  assert.match(err.message, new RegExp(`create role runtime-${c.python}:secrets --verb=get --resource=secrets --resource-name=${secret}`));
 
   await grant(c, secret);
   const want = createHash('sha256').update(value).digest('hex');
