@@ -128,13 +128,35 @@ type FunctionSchema struct {
 	Output *runtime.RawExtension `json:"output,omitempty"`
 }
 
-// EnvVar is one environment variable.
+// EnvVar is one environment variable, written in the Run or read from a
+// Secret when the attempt starts.
 type EnvVar struct {
 	// Name of the variable, a C identifier.
 	Name string `json:"name"`
-	// Value of the variable.
+	// Value of the variable; empty when valueFrom is set.
 	// +optional
 	Value string `json:"value,omitempty"`
+	// ValueFrom reads the value from a Secret of the Run's namespace.
+	// +optional
+	ValueFrom *EnvVarSource `json:"valueFrom,omitempty"`
+}
+
+// EnvVarSource says where an environment variable's value comes from.
+type EnvVarSource struct {
+	// SecretKeyRef selects a key of a Secret in the Run's namespace.
+	// +optional
+	SecretKeyRef *SecretKeySelector `json:"secretKeyRef,omitempty"`
+}
+
+// SecretKeySelector selects a key of a Secret in the Run's namespace.
+type SecretKeySelector struct {
+	// Name of the Secret.
+	Name string `json:"name"`
+	// Key of the Secret's data.
+	Key string `json:"key"`
+	// Optional leaves the variable unset when the Secret or key is missing.
+	// +optional
+	Optional *bool `json:"optional,omitempty"`
 }
 
 // RetryPolicy bounds the attempts of a Run.

@@ -338,6 +338,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		intstr.IntOrString{}.OpenAPIModelName():                    schema_apimachinery_pkg_util_intstr_IntOrString(ref),
 		version.Info{}.OpenAPIModelName():                          schema_k8sio_apimachinery_pkg_version_Info(ref),
 		v1alpha1.EnvVar{}.OpenAPIModelName():                       schema_kruntimes_apis_kruntimes_v1alpha1_EnvVar(ref),
+		v1alpha1.EnvVarSource{}.OpenAPIModelName():                 schema_kruntimes_apis_kruntimes_v1alpha1_EnvVarSource(ref),
 		v1alpha1.FunctionMode{}.OpenAPIModelName():                 schema_kruntimes_apis_kruntimes_v1alpha1_FunctionMode(ref),
 		v1alpha1.FunctionSchema{}.OpenAPIModelName():               schema_kruntimes_apis_kruntimes_v1alpha1_FunctionSchema(ref),
 		v1alpha1.InvokeError{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_InvokeError(ref),
@@ -361,6 +362,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.RuntimeList{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_RuntimeList(ref),
 		v1alpha1.RuntimeSpec{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_RuntimeSpec(ref),
 		v1alpha1.RuntimeStatus{}.OpenAPIModelName():                schema_kruntimes_apis_kruntimes_v1alpha1_RuntimeStatus(ref),
+		v1alpha1.SecretKeySelector{}.OpenAPIModelName():            schema_kruntimes_apis_kruntimes_v1alpha1_SecretKeySelector(ref),
 		v1alpha1.TaskMode{}.OpenAPIModelName():                     schema_kruntimes_apis_kruntimes_v1alpha1_TaskMode(ref),
 	}
 }
@@ -17386,7 +17388,7 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_EnvVar(ref common.ReferenceCallbac
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "EnvVar is one environment variable.",
+				Description: "EnvVar is one environment variable: its value is written in the Run, or read from a Secret when the attempt starts. Not both.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"name": {
@@ -17399,15 +17401,44 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_EnvVar(ref common.ReferenceCallbac
 					},
 					"value": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Value of the variable.",
+							Description: "Value of the variable. Must be empty when valueFrom is set.",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"valueFrom": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ValueFrom reads the value from a Secret of the Run's namespace when runtimed starts or registers each attempt, with the Runtime's own identity. The value is never stored in the Run.",
+							Ref:         ref(v1alpha1.EnvVarSource{}.OpenAPIModelName()),
 						},
 					},
 				},
 				Required: []string{"name"},
 			},
 		},
+		Dependencies: []string{
+			v1alpha1.EnvVarSource{}.OpenAPIModelName()},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_EnvVarSource(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "EnvVarSource says where an environment variable's value comes from. secretKeyRef is the only source, and required.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"secretKeyRef": {
+						SchemaProps: spec.SchemaProps{
+							Description: "SecretKeyRef selects a key of a Secret in the Run's namespace. The Runtime's ServiceAccount (runtime-<runtime>) must be granted get on that Secret, or the attempt fails saying what to grant.",
+							Ref:         ref(v1alpha1.SecretKeySelector{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1alpha1.SecretKeySelector{}.OpenAPIModelName()},
 	}
 }
 
@@ -18557,6 +18588,43 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RuntimeStatus(ref common.Reference
 		},
 		Dependencies: []string{
 			metav1.Condition{}.OpenAPIModelName()},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_SecretKeySelector(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "SecretKeySelector selects a key of a Secret in the Run's namespace.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name of the Secret, a DNS subdomain.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"key": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Key of the Secret's data whose value is used.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"optional": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Optional leaves the variable unset when the Secret or its key does not exist, instead of failing the attempt. A Secret the Runtime may not read fails the attempt either way.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"name", "key"},
+			},
+		},
 	}
 }
 

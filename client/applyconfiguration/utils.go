@@ -34,6 +34,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 	// Group=kruntimes.io, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithKind("EnvVar"):
 		return &kruntimesv1alpha1.EnvVarApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("EnvVarSource"):
+		return &kruntimesv1alpha1.EnvVarSourceApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("FunctionMode"):
 		return &kruntimesv1alpha1.FunctionModeApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("FunctionSchema"):
@@ -62,6 +64,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &kruntimesv1alpha1.RuntimeSpecApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RuntimeStatus"):
 		return &kruntimesv1alpha1.RuntimeStatusApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("SecretKeySelector"):
+		return &kruntimesv1alpha1.SecretKeySelectorApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("TaskMode"):
 		return &kruntimesv1alpha1.TaskModeApplyConfiguration{}
 

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -61,6 +62,10 @@ type Config struct {
 	// heartbeat Lease lapsed, Admit refuses every invocation (not started),
 	// since recovery may be about to move this Pod's functions elsewhere.
 	Heartbeat interface{ Fresh() error }
+	// Secrets reads the Secrets env[].valueFrom.secretKeyRef names, with
+	// runtimed's own identity; a Run that names one fails to register
+	// when nil.
+	Secrets corev1client.SecretsGetter
 }
 
 // Controller registers the function Runs assigned to its Pod.
@@ -76,6 +81,7 @@ type Controller struct {
 	clock         clock.WithTicker
 	recorder      record.EventRecorder
 	heartbeat     interface{ Fresh() error }
+	secrets       corev1client.SecretsGetter
 	queue         workqueue.TypedRateLimitingInterface[string]
 	workers       *health.Loop
 	watching      *health.Loop
@@ -140,6 +146,7 @@ func New(cfg Config) (*Controller, error) {
 		clock:         cfg.Clock,
 		recorder:      cfg.Recorder,
 		heartbeat:     cfg.Heartbeat,
+		secrets:       cfg.Secrets,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "runtimed_functions", Clock: cfg.Clock}),

@@ -15,6 +15,7 @@ import (
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimed/metrics"
 	"kruntimes.io/kruntimes/runtimed/runstatus"
+	"kruntimes.io/kruntimes/runtimed/secretenv"
 )
 
 // Timeouts of calls to the Runtime Server.
@@ -100,7 +101,14 @@ func (c *Controller) register(ctx context.Context, key string, run *v1alpha1.Run
 	if err != nil {
 		return c.registrationFailed(ctx, run, reg, err.Error())
 	}
-	req := registerRequest(run, reg, dir)
+	env, err := secretenv.Resolve(ctx, c.secrets, run)
+	switch {
+	case secretenv.IsRefused(err):
+		return c.registrationFailed(ctx, run, reg, err.Error())
+	case err != nil:
+		return fmt.Errorf("resolve the env of Run %s (will retry): %w", key, err)
+	}
+	req := registerRequest(run, reg, dir, env)
 	started := c.clock.Now()
 	rpcCtx, cancel := context.WithTimeout(ctx, registerTimeout)
 	st, err := c.runtimeServer.RegisterFunction(rpcCtx, req)
@@ -142,8 +150,9 @@ func (c *Controller) register(ctx context.Context, key string, run *v1alpha1.Run
 	return nil
 }
 
-// registerRequest registers attempt reg.attempt of run from its workspace dir.
-func registerRequest(run *v1alpha1.Run, reg *registration, dir string) *runtimev1.RegisterFunctionRequest {
+// registerRequest registers attempt reg.attempt of run from its workspace
+// dir with env, as secretenv resolved it.
+func registerRequest(run *v1alpha1.Run, reg *registration, dir string, env []*runtimev1.EnvVar) *runtimev1.RegisterFunctionRequest {
 	fn := run.Spec.Mode.Function
 	req := &runtimev1.RegisterFunctionRequest{
 		RunUid:              string(run.UID),
@@ -151,12 +160,10 @@ func registerRequest(run *v1alpha1.Run, reg *registration, dir string) *runtimev
 		RegistrationDigest:  reg.digest,
 		WorkingDir:          dir,
 		Handler:             fn.Handler,
+		Env:                 env,
 	}
 	if fn.IdleTimeoutSeconds != nil {
 		req.IdleTimeoutSeconds = int64(*fn.IdleTimeoutSeconds)
-	}
-	for _, e := range run.Spec.Env {
-		req.Env = append(req.Env, &runtimev1.EnvVar{Name: e.Name, Value: e.Value})
 	}
 	return req
 }
@@ -206,7 +213,17 @@ func (c *Controller) adopt(ctx context.Context, key string, run *v1alpha1.Run) e
 	// The whole request, as register sends it: should the Runtime Server
 	// have lost the registration since it listed it, this registers it
 	// again as it was, not without its environment.
-	req := registerRequest(run, reg, c.workspace.RunDir(run.UID))
+	env, err := secretenv.Resolve(ctx, c.secrets, run)
+	switch {
+	case secretenv.IsRefused(err):
+		// Without its environment the registration cannot be made again
+		// as it was; the next attempt fails with the same message.
+		return c.lose(ctx, key, run, reg, err.Error())
+	case err != nil:
+		c.untrack(reg)
+		return fmt.Errorf("resolve the env of Run %s to re-adopt it: %w", key, err)
+	}
+	req := registerRequest(run, reg, c.workspace.RunDir(run.UID), env)
 	rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	st, err := c.runtimeServer.RegisterFunction(rpcCtx, req)
 	cancel()

@@ -35,8 +35,8 @@ type Config struct {
 	RuntimeSocket string
 	// RuntimeServer is the connection to the Runtime Server.
 	RuntimeServer *grpc.ClientConn
-	// Kube reaches the Kubernetes API (Leases, Events), Kruntimes the
-	// kruntimes.io API (Runs).
+	// Kube reaches the Kubernetes API (Leases, Events, the Secrets a
+	// Run's env names), Kruntimes the kruntimes.io API (Runs).
 	Kube      kubernetes.Interface
 	Kruntimes versioned.Interface
 	// HealthListener serves /healthz, /readyz and /metrics.

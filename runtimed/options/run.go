@@ -101,6 +101,7 @@ func (c *Config) Run(signalCtx context.Context) error {
 		Clock:         clock.RealClock{},
 		Recorder:      recorder,
 		Heartbeat:     beat,
+		Secrets:       c.Kube.CoreV1(),
 	})
 	if err != nil {
 		return err
@@ -115,6 +116,7 @@ func (c *Config) Run(signalCtx context.Context) error {
 		Clock:         clock.RealClock{},
 		Recorder:      recorder,
 		Heartbeat:     beat,
+		Secrets:       c.Kube.CoreV1(),
 	})
 	if err != nil {
 		return err

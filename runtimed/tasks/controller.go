@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	corev1client "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
@@ -68,6 +69,10 @@ type Config struct {
 	// one running is killed when it lapses, since recovery may then place
 	// the Run's next attempt on another Pod.
 	Heartbeat Heartbeat
+	// Secrets reads the Secrets env[].valueFrom.secretKeyRef names, with
+	// runtimed's own identity; a Run that names one fails to start when
+	// nil.
+	Secrets corev1client.SecretsGetter
 }
 
 // Heartbeat is the Pod's heartbeat Lease as the controller sees it
@@ -95,6 +100,7 @@ type Controller struct {
 	clock         clock.Clock
 	recorder      record.EventRecorder
 	heartbeat     Heartbeat
+	secrets       corev1client.SecretsGetter
 	queue         workqueue.TypedRateLimitingInterface[string]
 	workers       *health.Loop
 
@@ -157,6 +163,7 @@ func New(cfg Config) (*Controller, error) {
 		clock:         cfg.Clock,
 		recorder:      cfg.Recorder,
 		heartbeat:     cfg.Heartbeat,
+		secrets:       cfg.Secrets,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "runtimed_tasks"}),

@@ -16,6 +16,7 @@ import (
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimed/heartbeat"
 	"kruntimes.io/kruntimes/runtimed/runstatus"
+	"kruntimes.io/kruntimes/runtimed/secretenv"
 )
 
 // progress moves a claimed execution forward: start it, stop it on timeout
@@ -113,9 +114,14 @@ func (c *Controller) start(ctx context.Context, run *v1alpha1.Run, exec *executi
 		WorkingDir:    dir,
 		TimeoutMillis: exec.timeoutMillis,
 	}
-	for _, e := range run.Spec.Env {
-		req.Env = append(req.Env, &runtimev1.EnvVar{Name: e.Name, Value: e.Value})
+	env, err := secretenv.Resolve(ctx, c.secrets, run)
+	switch {
+	case secretenv.IsRefused(err):
+		return &startError{runstatus.Outcome{Phase: lifecycle.Failed, Reason: lifecycle.ReasonStartFailed, Message: err.Error()}}
+	case err != nil:
+		return fmt.Errorf("resolve the env of %s (will retry): %w", exec.id, err)
 	}
+	req.Env = env
 	rpcCtx, cancel := context.WithTimeout(ctx, rpcTimeout)
 	defer cancel()
 	if _, err := c.runtimeServer.Execute(rpcCtx, req); err != nil {

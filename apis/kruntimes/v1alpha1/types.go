@@ -133,13 +133,42 @@ type FunctionSchema struct {
 	Output *runtime.RawExtension `json:"output,omitempty" protobuf:"bytes,2,opt,name=output"`
 }
 
-// EnvVar is one environment variable.
+// EnvVar is one environment variable: its value is written in the Run, or
+// read from a Secret when the attempt starts. Not both.
 type EnvVar struct {
 	// Name of the variable, a C identifier.
 	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
-	// Value of the variable.
+	// Value of the variable. Must be empty when valueFrom is set.
 	// +optional
 	Value string `json:"value,omitempty" protobuf:"bytes,2,opt,name=value"`
+	// ValueFrom reads the value from a Secret of the Run's namespace when
+	// runtimed starts or registers each attempt, with the Runtime's own
+	// identity. The value is never stored in the Run.
+	// +optional
+	ValueFrom *EnvVarSource `json:"valueFrom,omitempty" protobuf:"bytes,3,opt,name=valueFrom"`
+}
+
+// EnvVarSource says where an environment variable's value comes from.
+// secretKeyRef is the only source, and required.
+type EnvVarSource struct {
+	// SecretKeyRef selects a key of a Secret in the Run's namespace. The
+	// Runtime's ServiceAccount (runtime-<runtime>) must be granted get on
+	// that Secret, or the attempt fails saying what to grant.
+	// +optional
+	SecretKeyRef *SecretKeySelector `json:"secretKeyRef,omitempty" protobuf:"bytes,1,opt,name=secretKeyRef"`
+}
+
+// SecretKeySelector selects a key of a Secret in the Run's namespace.
+type SecretKeySelector struct {
+	// Name of the Secret, a DNS subdomain.
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
+	// Key of the Secret's data whose value is used.
+	Key string `json:"key" protobuf:"bytes,2,opt,name=key"`
+	// Optional leaves the variable unset when the Secret or its key does
+	// not exist, instead of failing the attempt. A Secret the Runtime may
+	// not read fails the attempt either way.
+	// +optional
+	Optional *bool `json:"optional,omitempty" protobuf:"varint,3,opt,name=optional"`
 }
 
 // RetryPolicy bounds the attempts of a Run.

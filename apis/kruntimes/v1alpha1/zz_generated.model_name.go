@@ -27,6 +27,11 @@ func (in EnvVar) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in EnvVarSource) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.EnvVarSource"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in FunctionMode) OpenAPIModelName() string {
 	return "io.kruntimes.v1alpha1.FunctionMode"
 }
@@ -139,6 +144,11 @@ func (in RuntimeSpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in RuntimeStatus) OpenAPIModelName() string {
 	return "io.kruntimes.v1alpha1.RuntimeStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in SecretKeySelector) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.SecretKeySelector"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -311,6 +311,65 @@ func urlOf(base string, n int) string {
 	return base + "&pad=" + bytesOf(n-len(base)-len("&pad="))
 }
 
+// secretEnv is one variable read from key of Secret name.
+func secretEnv(name, key string) kruntimes.EnvVar {
+	return kruntimes.EnvVar{Name: "TOKEN", ValueFrom: &kruntimes.EnvVarSource{
+		SecretKeyRef: &kruntimes.SecretKeySelector{Name: name, Key: key}}}
+}
+
+func TestRunEnvValueFrom(t *testing.T) {
+	type c = boundCase[*kruntimes.Run]
+	cases := []c{
+		accepted("a secretKeyRef with a Secret name and key is accepted",
+			func(r *kruntimes.Run) { r.Spec.Env = []kruntimes.EnvVar{secretEnv("db-credentials", "password")} }),
+		accepted("an optional secretKeyRef is accepted",
+			func(r *kruntimes.Run) {
+				e := secretEnv("db-credentials", "password")
+				e.ValueFrom.SecretKeyRef.Optional = ptrTo(true)
+				r.Spec.Env = []kruntimes.EnvVar{e}
+			}),
+		accepted("a key with dots, dashes and underscores is accepted",
+			func(r *kruntimes.Run) { r.Spec.Env = []kruntimes.EnvVar{secretEnv("db", ".tls_key-1.pem")} }),
+		accepted("a plain empty value next to a secretKeyRef variable is accepted",
+			func(r *kruntimes.Run) {
+				r.Spec.Env = []kruntimes.EnvVar{{Name: "EMPTY"}, secretEnv("db", "password")}
+			}),
+		rejected("value and valueFrom together are rejected at spec.env[0].valueFrom",
+			func(r *kruntimes.Run) {
+				e := secretEnv("db", "password")
+				e.Value = "inline"
+				r.Spec.Env = []kruntimes.EnvVar{e}
+			},
+			field.ErrorTypeInvalid, "spec.env[0].valueFrom"),
+		rejected("a valueFrom without secretKeyRef is rejected at spec.env[0].valueFrom.secretKeyRef",
+			func(r *kruntimes.Run) {
+				r.Spec.Env = []kruntimes.EnvVar{{Name: "TOKEN", ValueFrom: &kruntimes.EnvVarSource{}}}
+			},
+			field.ErrorTypeRequired, "spec.env[0].valueFrom.secretKeyRef"),
+		rejected("a secretKeyRef without a name is rejected at spec.env[1].valueFrom.secretKeyRef.name",
+			func(r *kruntimes.Run) {
+				r.Spec.Env = []kruntimes.EnvVar{{Name: "PLAIN", Value: "v"}, secretEnv("", "password")}
+			},
+			field.ErrorTypeRequired, "spec.env[1].valueFrom.secretKeyRef.name"),
+		rejected("a Secret name that is no DNS subdomain is rejected at spec.env[0].valueFrom.secretKeyRef.name",
+			func(r *kruntimes.Run) { r.Spec.Env = []kruntimes.EnvVar{secretEnv("DB_Credentials", "password")} },
+			field.ErrorTypeInvalid, "spec.env[0].valueFrom.secretKeyRef.name"),
+		rejected("a secretKeyRef without a key is rejected at spec.env[0].valueFrom.secretKeyRef.key",
+			func(r *kruntimes.Run) { r.Spec.Env = []kruntimes.EnvVar{secretEnv("db", "")} },
+			field.ErrorTypeRequired, "spec.env[0].valueFrom.secretKeyRef.key"),
+		rejected("a key with a slash is rejected at spec.env[0].valueFrom.secretKeyRef.key",
+			func(r *kruntimes.Run) { r.Spec.Env = []kruntimes.EnvVar{secretEnv("db", "db/password")} },
+			field.ErrorTypeInvalid, "spec.env[0].valueFrom.secretKeyRef.key"),
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			run := taskRun()
+			tc.mutate(run)
+			tc.assertErrors(t, ValidateRun(run))
+		})
+	}
+}
+
 func TestMinimalRunStatusUpdatesAreValid(t *testing.T) {
 	run, old := runningTask()
 	assert.Empty(t, ValidateRunStatusUpdate(run, old), "running task")

@@ -257,6 +257,39 @@ func validateEnv(env []kruntimes.EnvVar, fldPath *field.Path) field.ErrorList {
 		if len(e.Value) > MaxEnvValueBytes {
 			allErrs = append(allErrs, field.TooLong(idx.Child("value"), "", MaxEnvValueBytes))
 		}
+		if e.ValueFrom != nil {
+			if e.Value != "" {
+				allErrs = append(allErrs, field.Invalid(idx.Child("valueFrom"), "", "may not be set together with value: set exactly one of value and valueFrom"))
+			}
+			allErrs = append(allErrs, validateEnvVarSource(e.ValueFrom, idx.Child("valueFrom"))...)
+		}
+	}
+	return allErrs
+}
+
+// validateEnvVarSource accepts only secretKeyRef: a value read from the
+// Pod (fieldRef, resourceFieldRef) would name a Pod the Run does not own,
+// and configMapKeyRef has no reader in runtimed yet.
+func validateEnvVarSource(src *kruntimes.EnvVarSource, fldPath *field.Path) field.ErrorList {
+	var allErrs field.ErrorList
+	ref := src.SecretKeyRef
+	if ref == nil {
+		return append(allErrs, field.Required(fldPath.Child("secretKeyRef"), "secretKeyRef is the only supported source"))
+	}
+	refPath := fldPath.Child("secretKeyRef")
+	if ref.Name == "" {
+		allErrs = append(allErrs, field.Required(refPath.Child("name"), "the name of a Secret in the Run's namespace"))
+	} else {
+		for _, msg := range validation.IsDNS1123Subdomain(ref.Name) {
+			allErrs = append(allErrs, field.Invalid(refPath.Child("name"), ref.Name, msg))
+		}
+	}
+	if ref.Key == "" {
+		allErrs = append(allErrs, field.Required(refPath.Child("key"), "a key of the Secret's data"))
+	} else {
+		for _, msg := range validation.IsConfigMapKey(ref.Key) {
+			allErrs = append(allErrs, field.Invalid(refPath.Child("key"), ref.Key, msg))
+		}
 	}
 	return allErrs
 }

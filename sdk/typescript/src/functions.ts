@@ -130,8 +130,34 @@ export function durationString(value: number | string | undefined): string | und
   return `${value}s`;
 }
 
-export function envList(env: Record<string, string> | undefined): { name: string; value: string }[] {
-  return Object.entries(env ?? {}).map(([name, value]) => ({ name, value: String(value) }));
+/** A key of a Secret in the Run's namespace. runtimed reads it when each
+ * attempt starts, as the Runtime's ServiceAccount (`runtime-<runtime>`),
+ * which a namespace admin must have granted `get` on that Secret; otherwise
+ * the Run fails with the kubectl commands that grant it. The value is never
+ * in the Run. `optional` leaves the variable unset when the Secret or key
+ * does not exist. */
+export interface SecretKeyRef {
+  name: string;
+  key: string;
+  optional?: boolean;
+}
+
+/** A value of `env`: the value itself, or `{ secretKeyRef }` for one read
+ * from a Secret, e.g. `{ TOKEN: { secretKeyRef: { name: 'db', key: 'password' } } }`. */
+export type EnvValue = string | { secretKeyRef: SecretKeyRef };
+
+/** One entry of spec.env. */
+export type EnvVar = { name: string; value: string } | { name: string; valueFrom: { secretKeyRef: SecretKeyRef } };
+
+export function envList(env: Record<string, EnvValue> | undefined): EnvVar[] {
+  return Object.entries(env ?? {}).map(([name, value]): EnvVar => {
+    if (typeof value === 'object' && value !== null && 'secretKeyRef' in value) {
+      const ref: SecretKeyRef = { name: value.secretKeyRef.name, key: value.secretKeyRef.key };
+      if (value.secretKeyRef.optional) ref.optional = true;
+      return { name, valueFrom: { secretKeyRef: ref } };
+    }
+    return { name, value: String(value) };
+  });
 }
 
 export function runMessage(run: RunObject): string {
@@ -382,7 +408,7 @@ export interface CreateFunctionOptions {
   handler: string;
   /** Overrides the file name the source is written as. */
   path?: string;
-  env?: Record<string, string>;
+  env?: Record<string, EnvValue>;
   /** Seconds without an invocation, then the Run ends (Timeout). */
   idleTimeoutSeconds?: number;
   /** The Run's whole life: seconds, or a duration such as "1h". */

@@ -16,11 +16,14 @@ export {
   TERMINAL_PHASES,
   parseServerTiming,
   type CreateFunctionOptions,
+  type EnvValue,
+  type EnvVar,
   type InvokeOptions,
   type InvokeResult,
   type Logs,
   type Retry,
   type RunObject,
+  type SecretKeyRef,
   type TimingEntry,
 } from './functions.js';
 export { Task, Tasks, type LogOptions, type RunTaskOptions, type TaskResult } from './tasks.js';

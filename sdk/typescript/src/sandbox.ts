@@ -8,7 +8,7 @@
  * deleting it kills its processes and removes its workspace.
  */
 import { FunctionError, KruntimesError, PayloadTooLarge } from './errors.js';
-import { Function, MAX_INPUT_BYTES, durationString, envList, type RunObject } from './functions.js';
+import { Function, MAX_INPUT_BYTES, durationString, envList, type EnvValue, type RunObject } from './functions.js';
 import { API_VERSION, runsPath, runtimesPath, type Transport } from './transport.js';
 
 /** The handler a sandbox's Run names (runtimes/python.SandboxHandler). */
@@ -71,7 +71,7 @@ export interface CreateSandboxOptions {
   idleTimeoutSeconds?: number | null;
   /** Its whole life: seconds or a duration such as "1h". */
   timeout?: number | string;
-  env?: Record<string, string>;
+  env?: Record<string, EnvValue>;
   /** Accept a Runtime whose Pods several Runs share. */
   shared?: boolean;
   name?: string;

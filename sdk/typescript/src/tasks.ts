@@ -2,7 +2,7 @@
 import type http from 'node:http';
 
 import { WaitTimeout, errorFor } from './errors.js';
-import { TERMINAL_PHASES, durationString, envList, runMessage, watchRun, type RunObject } from './functions.js';
+import { TERMINAL_PHASES, durationString, envList, runMessage, watchRun, type EnvValue, type RunObject } from './functions.js';
 import { RunHandle, sleep } from './run.js';
 import { API_VERSION, headerOf, runsPath, statusOf, type Transport } from './transport.js';
 
@@ -188,7 +188,7 @@ export interface RunTaskOptions {
   script?: string;
   entrypoint?: string;
   args?: string[];
-  env?: Record<string, string>;
+  env?: Record<string, EnvValue>;
   /** The Run's own spec.timeout: seconds or a duration such as "10m". */
   timeout?: number | string;
   name?: string;

@@ -17,14 +17,14 @@ function watchEvents(res, events, { end = true } = {}) {
 const ready = (name) =>
   run(name, { status: { phase: 'Ready', conditions: [{ type: 'Ready', status: 'True' }] } });
 
-test('functions.create sends the Run with source, handler, schema, env, limits and labels', async (t) => {
+test('functions.create sends the Run with source, handler, schema, env (values and Secret keys), limits and labels', async (t) => {
   const { client, requests } = await serve(t, (req, res, r) => sendJSON(res, 201, { ...JSON.parse(r.body), metadata: { name: 'fn-abc', namespace: NS, uid: 'u1' } }));
   const schema = { input: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } };
   const fn = await client.functions.create({
     runtime: 'python',
     source: 'def handle(e, c):\n  return 1\n',
     handler: 'main.handle',
-    env: { MODE: 'fast' },
+    env: { MODE: 'fast', TOKEN: { secretKeyRef: { name: 'db', key: 'password' } } },
     idleTimeoutSeconds: 600,
     timeout: 3600,
     labels: { team: 'agents' },
@@ -46,7 +46,7 @@ test('functions.create sends the Run with source, handler, schema, env, limits a
       runtime: 'python',
       source: { inline: 'def handle(e, c):\n  return 1\n', inlinePath: 'main.py' },
       mode: { function: { handler: 'main.handle', idleTimeoutSeconds: 600, description: 'adds', schema } },
-      env: [{ name: 'MODE', value: 'fast' }],
+      env: [{ name: 'MODE', value: 'fast' }, { name: 'TOKEN', valueFrom: { secretKeyRef: { name: 'db', key: 'password' } } }],
       timeout: '3600s',
       retryPolicy: { maxAttempts: 2 },
     },
@@ -171,13 +171,13 @@ test('tasks.run sends a script task and waits for its end by watch', async (t) =
     if (r.query.get('watch') === 'true') return watchEvents(res, [{ type: 'MODIFIED', object: done }], { end: false });
     sendJSON(res, 200, { metadata: { resourceVersion: '7' }, items: [run('task-1', { status: { phase: 'Running' } })] });
   });
-  const result = await srv.client.tasks.run('bash', { script: 'echo "hi $1"', args: ['there'], env: { X: '1' }, timeout: '10m' });
+  const result = await srv.client.tasks.run('bash', { script: 'echo "hi $1"', args: ['there'], env: { X: '1', TOKEN: { secretKeyRef: { name: 'db', key: 'password', optional: true } } }, timeout: '10m' });
   assert.deepEqual(result, { name: 'task-1', phase: 'Succeeded', exitCode: 0, outputs: { answer: '42' }, message: '', attempt: 1, succeeded: true });
   assert.deepEqual(JSON.parse(srv.requests[0].body).spec, {
     runtime: 'bash',
     mode: { task: { args: ['there'] } },
     source: { inline: 'echo "hi $1"' },
-    env: [{ name: 'X', value: '1' }],
+    env: [{ name: 'X', value: '1' }, { name: 'TOKEN', valueFrom: { secretKeyRef: { name: 'db', key: 'password', optional: true } } }],
     timeout: '10m',
   });
   await assert.rejects(srv.client.tasks.start('bash', {}), TypeError);

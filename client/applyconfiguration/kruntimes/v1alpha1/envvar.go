@@ -21,12 +21,17 @@ package v1alpha1
 // EnvVarApplyConfiguration represents a declarative configuration of the EnvVar type for use
 // with apply.
 //
-// EnvVar is one environment variable.
+// EnvVar is one environment variable: its value is written in the Run, or
+// read from a Secret when the attempt starts. Not both.
 type EnvVarApplyConfiguration struct {
 	// Name of the variable, a C identifier.
 	Name *string `json:"name,omitempty"`
-	// Value of the variable.
+	// Value of the variable. Must be empty when valueFrom is set.
 	Value *string `json:"value,omitempty"`
+	// ValueFrom reads the value from a Secret of the Run's namespace when
+	// runtimed starts or registers each attempt, with the Runtime's own
+	// identity. The value is never stored in the Run.
+	ValueFrom *EnvVarSourceApplyConfiguration `json:"valueFrom,omitempty"`
 }
 
 // EnvVarApplyConfiguration constructs a declarative configuration of the EnvVar type for use with
@@ -48,5 +53,13 @@ func (b *EnvVarApplyConfiguration) WithName(value string) *EnvVarApplyConfigurat
 // If called multiple times, the Value field is set to the value of the last call.
 func (b *EnvVarApplyConfiguration) WithValue(value string) *EnvVarApplyConfiguration {
 	b.Value = &value
+	return b
+}
+
+// WithValueFrom sets the ValueFrom field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ValueFrom field is set to the value of the last call.
+func (b *EnvVarApplyConfiguration) WithValueFrom(value *EnvVarSourceApplyConfiguration) *EnvVarApplyConfiguration {
+	b.ValueFrom = value
 	return b
 }

@@ -29,7 +29,7 @@ from .errors import (
     Unavailable,
     WaitTimeout,
 )
-from .functions import Function, Functions, InvokeResult, Logs
+from .functions import Function, Functions, InvokeResult, Logs, SecretKeyRef
 from .retry import Retry
 from .sandbox import CommandResult, EntryInfo, Execution, ExecutionError, Sandbox, SandboxPathError, SharedRuntime
 from .tasks import Task, TaskResult, Tasks
@@ -62,6 +62,7 @@ __all__ = [
     "RunEnded",
     "Sandbox",
     "SandboxPathError",
+    "SecretKeyRef",
     "SharedRuntime",
     "Task",
     "TaskResult",

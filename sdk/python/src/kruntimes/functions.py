@@ -63,8 +63,40 @@ def duration_string(seconds: float | str | None) -> str | None:
     return f"{float(seconds):g}s"
 
 
-def env_list(env: Mapping[str, str] | None) -> list[dict[str, str]]:
-    return [{"name": k, "value": str(v)} for k, v in (env or {}).items()]
+@dataclass(frozen=True)
+class SecretKeyRef:
+    """An environment variable read from ``key`` of the Secret ``name`` in
+    the Run's namespace, e.g. ``env={"TOKEN": SecretKeyRef("db", "password")}``.
+
+    runtimed reads it when each attempt starts, as the Runtime's
+    ServiceAccount (``runtime-<runtime>``), which a namespace admin must have
+    granted ``get`` on that Secret; otherwise the Run fails with the kubectl
+    commands that grant it. The value is never in the Run. ``optional``
+    leaves the variable unset when the Secret or key does not exist.
+    """
+
+    name: str
+    key: str
+    optional: bool = False
+
+
+#: A value of ``env=``: the value itself, or where runtimed reads it.
+EnvValue = str | SecretKeyRef
+
+
+def env_list(env: Mapping[str, EnvValue] | None) -> list[dict[str, Any]]:
+    """spec.env from a mapping: a plain value as ``value``, a
+    :class:`SecretKeyRef` as ``valueFrom.secretKeyRef``."""
+    out: list[dict[str, Any]] = []
+    for name, value in (env or {}).items():
+        if isinstance(value, SecretKeyRef):
+            ref: dict[str, Any] = {"name": value.name, "key": value.key}
+            if value.optional:
+                ref["optional"] = True
+            out.append({"name": name, "valueFrom": {"secretKeyRef": ref}})
+        else:
+            out.append({"name": name, "value": str(value)})
+    return out
 
 
 def run_message(run: dict[str, Any]) -> str:
@@ -256,7 +288,7 @@ class Functions:
         handler: str,
         generate_name: str | None = None,
         path: str | None = None,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, EnvValue] | None = None,
         idle_timeout: int | None = None,
         timeout: float | str | None = None,
         labels: Mapping[str, str] | None = None,

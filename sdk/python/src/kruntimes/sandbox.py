@@ -28,7 +28,7 @@ from urllib.parse import quote
 
 from . import errors
 from ._transport import API_VERSION, GROUP, VERSION, runs_path
-from .functions import MAX_INPUT_BYTES, Function, duration_string, env_list
+from .functions import MAX_INPUT_BYTES, EnvValue, Function, duration_string, env_list
 
 if TYPE_CHECKING:
     from .client import Client
@@ -130,7 +130,7 @@ class Sandbox:
         *,
         idle_timeout: int | None = 300,
         timeout: float | str | None = None,
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, EnvValue] | None = None,
         shared: bool = False,
         name: str | None = None,
         generate_name: str = "sandbox-",

@@ -10,7 +10,7 @@ import urllib3
 
 from . import errors
 from ._transport import API_VERSION, runs_path
-from .functions import TERMINAL_PHASES, duration_string, env_list, run_message, watch_run
+from .functions import TERMINAL_PHASES, EnvValue, duration_string, env_list, run_message, watch_run
 
 if TYPE_CHECKING:
     from .client import Client
@@ -184,7 +184,7 @@ class Tasks:
         script: str | None = None,
         entrypoint: str | None = None,
         args: Sequence[str] = (),
-        env: Mapping[str, str] | None = None,
+        env: Mapping[str, EnvValue] | None = None,
         timeout: float | str | None = None,
         wait: bool = True,
         wait_timeout: float | None = None,
