@@ -171,8 +171,9 @@ with open(os.environ["KRUNTIMES_OUTPUTS"], "a") as f:
     f.write("token_sha256=" + hashlib.sha256(os.environ.get("TOKEN", "").encode()).hexdigest() + "\n")
 `
 
-// grantCommand finds the backquoted kubectl commands in a refusal's message.
-var grantCommand = regexp.MustCompile("`(kubectl [^`]+)`")
+// grantCommand finds the backquoted kubectl create commands in a refusal's
+// message (not the edit it suggests for a later Secret).
+var grantCommand = regexp.MustCompile("`(kubectl -n [^ `]+ create [^`]+)`")
 
 // TestSecretEnv is a Secret in env on real Runtime Pods: a function and a
 // task whose env names a Secret the Runtime's ServiceAccount may not get
