@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -382,4 +383,109 @@ func TestRealNodeRunsTheQuickstart(t *testing.T) {
 
 	pods := run("kubectl", "", "get", "pods", "-o", "jsonpath={range .items[*]}{.status.containerStatuses[*].imageID}{\"\\n\"}{end}")
 	assert.Contains(t, pods, localcluster.ImageHost+"/runtimed@sha256:", "runtimed pulled as kruntimes.io/runtimed")
+	// The python Runtime has one Pod of capacity 1: with echo gone, the
+	// sandboxes below take turns on it.
+	run("kubectl", "", "delete", "run", "echo", "--wait=true")
+	t.Run("a sandbox leaves nothing for the next on its Pod", func(t *testing.T) {
+		sandboxTenants(t, run, func(args ...string) ([]byte, error) {
+			cmd := exec.Command(filepath.Join(root, "bin", "krt"), args...)
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Config().KubeconfigPath)
+			return cmd.Output()
+		})
+	})
+}
+
+// realNodeImplant plants a json.py, sitecustomize and usercustomize, each
+// leaving a marker when imported, in every directory of its container it
+// can write, and returns those directories.
+const realNodeImplant = `import os, site
+home = os.environ["HOME"]
+candidates = [home, os.environ["TMPDIR"], site.getusersitepackages(), os.getcwd(), os.path.dirname(os.getcwd()),
+              os.path.dirname(os.path.dirname(home)), "/tmp", "/var/tmp", "/dev/shm", "/run/kruntimes", "/home/nonroot", "/"]
+planted = []
+for d in candidates:
+    try:
+        os.makedirs(d, exist_ok=True)
+        for name in ("json", "sitecustomize", "usercustomize"):
+            with open(os.path.join(d, name + ".py"), "w") as f:
+                f.write("open(%r, 'w').close()\n" % os.path.join(d, "imported-" + name))
+        planted.append(d)
+    except OSError:
+        pass
+planted`
+
+// realNodeInspect reports what the next sandbox sees of the first one.
+const realNodeInspect = `import json, os, sys
+dirs = %s
+def cmdline(p):
+    try:
+        return open("/proc/%%s/cmdline" %% p, "rb").read().split(b"\0")
+    except OSError:
+        return []
+{"json": json.__file__,
+ "custom": [m for m in ("sitecustomize", "usercustomize") if m in sys.modules],
+ "markers": [os.path.join(d, n) for d in dirs if os.path.isdir(d) for n in os.listdir(d) if n.startswith("imported-")],
+ "sleepers": [p for p in os.listdir("/proc") if p.isdigit() and cmdline(p)[:2] == [b"sleep", b"300"]],
+ "pid1": os.path.basename(cmdline(1)[0].decode())}`
+
+// sandboxTenants runs two sandboxes one after the other on the python
+// Runtime's one Pod: the first plants modules wherever it can write, starts
+// a daemon and kills its own reaper; the second imports none of it, finds
+// no process of the first, and runs under the Runtime Server as PID 1.
+func sandboxTenants(t *testing.T, run func(name, stdin string, args ...string) string, krt func(args ...string) ([]byte, error)) {
+	sandbox := func(name string) {
+		run("kubectl", "apiVersion: kruntimes.io/v1alpha1\nkind: Run\nmetadata: {name: "+name+"}\nspec: {runtime: python, mode: {function: {handler: kruntimes.sandbox}}}\n", "create", "-f", "-")
+		run("kubectl", "", "wait", "--for=condition=Ready", "run/"+name, "--timeout=2m")
+	}
+	try := func(name, src string) (any, error) {
+		req, err := json.Marshal(map[string]string{"op": "run_code", "code": src})
+		require.NoError(t, err)
+		raw, err := krt("invoke", name, "--data", string(req))
+		if err != nil {
+			return nil, fmt.Errorf("krt invoke %s: %w: %s", name, err, raw)
+		}
+		var out struct {
+			Result any `json:"result"`
+			Error  any `json:"error"`
+		}
+		if err := json.Unmarshal(raw, &out); err != nil || out.Error != nil {
+			return nil, fmt.Errorf("run_code in %s: %v: %s", name, err, raw)
+		}
+		return out.Result, nil
+	}
+	code := func(name, src string) any {
+		result, err := try(name, src)
+		require.NoError(t, err)
+		return result
+	}
+
+	sandbox("first")
+	planted := code("first", realNodeImplant).([]any)
+	require.NotEmpty(t, planted)
+	t.Logf("the first sandbox planted modules in %v", planted)
+	pids := code("first", "import os, subprocess\n[subprocess.Popen(['sleep', '300'], start_new_session=True).pid, os.getppid()]").([]any)
+	// User code may kill its reaper: the worker dies with it (perhaps
+	// before it answers), the sandbox gets a new one, and the daemon must
+	// be gone before the sandbox is, killed by the Runtime Server.
+	_, _ = try("first", "import os, signal\nos.kill(os.getppid(), signal.SIGKILL)")
+	gone := fmt.Sprintf("import os\nnot any(os.path.exists('/proc/%%d' %% p) for p in %v)", []any{pids[0], pids[1]})
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		result, err := try("first", gone)
+		return err == nil && result == true, nil
+	})
+	require.NoError(t, err, "the daemon %v outlived its killed reaper %v", pids[0], pids[1])
+	run("kubectl", "", "delete", "run", "first", "--wait=true")
+
+	sandbox("second")
+	dirs, err := json.Marshal(planted)
+	require.NoError(t, err)
+	seen := code("second", fmt.Sprintf(realNodeInspect, dirs)).(map[string]any)
+	for _, d := range planted {
+		assert.NotContains(t, seen["json"], d.(string)+"/json.py", "the second sandbox imported the first one's json.py")
+	}
+	assert.Empty(t, seen["custom"], "the second sandbox imported a customization")
+	assert.Empty(t, seen["markers"], "an implant of the first sandbox ran")
+	assert.Empty(t, seen["sleepers"], "the first sandbox's daemon outlived it")
+	assert.Equal(t, "kruntimes-runtime", seen["pid1"], "the Runtime Server is its container's PID 1")
+	run("kubectl", "", "delete", "run", "second", "--wait=true")
 }
