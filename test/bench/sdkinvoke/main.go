@@ -376,32 +376,45 @@ func timeClient(ctx context.Context, root string, o options, client, kubeconfig,
 }
 
 // printTable prints, per entry point and client, the range of the rounds'
-// p50s and the percentiles of every round's samples together, as Markdown.
+// p50s, the percentiles of every round's samples together and, against
+// the Go clientset, the ratio of the p50s and the range of the per-round
+// differences (each round's p50 minus Go's in the same round), as Markdown.
 func printTable(out io.Writer, entries, clients []string, samples map[string]map[string][][]time.Duration) {
-	fmt.Fprintln(out, "| entry point | client | p50 per round (min–max) | p50 | p90 | p99 | p50 ÷ Go's | n |")
-	fmt.Fprintln(out, "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+	fmt.Fprintln(out, "| entry point | client | p50 per round (min–max) | p50 | p90 | p99 | p50 ÷ Go's | p50 − Go's per round (min–max) | n |")
+	fmt.Fprintln(out, "| --- | --- | --- | ---: | ---: | ---: | ---: | --- | ---: |")
+	roundP50s := func(rounds [][]time.Duration) []time.Duration {
+		var p50s []time.Duration
+		for _, lat := range rounds {
+			p50s = append(p50s, pct(slices.Sorted(slices.Values(lat)), 50))
+		}
+		return p50s
+	}
 	for _, e := range entries {
-		var goP50 time.Duration
+		goRounds := roundP50s(samples[e]["go"])
+		var goAll []time.Duration
+		for _, lat := range samples[e]["go"] {
+			goAll = append(goAll, lat...)
+		}
+		goP50 := pct(slices.Sorted(slices.Values(goAll)), 50)
 		for _, c := range clients {
-			rounds := samples[e][c]
-			var all, p50s []time.Duration
-			for _, lat := range rounds {
-				sorted := slices.Sorted(slices.Values(lat))
-				p50s = append(p50s, pct(sorted, 50))
+			var all []time.Duration
+			for _, lat := range samples[e][c] {
 				all = append(all, lat...)
 			}
 			slices.Sort(all)
-			slices.Sort(p50s)
+			p50s := roundP50s(samples[e][c])
 			p50 := pct(all, 50)
-			if c == "go" {
-				goP50 = p50
-			}
-			ratio := "—"
-			if goP50 > 0 {
+			ratio, diff := "—", "—"
+			if c != "go" && len(goRounds) == len(p50s) {
 				ratio = fmt.Sprintf("%.2f", float64(p50)/float64(goP50))
+				var diffs []time.Duration
+				for r := range p50s {
+					diffs = append(diffs, p50s[r]-goRounds[r])
+				}
+				diff = fmt.Sprintf("%+.2f … %+.2f ms", msf(slices.Min(diffs)), msf(slices.Max(diffs)))
 			}
-			fmt.Fprintf(out, "| %s | %s | %s–%s ms | %s ms | %s ms | %s ms | %s | %d |\n", e, clientName(c),
-				ms(p50s[0]), ms(p50s[len(p50s)-1]), ms(p50), ms(pct(all, 90)), ms(pct(all, 99)), ratio, len(all))
+			fmt.Fprintf(out, "| %s | %s | %s–%s ms | %s ms | %s ms | %s ms | %s | %s | %d |\n", e, clientName(c),
+				ms(slices.Min(p50s)), ms(slices.Max(p50s)), ms(p50), ms(pct(all, 90)), ms(pct(all, 99)), ratio, diff, len(all))
 		}
 	}
 }
@@ -424,7 +437,9 @@ func pct(sorted []time.Duration, p int) time.Duration {
 	return sorted[(len(sorted)-1)*p/100]
 }
 
-func ms(d time.Duration) string { return fmt.Sprintf("%.2f", float64(d)/float64(time.Millisecond)) }
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f", msf(d)) }
+
+func msf(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 func loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")
