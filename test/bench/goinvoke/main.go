@@ -2,7 +2,9 @@
 // (client/clientset, as krt invoke does) --requests times, one in flight,
 // and prints each round trip in microseconds, one per line: the Go side of
 // the Python SDK's benchmark (sdk/python/bench/invoke_bench.py), which
-// runs it against the same function in the same run.
+// runs it against the same function in the same run, and of
+// test/bench/sdkinvoke, which runs it beside both SDKs. Like the SDKs, it
+// reads the Run once and sends its UID with every invocation.
 //
 //	go run ./test/bench/goinvoke --kubeconfig .local/kubeconfig -n default --name noop --requests 1000
 package main
@@ -14,6 +16,7 @@ import (
 	"os"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"kruntimes.io/kruntimes/client/clientset/versioned"
@@ -45,9 +48,14 @@ func run(kubeconfig, namespace, name string, requests, warmup int) error {
 	}
 	runs := client.KruntimesV1alpha1().Runs(namespace)
 	ctx := context.Background()
+	r, err := runs.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	opts := typedv1alpha1.InvokeOptions{UID: r.UID, Timeout: 10 * time.Second}
 	for i := 0; i < warmup+requests; i++ {
 		started := time.Now()
-		if _, err := runs.Invoke(ctx, name, []byte(`{}`), typedv1alpha1.InvokeOptions{Timeout: 10 * time.Second}); err != nil {
+		if _, err := runs.Invoke(ctx, name, []byte(`{}`), opts); err != nil {
 			return fmt.Errorf("invocation %d: %w", i, err)
 		}
 		if i >= warmup {
