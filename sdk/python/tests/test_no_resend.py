@@ -129,6 +129,10 @@ def test_a_dropped_connection_after_sending_is_outcome_unknown_and_not_resent(fa
     (503, b"service unavailable\n", "text/plain", kruntimes.OutcomeUnknown),
     (503, status(503, "ServiceUnavailable", "no retryAfterSeconds"), "application/json", kruntimes.OutcomeUnknown),
     (504, status(504, "Timeout", "stopped"), "application/json", kruntimes.InvocationTimeout),
+    (409, json.dumps({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 409, "reason": "AlreadyExists",
+                      "message": "the outcome of invocation ID \"x\" is no longer known",
+                      "details": {"causes": [{"reason": "InvocationOutcomeEvicted", "message": "m"}]}}).encode(),
+     "application/json", kruntimes.OutcomeEvicted),
 ])
 def test_an_answer_that_may_come_after_the_handler_ran_is_never_resent(fake, code, body, content_type, error) -> None:
     server, fn = fake(lambda h, n: send(h, code, body, content_type, {"Retry-After": "1"}))

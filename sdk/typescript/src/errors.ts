@@ -170,6 +170,22 @@ export class Conflict extends KruntimesError {
   override name = 'Conflict';
 }
 
+/** The cause type of the 409 that answers a repeat of an invocation ID whose
+ * recorded outcome was evicted. */
+export const CAUSE_OUTCOME_EVICTED = 'InvocationOutcomeEvicted';
+
+/** 409 InvocationOutcomeEvicted: a repeat of an invocation ID whose recorded
+ * outcome runtimed evicted before its window ended. The first attempt ran,
+ * or may have; this repeat did not run, and every repeat of the ID is
+ * refused the same way: send a new invocation ID to run it again. */
+export class OutcomeEvicted extends Conflict {
+  override name = 'OutcomeEvicted';
+  constructor(message: string, fields: ErrorFields = {}) {
+    super(message, fields);
+    this.notRun = false;
+  }
+}
+
 /** No connection could be made: nothing was sent. */
 export class ConnectFailed extends KruntimesError {
   override name = 'ConnectFailed';
@@ -243,6 +259,9 @@ export function errorFor(
   if (code === 422) return new Invalid(message, causesOf(st), fields);
   if (code === 400 && opts.invoke) return new InvalidInput(message, causesOf(st), fields);
   if (code === 413) return new PayloadTooLarge(message, fields);
-  if (code === 409) return new Conflict(message, fields);
+  if (code === 409) {
+    if (st.details?.causes?.some((c) => c.reason === CAUSE_OUTCOME_EVICTED)) return new OutcomeEvicted(message, fields);
+    return new Conflict(message, fields);
+  }
   return new KruntimesError(message, fields);
 }

@@ -63,6 +63,7 @@ const answers = [
   { name: '401 → Forbidden', code: 401, body: status(401, 'Unauthorized', 'who'), cls: 'Forbidden', notRun: true },
   { name: '413 → PayloadTooLarge', code: 413, body: status(413, 'RequestEntityTooLarge', 'big'), cls: 'PayloadTooLarge', notRun: true },
   { name: '409 → Conflict', code: 409, body: status(409, 'Conflict', 'ending'), cls: 'Conflict', notRun: true },
+  { name: '409 InvocationOutcomeEvicted → OutcomeEvicted (the first may have run)', code: 409, body: status(409, 'AlreadyExists', 'no longer known', { causes: [{ reason: 'InvocationOutcomeEvicted', message: 'm' }] }), cls: 'OutcomeEvicted', notRun: false },
   { name: '422 → Invalid with causes', code: 422, body: status(422, 'Invalid', 'bad', { causes: [{ field: 'spec.x', reason: 'FieldValueInvalid', message: 'm' }] }), cls: 'Invalid', notRun: true, causes: [{ field: 'spec.x', reason: 'FieldValueInvalid', message: 'm' }] },
   { name: '400 with causes → InvalidInput with causes', code: 400, body: status(400, 'BadRequest', 'the input does not match', { causes: [{ field: 'input.city', reason: 'FieldValueRequired', message: 'Required value' }] }), cls: 'InvalidInput', notRun: true, causes: [{ field: 'input.city', reason: 'FieldValueRequired', message: 'Required value' }] },
   { name: '415 → a plain KruntimesError that did not run', code: 415, body: status(415, 'UnsupportedMediaType', 'json only'), cls: 'KruntimesError', notRun: true },

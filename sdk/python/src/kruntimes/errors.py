@@ -141,6 +141,21 @@ class Conflict(KruntimesError):
     """409: e.g. the Run ended or is being deleted, or already exists."""
 
 
+#: The cause type of the 409 that answers a repeat of an invocation ID
+#: whose recorded outcome was evicted.
+CAUSE_OUTCOME_EVICTED = "InvocationOutcomeEvicted"
+
+
+class OutcomeEvicted(Conflict):
+    """409 InvocationOutcomeEvicted: a repeat of an invocation ID whose
+    recorded outcome runtimed evicted before its window ended. The first
+    attempt ran, or may have; this repeat did not run, and every repeat of
+    the ID is refused the same way: send a new invocation ID to run it
+    again."""
+
+    not_run = False
+
+
 class ConnectFailed(KruntimesError):
     """No connection to the API server could be made: nothing was sent."""
 
@@ -208,5 +223,7 @@ def error_for(
     if code == 413:
         return PayloadTooLarge(message, **kw)
     if code == 409:
+        if any(c.get("reason") == CAUSE_OUTCOME_EVICTED for c in (st.get("details") or {}).get("causes") or []):
+            return OutcomeEvicted(message, **kw)
         return Conflict(message, **kw)
     return KruntimesError(message, **kw)
