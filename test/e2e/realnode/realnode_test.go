@@ -370,10 +370,19 @@ func TestRealNodeRunsTheQuickstart(t *testing.T) {
 	assert.Contains(t, run("krt", "", "logs", "hello"), "hello, world")
 
 	out := run("krt", "", "run", "--runtime=bash", "--name=isolation", "--", "sh", "-c",
-		`id -u; ls /var/run/secrets/kubernetes.io 2>&1; touch /written 2>&1; echo done`)
+		`id -u; ls /var/run/secrets/kubernetes.io 2>&1; touch /written 2>&1; `+
+			`grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status; `+
+			`echo mounts: $(grep -c -e runtimed-tls -e serviceaccount -e kube-api-access /proc/self/mountinfo); `+
+			`echo runtimed: $(for f in /proc/[0-9]*/cmdline; do tr '\0' '\n' < $f 2>/dev/null | head -n 1; done | grep -c 'runtimed$'); echo done`)
 	assert.Contains(t, out, "65532\n", "user code runs as 65532")
 	assert.Contains(t, out, "/var/run/secrets/kubernetes.io': No such file or directory", "user code has no ServiceAccount token")
-	assert.Contains(t, out, "touch: cannot touch '/written'", "the image's root file system is read-only to user code")
+	assert.Contains(t, out, "touch: cannot touch '/written'", "the image's root file system is not user code's to write")
+	// The example's securityContext, as the kernel applies it to user code.
+	assert.Regexp(t, `CapEff:\s+0000000000000000\n`, out, "user code has no capability")
+	assert.Regexp(t, `NoNewPrivs:\s+1\n`, out, "user code cannot gain privileges (allowPrivilegeEscalation: false)")
+	assert.Regexp(t, `Seccomp:\s+2\n`, out, "user code runs under a seccomp filter (RuntimeDefault)")
+	assert.Contains(t, out, "mounts: 0\n", "neither runtimed's TLS key nor any ServiceAccount token is mounted where user code runs")
+	assert.Contains(t, out, "runtimed: 0\n", "runtimed's processes (and their /proc) are not visible to user code")
 
 	run("kubectl", example("runtime-python.yaml"), "apply", "-f", "-")
 	run("kubectl", "", "wait", "--for=condition=Ready", "runtime/python", "--timeout=3m")
