@@ -67,7 +67,10 @@ func (o *Options) Run(ctx context.Context) error {
 		defer os.RemoveAll(dir)
 		stateDir = dir
 	}
-	srv, err := server.New(o.Config(stateDir))
+	path, _ := runtimepod.SocketPath(o.Listen)
+	cfg := o.Config(stateDir)
+	cfg.Sweeper = server.NewSweeper(sweptDirs(stateDir, path), []string{stateDir, path})
+	srv, err := server.New(cfg)
 	if err != nil {
 		return err
 	}
@@ -80,7 +83,6 @@ func (o *Options) Run(ctx context.Context) error {
 		logger.Info("User code may outlive its reaper here", "reason", err)
 	}
 
-	path, _ := runtimepod.SocketPath(o.Listen)
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return fmt.Errorf("create socket directory: %w", err)
 	}
@@ -128,4 +130,24 @@ func (o *Options) Run(ctx context.Context) error {
 	defer cancel()
 	srv.Close(closeCtx)
 	return nil
+}
+
+// sweptDirs are the directories Runs share that the server sweeps when it
+// goes idle (server.Sweeper): its state directory and its socket's always,
+// since they are its own; and, when it is its container's init, so that
+// whatever of its user they hold is its Runs', the container's temporary
+// directories and its HOME. As any other process (the process-Pod node, a
+// shared process namespace) it touches nothing outside its own.
+func sweptDirs(stateDir, socket string) []string {
+	dirs := []string{stateDir}
+	if socket != "" {
+		dirs = append(dirs, filepath.Dir(socket))
+	}
+	if os.Getpid() == 1 {
+		dirs = append(dirs, os.TempDir(), "/var/tmp", "/dev/shm")
+		if home := os.Getenv("HOME"); home != "" {
+			dirs = append(dirs, home)
+		}
+	}
+	return dirs
 }

@@ -46,7 +46,7 @@ func newHarnessWithClock(t testing.TB, lang string, clk clock.WithDelayedExecuti
 
 // newHarnessWith is newHarnessWithClock keeping runLogMaxBytes of each
 // task's log.
-func newHarnessWith(t testing.TB, lang string, clk clock.WithDelayedExecution, runLogMaxBytes int) *harness {
+func newHarnessWith(t testing.TB, lang string, clk clock.WithDelayedExecution, runLogMaxBytes int, configure ...func(*server.Options)) *harness {
 	t.Helper()
 	dir := t.TempDir()
 	workDir := filepath.Join(dir, "work")
@@ -64,7 +64,7 @@ func newHarnessWith(t testing.TB, lang string, clk clock.WithDelayedExecution, r
 	default:
 		t.Fatalf("unknown language %q", lang)
 	}
-	srv, err := server.New(server.Options{
+	opts := server.Options{
 		Language:            l,
 		Functions:           loader,
 		StateDir:            filepath.Join(dir, "state"),
@@ -72,7 +72,11 @@ func newHarnessWith(t testing.TB, lang string, clk clock.WithDelayedExecution, r
 		DefaultDrainTimeout: 10 * time.Second,
 		RunLogMaxBytes:      runLogMaxBytes,
 		Clock:               clk,
-	})
+	}
+	for _, c := range configure {
+		c(&opts)
+	}
+	srv, err := server.New(opts)
 	require.NoError(t, err)
 
 	sock := filepath.Join(dir, "rt.sock")

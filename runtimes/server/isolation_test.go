@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
+	"kruntimes.io/kruntimes/runtimes/server"
 )
 
 // implantHandler plants what would run in the next tenant's interpreter if
@@ -117,4 +118,42 @@ func processAlive(pid int) bool {
 		}
 	}
 	return false
+}
+
+// TestIdleServerSweepsWhatRunsLeftInSharedDirectories: with a Sweeper, what
+// a function wrote to a shared directory stays while it is registered and
+// is gone once the server is idle, as is what a task wrote once it ended;
+// what the directory held at start stays.
+func TestIdleServerSweepsWhatRunsLeftInSharedDirectories(t *testing.T) {
+	shared := t.TempDir()
+	image := filepath.Join(shared, ".profile")
+	require.NoError(t, os.WriteFile(image, []byte("# the image's\n"), 0o644))
+	h := newHarnessWith(t, "python", nil, 64<<10, func(o *server.Options) {
+		o.Sweeper = server.NewSweeper([]string{shared}, nil)
+	})
+	env := []*runtimev1.EnvVar{{Name: "SHARED", Value: shared}}
+	h.writeFile(t, "writer.py", "import os\ndef handle(event, context):\n    os.makedirs(os.path.join(os.environ['SHARED'], event['dir']), exist_ok=True)\n    open(os.path.join(os.environ['SHARED'], event['dir'], 'x.py'), 'w').close()\n")
+	st, err := h.functions.RegisterFunction(testContext(t), &runtimev1.RegisterFunctionRequest{
+		RunUid: "writer", RegistrationAttempt: 1, RegistrationDigest: "d", WorkingDir: h.workDir, Handler: "writer.handle", Env: env,
+	})
+	require.NoError(t, err)
+	require.Equal(t, runtimev1.FunctionState_FUNCTION_STATE_READY, st.GetState(), "fatal error: %s", st.GetFatalError())
+	resp, err := h.invoke(testContext(t), st, `{"dir":"from-function"}`, 0)
+	require.NoError(t, err)
+	require.Nil(t, resp.GetError())
+
+	task, err := h.runtime.Execute(testContext(t), &runtimev1.ExecuteRequest{TaskId: "t", WorkingDir: h.workDir, Env: env,
+		Program: &runtimev1.ExecuteRequest_Script{Script: "import os\nopen(os.path.join(os.environ['SHARED'], 'from-task'), 'w').close()\n"}})
+	require.NoError(t, err)
+	done, err := h.runtime.Wait(testContext(t), &runtimev1.WaitRequest{TaskId: task.GetTaskId(), IncludeLogs: true})
+	require.NoError(t, err)
+	require.Equal(t, runtimev1.TaskState_TASK_STATE_SUCCEEDED, done.GetState(), "%s", done.GetStderr())
+	assert.DirExists(t, filepath.Join(shared, "from-function"), "a registered function's files stay")
+	assert.FileExists(t, filepath.Join(shared, "from-task"), "not idle yet: a function is registered")
+
+	_, err = h.functions.UnregisterFunction(testContext(t), &runtimev1.UnregisterFunctionRequest{RunUid: "writer", RegistrationId: st.GetRegistrationId()})
+	require.NoError(t, err)
+	assert.NoDirExists(t, filepath.Join(shared, "from-function"))
+	assert.NoFileExists(t, filepath.Join(shared, "from-task"))
+	assert.FileExists(t, image, "what the directory held at start stays")
 }

@@ -58,9 +58,10 @@ type registration struct {
 	// log keeps the tail of what the generation's invocations wrote, for
 	// FollowFunctionLog; it goes with the generation.
 	log *runlog.Recorder
-	// scratch holds the generation's HOME and TMPDIR; removed once its
-	// function is closed.
-	scratch string
+	// scratch holds the generation's HOME and TMPDIR; dropScratch removes
+	// it once its function is closed.
+	scratch     string
+	dropScratch func(dir string) error
 
 	mu           sync.Mutex
 	state        runtimev1.FunctionState
@@ -101,7 +102,7 @@ func (r *registration) removeScratch() {
 	if r.scratch == "" {
 		return
 	}
-	if err := removeScratch(r.scratch); err != nil {
+	if err := r.dropScratch(r.scratch); err != nil {
 		klog.Background().Error(err, "Could not remove a registration's HOME and TMPDIR", "runUID", r.runUID, "dir", r.scratch)
 	}
 }
@@ -176,7 +177,7 @@ func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFu
 	taken := false
 	defer func() {
 		if !taken {
-			_ = removeScratch(scratch)
+			_ = s.dropScratch(scratch)
 		}
 	}()
 
@@ -221,6 +222,7 @@ func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFu
 		state:        runtimev1.FunctionState_FUNCTION_STATE_REGISTERING,
 		lastActivity: now,
 		scratch:      scratch,
+		dropScratch:  s.dropScratch,
 	}
 	taken = true
 	s.regs[uid] = reg

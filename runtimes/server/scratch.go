@@ -4,6 +4,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"k8s.io/klog/v2"
 )
 
 // A Run's programs get a HOME and a TMPDIR of their own, made when it
@@ -15,6 +17,8 @@ import (
 // newScratch makes a directory in the state directory with home and tmp
 // in it, and returns it with the variables that point programs there.
 func (s *Server) newScratch(prefix string) (dir string, env []string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	dir, err = os.MkdirTemp(s.opts.StateDir, prefix)
 	if err != nil {
 		return "", nil, err
@@ -24,7 +28,24 @@ func (s *Server) newScratch(prefix string) (dir string, env []string, err error)
 		_ = removeScratch(dir)
 		return "", nil, err
 	}
+	s.scratches[dir] = true
 	return dir, env, nil
+}
+
+// dropScratch removes a Run's HOME and TMPDIR, and then, if no Run is left,
+// sweeps what Runs left elsewhere.
+func (s *Server) dropScratch(dir string) error {
+	err := removeScratch(dir)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.scratches, dir)
+	if s.opts.Sweeper != nil && len(s.scratches) == 0 && len(s.regs) == 0 {
+		// Under s.mu: no Run gets a HOME, so none starts, meanwhile.
+		if removed := s.opts.Sweeper.Sweep(func(string) bool { return false }); len(removed) > 0 {
+			klog.Background().V(2).Info("Removed what Runs left in shared directories", "paths", removed)
+		}
+	}
+	return err
 }
 
 // scratchIn makes home and tmp in dir, and returns the variables that

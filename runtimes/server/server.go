@@ -43,6 +43,9 @@ type Options struct {
 	// DefaultDrainTimeout is how long Unregister lets an invocation finish
 	// when the caller does not say.
 	DefaultDrainTimeout time.Duration
+	// Sweeper, when set, removes what user code left in the container's
+	// shared directories each time the server goes idle.
+	Sweeper *Sweeper
 	// Clock tells the time of status timestamps and runs task timeouts; the
 	// system clock when nil. Tests step a fake clock to time a task out once
 	// it is known to be running.
@@ -76,6 +79,9 @@ type Server struct {
 	retired      map[string]int64
 	retiredOrder []string
 	closed       bool
+	// scratches are the HOME and TMPDIR directories of live Runs, which
+	// a sweep leaves alone.
+	scratches map[string]bool
 }
 
 // New returns a Server.
@@ -108,10 +114,11 @@ func New(opts Options) (*Server, error) {
 		opts.Clock = clock.RealClock{}
 	}
 	return &Server{
-		opts:    opts,
-		tasks:   map[string]*task{},
-		regs:    map[string]*registration{},
-		retired: map[string]int64{},
+		opts:      opts,
+		tasks:     map[string]*task{},
+		regs:      map[string]*registration{},
+		retired:   map[string]int64{},
+		scratches: map[string]bool{},
 	}, nil
 }
 

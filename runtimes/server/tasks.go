@@ -162,7 +162,7 @@ func (s *Server) startTask(ctx context.Context, t *task, req *runtimev1.ExecuteR
 		t.status.EndUnixNano = s.opts.Clock.Now().UnixNano()
 		t.mu.Unlock()
 		if t.dir != "" {
-			_ = removeScratch(t.dir)
+			_ = s.dropScratch(t.dir)
 		}
 		close(t.done)
 	}
@@ -246,7 +246,7 @@ func (s *Server) startTask(ctx context.Context, t *task, req *runtimev1.ExecuteR
 			st.Outputs = outs
 		}
 		t.mu.Unlock()
-		_ = removeScratch(dir)
+		_ = s.dropScratch(dir)
 		logger.V(2).Info("Task finished", "state", st.GetState().String(), "exitCode", code)
 		close(t.done)
 	}()

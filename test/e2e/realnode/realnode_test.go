@@ -441,7 +441,8 @@ def cmdline(p):
  "custom": [getattr(sys.modules[m], "__file__", "") for m in ("sitecustomize", "usercustomize") if m in sys.modules],
  "markers": [os.path.join(d, n) for d in dirs if os.path.isdir(d) for n in os.listdir(d) if n.startswith("imported-")],
  "sleepers": [p for p in os.listdir("/proc") if p.isdigit() and cmdline(p)[:2] == [b"sleep", b"300"]],
- "pid1": os.path.basename(cmdline(1)[0].decode())}`
+ "pid1": os.path.basename(cmdline(1)[0].decode()),
+ "left": [d for d in dirs if os.path.exists(os.path.join(d, "json.py"))]}`
 
 // sandboxTenants runs two sandboxes one after the other on the python
 // Runtime's one Pod: the first plants modules wherever it can write, starts
@@ -499,5 +500,8 @@ func sandboxTenants(t *testing.T, run func(name, stdin string, args ...string) s
 	assert.Empty(t, seen["markers"], "an implant of the first sandbox ran")
 	assert.Empty(t, seen["sleepers"], "the first sandbox's daemon outlived it")
 	assert.Equal(t, "kruntimes-runtime", seen["pid1"], "the Runtime Server is its container's PID 1")
+	// The Runtime Server swept the container's shared directories when the
+	// first sandbox ended; runtimed's workspace root is not among them.
+	assert.Equal(t, []any{"/workspace"}, seen["left"], "what the first sandbox wrote outside the workspace root is gone")
 	run("kubectl", "", "delete", "run", "second", "--wait=true")
 }
