@@ -133,21 +133,23 @@ func (o *Options) Run(ctx context.Context) error {
 }
 
 // sweptDirs are the directories Runs share that the server sweeps when it
-// goes idle (server.Sweeper): its state directory and its socket's always,
-// since they are its own; and, when it is its container's init, so that
-// whatever of its user they hold is its Runs', the container's temporary
-// directories and its HOME. As any other process (the process-Pod node, a
-// shared process namespace) it touches nothing outside its own.
+// goes idle (server.Sweeper): its state directory always, since it is its
+// own; and, only when it is its container's init, so that whatever of its
+// user they hold is its Runs', its socket's directory, the container's
+// temporary directories and its HOME. As any other process (the process-Pod
+// node, a server started by hand with its socket in /tmp) it touches
+// nothing but its state directory.
 func sweptDirs(stateDir, socket string) []string {
 	dirs := []string{stateDir}
+	if os.Getpid() != 1 {
+		return dirs
+	}
 	if socket != "" {
 		dirs = append(dirs, filepath.Dir(socket))
 	}
-	if os.Getpid() == 1 {
-		dirs = append(dirs, os.TempDir(), "/var/tmp", "/dev/shm")
-		if home := os.Getenv("HOME"); home != "" {
-			dirs = append(dirs, home)
-		}
+	dirs = append(dirs, os.TempDir(), "/var/tmp", "/dev/shm")
+	if home := os.Getenv("HOME"); home != "" {
+		dirs = append(dirs, home)
 	}
 	return dirs
 }
