@@ -36,7 +36,9 @@ type FollowLogRequest struct {
 	// Where to start in everything the attempt wrote; 0 for the beginning.
 	Offset int64 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
 	// The Run is a function: follow what its invocations write.
-	Function      bool `protobuf:"varint,5,opt,name=function,proto3" json:"function,omitempty"`
+	Function bool `protobuf:"varint,5,opt,name=function,proto3" json:"function,omitempty"`
+	// With function: follow the output of this background command instead.
+	Command       string `protobuf:"bytes,6,opt,name=command,proto3" json:"command,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -104,6 +106,13 @@ func (x *FollowLogRequest) GetFunction() bool {
 		return x.Function
 	}
 	return false
+}
+
+func (x *FollowLogRequest) GetCommand() string {
+	if x != nil {
+		return x.Command
+	}
+	return ""
 }
 
 type InvokeRequest struct {
@@ -482,13 +491,14 @@ var File_runtimed_proto protoreflect.FileDescriptor
 
 const file_runtimed_proto_rawDesc = "" +
 	"\n" +
-	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\x1a\rruntime.proto\"\x92\x01\n" +
+	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\x1a\rruntime.proto\"\xac\x01\n" +
 	"\x10FollowLogRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
 	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12\x16\n" +
 	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x1a\n" +
-	"\bfunction\x18\x05 \x01(\bR\bfunction\"\xfb\x02\n" +
+	"\bfunction\x18\x05 \x01(\bR\bfunction\x12\x18\n" +
+	"\acommand\x18\x06 \x01(\tR\acommand\"\xfb\x02\n" +
 	"\rInvokeRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +

@@ -1957,7 +1957,11 @@ type FollowFunctionLogRequest struct {
 	RegistrationId string                 `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
 	// Where to start in everything this generation's invocations wrote; 0
 	// for the oldest byte still kept.
-	Offset        int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	Offset int64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
+	// When set, follow the output of that background command the
+	// registration started (the sandbox's start_command) instead, until the
+	// command ends: NOT_FOUND when the registration has no such command.
+	CommandId     string `protobuf:"bytes,4,opt,name=command_id,json=commandId,proto3" json:"command_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2011,6 +2015,13 @@ func (x *FollowFunctionLogRequest) GetOffset() int64 {
 		return x.Offset
 	}
 	return 0
+}
+
+func (x *FollowFunctionLogRequest) GetCommandId() string {
+	if x != nil {
+		return x.CommandId
+	}
+	return ""
 }
 
 type ListFunctionsRequest struct {
@@ -2273,11 +2284,13 @@ const file_runtime_proto_rawDesc = "" +
 	"\x10cancel_in_flight\x18\x04 \x01(\bR\x0ecancelInFlight\x121\n" +
 	"\x14registration_attempt\x18\x05 \x01(\x03R\x13registrationAttempt\"L\n" +
 	"\x1aUnregisterFunctionResponse\x12.\n" +
-	"\x13cancelled_in_flight\x18\x01 \x01(\bR\x11cancelledInFlight\"t\n" +
+	"\x13cancelled_in_flight\x18\x01 \x01(\bR\x11cancelledInFlight\"\x93\x01\n" +
 	"\x18FollowFunctionLogRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12'\n" +
 	"\x0fregistration_id\x18\x02 \x01(\tR\x0eregistrationId\x12\x16\n" +
-	"\x06offset\x18\x03 \x01(\x03R\x06offset\"\x16\n" +
+	"\x06offset\x18\x03 \x01(\x03R\x06offset\x12\x1d\n" +
+	"\n" +
+	"command_id\x18\x04 \x01(\tR\tcommandId\"\x16\n" +
 	"\x14ListFunctionsRequest\"g\n" +
 	"\x15ListFunctionsResponse\x12N\n" +
 	"\rregistrations\x18\x01 \x03(\v2(.kruntimes.runtime.v1.RegistrationStatusR\rregistrations\"\f\n" +
