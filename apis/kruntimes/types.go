@@ -398,6 +398,9 @@ type RunLogOptions struct {
 	Timestamps bool
 	Attempt    *int32
 	Stream     RunLogStream
+	// Command names a background command of a function Run's
+	// registration, whose output is read instead.
+	Command string
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

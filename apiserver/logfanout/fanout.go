@@ -42,6 +42,9 @@ type Key struct {
 	// and registered the function again, so its log starts anew). Every
 	// follower of a shared function stream gets the same.
 	Function bool
+	// Command, with Function, names a background command of the
+	// registration, whose own output is followed instead.
+	Command string
 }
 
 // Fanout holds the shared streams of one kruntimes-apiserver.

@@ -18063,7 +18063,7 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunLogOptions(ref common.Reference
 					},
 					"follow": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Follow streams the log while the attempt runs. Not served yet: the answer is what is kept, which is nothing while an attempt runs.",
+							Description: "Follow streams the log as it is written, until the attempt ends.",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},
@@ -18099,6 +18099,13 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunLogOptions(ref common.Reference
 					"stream": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Stream selects All (stdout and stderr interleaved in write order, the default), Stdout or Stderr. (A plain string: query parameters are simple types in OpenAPI.)",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"command": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Command selects the output of a background command a function Run started (a sandbox's start_command answers its id) instead of what its invocations wrote: 404 when the Run's registration has no such command. With follow, the answer ends when the command does; without, it is what the command wrote so far (a bounded tail).",
 							Type:        []string{"string"},
 							Format:      "",
 						},

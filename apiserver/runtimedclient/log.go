@@ -25,6 +25,10 @@ type LogKey struct {
 	// follow answers at once (empty when nothing is kept from the offset
 	// on), and its chunks carry invocation IDs.
 	Function bool
+	// Command, with Function, names a background command the
+	// registration started (the sandbox's start_command): its output is
+	// followed instead of the invocations', until the command ends.
+	Command string
 }
 
 // LogStream is one follow of an attempt's log: responses until io.EOF
@@ -50,6 +54,8 @@ var (
 	ErrLogPastEnd = errors.New("the offset is past what the attempt wrote")
 	// ErrLogUnsupported says the Runtime Server serves no function logs.
 	ErrLogUnsupported = errors.New("the Runtime Server does not serve function logs")
+	// ErrLogNotFound says the registration has no such command.
+	ErrLogNotFound = errors.New("the registration has no such command")
 )
 
 // FollowLog implements Interface. Follows of one task attempt, or of one
@@ -59,7 +65,7 @@ var (
 func (c *Client) FollowLog(ctx context.Context, key LogKey, offset int64) (LogStream, error) {
 	open := func(ctx context.Context, offset int64) (logfanout.Stream, error) {
 		return c.rpc.FollowLog(ctx, &runtimedv1.FollowLogRequest{
-			RunUid: string(key.RunUID), Attempt: key.Attempt, PodUid: string(key.PodUID), Offset: offset, Function: key.Function,
+			RunUid: string(key.RunUID), Attempt: key.Attempt, PodUid: string(key.PodUID), Offset: offset, Function: key.Function, Command: key.Command,
 		})
 	}
 	if c.fanout == nil {
@@ -96,6 +102,8 @@ func logError(err error) error {
 		return fmt.Errorf("%w: %w", ErrLogPastEnd, err)
 	case codes.Unimplemented:
 		return fmt.Errorf("%w: %w", ErrLogUnsupported, err)
+	case codes.NotFound:
+		return fmt.Errorf("%w: %w", ErrLogNotFound, err)
 	}
 	return err
 }

@@ -97,6 +97,9 @@ func ValidateLogOptions(o *kruntimes.RunLogOptions) field.ErrorList {
 	if o.Attempt != nil && *o.Attempt < 1 {
 		errs = append(errs, field.Invalid(field.NewPath("attempt"), *o.Attempt, "attempts count from 1"))
 	}
+	if o.Command != "" && !commandID.MatchString(o.Command) {
+		errs = append(errs, field.Invalid(field.NewPath("command"), o.Command, "a command id is 1 to 64 letters, digits, '.', '_' or '-', as start_command answers it"))
+	}
 	switch o.Stream {
 	case "", kruntimes.RunLogStreamAll, kruntimes.RunLogStreamStdout, kruntimes.RunLogStreamStderr:
 	default:
@@ -120,6 +123,21 @@ func (r *LogREST) Connect(ctx context.Context, name string, opts runtime.Object,
 	}
 	run := obj.(*kruntimes.Run)
 	namespace, _ := genericapirequest.NamespaceFrom(ctx)
+	if options.Command != "" {
+		if run.Spec.Mode.Function == nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("Run %s is a task: only a function Run (a sandbox) starts background commands; drop ?command", name))
+		}
+		if options.Attempt != nil {
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("a command of Run %s belongs to its current registration: drop ?attempt", name))
+		}
+		return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+			if req.Method == http.MethodPost {
+				responder.Error(apierrors.NewBadRequest(fmt.Sprintf("the output of a command of Run %s is not handed over", name)))
+				return
+			}
+			r.followCommand(req.Context(), w, namespace, run, options, responder)
+		}), nil
+	}
 	if run.Spec.Mode.Function != nil {
 		if !options.Follow {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("Run %s is a function: nothing of its log is kept; follow it live with follow=true, and each invocation answers its own logs", name))

@@ -88,7 +88,7 @@ func (s *Server) followFunctionLog(ctx context.Context, req *runtimedv1.FollowLo
 	if err != nil {
 		return status.Error(codes.FailedPrecondition, err.Error())
 	}
-	up, err := s.runtimeServer.FollowFunctionLog(ctx, &runtimev1.FollowFunctionLogRequest{RunUid: req.GetRunUid(), RegistrationId: id, Offset: req.GetOffset()})
+	up, err := s.runtimeServer.FollowFunctionLog(ctx, &runtimev1.FollowFunctionLogRequest{RunUid: req.GetRunUid(), RegistrationId: id, Offset: req.GetOffset(), CommandId: req.GetCommand()})
 	if err != nil {
 		return err
 	}

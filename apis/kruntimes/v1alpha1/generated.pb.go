@@ -829,6 +829,11 @@ func (m *RunLogOptions) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.Command)
+	copy(dAtA[i:], m.Command)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Command)))
+	i--
+	dAtA[i] = 0x3a
 	i -= len(m.Stream)
 	copy(dAtA[i:], m.Stream)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Stream)))
@@ -1795,6 +1800,8 @@ func (m *RunLogOptions) Size() (n int) {
 	}
 	l = len(m.Stream)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.Command)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -2246,6 +2253,7 @@ func (this *RunLogOptions) String() string {
 		`Timestamps:` + fmt.Sprintf("%v", this.Timestamps) + `,`,
 		`Attempt:` + valueToStringGenerated(this.Attempt) + `,`,
 		`Stream:` + fmt.Sprintf("%v", this.Stream) + `,`,
+		`Command:` + fmt.Sprintf("%v", this.Command) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -4880,6 +4888,38 @@ func (m *RunLogOptions) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Stream = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 7:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Command", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Command = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -449,8 +449,7 @@ const (
 type RunLogOptions struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// Follow streams the log while the attempt runs. Not served yet: the
-	// answer is what is kept, which is nothing while an attempt runs.
+	// Follow streams the log as it is written, until the attempt ends.
 	// +optional
 	Follow bool `json:"follow,omitempty" protobuf:"varint,1,opt,name=follow"`
 	// TailLines, when set, shows only that many lines from the end.
@@ -471,6 +470,13 @@ type RunLogOptions struct {
 	// +optional
 	// (A plain string: query parameters are simple types in OpenAPI.)
 	Stream string `json:"stream,omitempty" protobuf:"bytes,6,opt,name=stream"`
+	// Command selects the output of a background command a function Run
+	// started (a sandbox's start_command answers its id) instead of what
+	// its invocations wrote: 404 when the Run's registration has no such
+	// command. With follow, the answer ends when the command does;
+	// without, it is what the command wrote so far (a bounded tail).
+	// +optional
+	Command string `json:"command,omitempty" protobuf:"bytes,7,opt,name=command"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -702,6 +702,7 @@ func autoConvert_v1alpha1_RunLogOptions_To_kruntimes_RunLogOptions(in *RunLogOpt
 	out.Timestamps = in.Timestamps
 	out.Attempt = (*int32)(unsafe.Pointer(in.Attempt))
 	out.Stream = kruntimes.RunLogStream(in.Stream)
+	out.Command = in.Command
 	return nil
 }
 
@@ -717,6 +718,7 @@ func autoConvert_kruntimes_RunLogOptions_To_v1alpha1_RunLogOptions(in *kruntimes
 	out.Timestamps = in.Timestamps
 	out.Attempt = (*int32)(unsafe.Pointer(in.Attempt))
 	out.Stream = string(in.Stream)
+	out.Command = in.Command
 	return nil
 }
 
@@ -769,6 +771,13 @@ func autoConvert_url_Values_To_v1alpha1_RunLogOptions(in *url.Values, out *RunLo
 		}
 	} else {
 		out.Stream = ""
+	}
+	if values, ok := map[string][]string(*in)["command"]; ok && len(values) > 0 {
+		if err := runtime.Convert_Slice_string_To_string(&values, &out.Command, s); err != nil {
+			return err
+		}
+	} else {
+		out.Command = ""
 	}
 	return nil
 }

@@ -119,3 +119,46 @@ def test_connect_attaches_without_owning(client: kruntimes.Client, sandbox_runti
         assert other.run_code("shared_state").result == "kept"
         other.close()
         assert run_exists(client, sb.name), "a connected handle does not delete the sandbox"
+
+
+def test_background_commands_stream_their_output(client: kruntimes.Client, sandbox_runtime: str) -> None:
+    with client.sandbox(sandbox_runtime, idle_timeout=600, ready_timeout=180) as sb:
+        lines: list[str] = []
+        h = sb.commands.run("echo first; while [ ! -e go ]; do sleep 0.05; done; echo second; echo oops >&2; exit 4",
+                            background=True, on_stdout=lines.append)
+        # The command waits for a file the test writes only once the first
+        # line arrived: that line came while the command ran.
+        poll(lambda: lines == ["first\n"], 30, "the first line while the command runs")
+        listed = {c.id: c for c in sb.commands.list()}
+        assert listed[h.id].running and listed[h.id].exit_code is None
+        with pytest.raises(TimeoutError):
+            h.wait(timeout=0.2)
+        sb.files.write("go", "")
+        done = h.wait(timeout=60)
+        assert done == CommandResult(stdout="first\nsecond\n", stderr="oops\n", exit_code=4)
+        assert lines == ["first\n", "second\n"]
+        assert h.output() == "first\nsecond\noops\n", "the log keeps both streams in write order"
+        assert list(sb.commands.connect(h.id).stream("Stderr")) == ["oops\n"], "an ended command's log is read whole"
+
+        # stdin, kept open until eof.
+        cat = sb.commands.run("cat", background=True, stdin=True)
+        cat.send_stdin("hello ")
+        cat.send_stdin(b"world\n", eof=True)
+        assert cat.wait(timeout=60).stdout == "hello world\n"
+
+        # A kill takes the command and what it started; the sandbox stays usable.
+        sleeper = sb.commands.start("sleep 600 & sleep 600")
+        sleeper.kill()
+        assert sleeper.wait(timeout=60).exit_code == 137
+        assert sb.run_code("1 + 1").result == 2
+
+        # Streamed in the foreground: the callbacks get each line, the result all of it.
+        got: list[str] = []
+        r = sb.commands.run("echo a; echo b >&2", on_stdout=got.append, on_stderr=got.append)
+        assert (r.stdout, r.stderr, r.exit_code) == ("a\n", "b\n", 0)
+        assert sorted(got) == ["a\n", "b\n"]
+
+        with pytest.raises(kruntimes.NotFound):
+            sb.commands.connect("no-such-command")
+        with pytest.raises(kruntimes.NotFound):
+            list(kruntimes.CommandHandle(sb, "no-such-command", None).stream())

@@ -32,7 +32,7 @@ from .errors import (
 )
 from .functions import Function, Functions, InvokeResult, Logs, SecretKeyRef
 from .retry import Retry
-from .sandbox import CommandResult, EntryInfo, Execution, ExecutionError, Sandbox, SandboxPathError, SharedRuntime
+from .sandbox import CommandHandle, CommandInfo, CommandResult, EntryInfo, Execution, ExecutionError, Sandbox, SandboxPathError, SharedRuntime
 from .tasks import Task, TaskResult, Tasks
 
 __version__ = "0.1.0"
@@ -41,6 +41,8 @@ __all__ = [
     "Busy",
     "Cause",
     "Client",
+    "CommandHandle",
+    "CommandInfo",
     "CommandResult",
     "Conflict",
     "OutcomeEvicted",

@@ -20,7 +20,7 @@ from . import sandbox as sync_sandbox
 from . import tasks as sync_tasks
 from .functions import InvokeResult
 from .retry import Retry
-from .sandbox import CommandResult, EntryInfo, Execution
+from .sandbox import CommandInfo, CommandResult, EntryInfo, Execution
 from .tasks import TaskResult
 
 
@@ -147,8 +147,51 @@ class Commands:
     def __init__(self, commands: sync_sandbox.Commands) -> None:
         self._sync = commands
 
-    async def run(self, cmd: str | Sequence[str], timeout: float | None = None, **kw: Any) -> CommandResult:
-        return await asyncio.to_thread(self._sync.run, cmd, timeout, **kw)
+    async def run(self, cmd: str | Sequence[str], timeout: float | None = None, **kw: Any) -> Any:
+        """As the synchronous ``run``; ``background=True`` returns a
+        :class:`CommandHandle`. Callbacks are called in threads of their own."""
+        out = await asyncio.to_thread(self._sync.run, cmd, timeout, **kw)
+        return CommandHandle(out) if isinstance(out, sync_sandbox.CommandHandle) else out
+
+    async def start(self, cmd: str | Sequence[str], **kw: Any) -> "CommandHandle":
+        return CommandHandle(await asyncio.to_thread(self._sync.start, cmd, **kw))
+
+    async def connect(self, id: str, **kw: Any) -> "CommandHandle":
+        return CommandHandle(await asyncio.to_thread(self._sync.connect, id, **kw))
+
+    async def list(self) -> list[CommandInfo]:
+        return await asyncio.to_thread(self._sync.list)
+
+
+class CommandHandle:
+    """The async handle on a background command."""
+
+    def __init__(self, handle: sync_sandbox.CommandHandle) -> None:
+        self.sync = handle
+        self.id = handle.id
+        self.pid = handle.pid
+
+    async def wait(self, timeout: float | None = None) -> CommandResult:
+        return await asyncio.to_thread(self.sync.wait, timeout)
+
+    async def kill(self, signal: str | int | None = None) -> None:
+        await asyncio.to_thread(self.sync.kill, signal)
+
+    async def send_stdin(self, data: str | bytes, eof: bool = False) -> None:
+        await asyncio.to_thread(self.sync.send_stdin, data, eof)
+
+    async def output(self, stream: str = "All") -> str:
+        return await asyncio.to_thread(self.sync.output, stream)
+
+    async def stream(self, stream: str = "All") -> AsyncIterator[str]:
+        """The command's lines as they are written, until it ends."""
+        lines = await asyncio.to_thread(self.sync.stream, stream)
+        end = object()
+        while True:
+            line = await asyncio.to_thread(next, lines, end)
+            if line is end:
+                return
+            yield line
 
 
 class Files:

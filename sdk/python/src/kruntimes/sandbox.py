@@ -22,9 +22,13 @@ from __future__ import annotations
 
 import base64
 import json
+import threading
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 from urllib.parse import quote
+
+import urllib3
 
 from . import errors
 from ._transport import API_VERSION, GROUP, VERSION, runs_path
@@ -90,6 +94,145 @@ class CommandResult:
     timed_out: bool = False
     stdout_truncated: bool = False
     stderr_truncated: bool = False
+
+
+@dataclass(frozen=True)
+class CommandInfo:
+    """One command of :meth:`Commands.list`: ``exit_code`` is None while
+    it runs."""
+
+    id: str
+    cmd: str | list[str]
+    running: bool
+    exit_code: int | None
+    pid: int | None
+
+
+#: The longest a single ``wait_command`` operation waits: well within an
+#: invocation's default deadline (60 s); :meth:`CommandHandle.wait` sends
+#: another one until the command ends or its own timeout passes.
+_WAIT_SLICE = 45.0
+
+
+class CommandHandle:
+    """A command running in the background in a sandbox, as
+    ``commands.run(..., background=True)`` starts it (or
+    :meth:`Commands.connect` finds it): it runs until it exits, is killed,
+    or the sandbox ends. Its output goes to the command's own log
+    (``runs/log?command=ID``), which :meth:`stream` and the callbacks follow
+    live and :meth:`output` reads as kept so far (the last 1 MiB)."""
+
+    def __init__(self, sandbox: "Sandbox", id: str, pid: int | None,
+                 on_stdout: Callable[[str], None] | None = None,
+                 on_stderr: Callable[[str], None] | None = None) -> None:
+        self._sandbox = sandbox
+        self.id = id
+        self.pid = pid
+        self._followers: list[tuple[str, threading.Thread, list[str]]] = []
+        for stream, callback in (("Stdout", on_stdout), ("Stderr", on_stderr)):
+            if callback is not None:
+                self._followers.append((stream, *self._follow_in_background(stream, callback)))
+
+    def __repr__(self) -> str:
+        return f"CommandHandle(sandbox={self._sandbox.name!r}, id={self.id!r}, pid={self.pid!r})"
+
+    def _follow_in_background(self, stream: str, callback: Callable[[str], None]) -> tuple[threading.Thread, list[str]]:
+        seen: list[str] = []
+        # The follow is open before the thread starts: a line written
+        # meanwhile is not missed, and a command that is gone fails here.
+        lines = self.stream(stream)
+
+        def follow() -> None:
+            for line in lines:
+                seen.append(line)
+                callback(line)
+
+        t = threading.Thread(target=follow, name=f"kruntimes-command-{self.id}-{stream.lower()}", daemon=True)
+        t.start()
+        return t, seen
+
+    def stream(self, stream: str = "All") -> Iterator[str]:
+        """Yields the command's output line by line as it is written,
+        from the start of what is kept, until the command ends. ``stream``
+        picks ``Stdout`` or ``Stderr``; ``All`` interleaves them in write
+        order."""
+        return self._read(stream, follow=True)
+
+    def output(self, stream: str = "All") -> str:
+        """What the command wrote so far (its log keeps the last 1 MiB)."""
+        return "".join(self._read(stream, follow=False))
+
+    def _read(self, stream: str, follow: bool) -> Iterator[str]:
+        sb = self._sandbox
+        query: dict[str, Any] = {"command": self.id, "stream": stream, "follow": "true" if follow else None}
+        transport = sb.function._client._transport
+        resp = transport.send("GET", runs_path(sb.namespace, sb.name, "log"), query=query, stream=True,
+                              timeout=urllib3.Timeout(connect=30, read=None))
+        if resp.code != 200:
+            resp.body = resp.raw.read()
+            resp.raw.release_conn()
+            raise errors.error_for(resp.code, resp.headers, resp.status(), run=sb.name)
+        return _lines(resp)
+
+    def wait(self, timeout: float | None = None) -> CommandResult:
+        """Waits for the command to end and returns its exit code and
+        output (what the callbacks got, or else what its log kept). With
+        ``timeout`` (seconds) it raises :class:`TimeoutError` when the
+        command still runs then; the command goes on."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = _WAIT_SLICE if deadline is None else min(_WAIT_SLICE, deadline - time.monotonic())
+            out = self._sandbox._call({"op": "wait_command", "id": self.id, "timeout": max(left, 0.001)}, left)
+            if not out.get("running"):
+                break
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"command {self.id} of sandbox {self._sandbox.name} still runs after {timeout} s")
+        streams: dict[str, str] = {}
+        for stream, t, seen in self._followers:
+            # The follow ends right after the command: its log closes then.
+            t.join(timeout=30)
+            streams[stream] = "".join(seen)
+        stdout = streams["Stdout"] if "Stdout" in streams else self.output("Stdout")
+        stderr = streams["Stderr"] if "Stderr" in streams else self.output("Stderr")
+        code = out.get("exit_code")
+        return CommandResult(stdout=stdout, stderr=stderr, exit_code=-1 if code is None else int(code),
+                             timed_out=bool(out.get("timed_out")))
+
+    def kill(self, signal: str | int | None = None) -> None:
+        """Kills the command and every process it started; with
+        ``signal`` (a name such as ``"SIGINT"`` or a number) sends only that
+        signal to the command's process group."""
+        request: dict[str, Any] = {"op": "kill_command", "id": self.id}
+        if signal is not None:
+            request["signal"] = signal
+        self._sandbox._call(request)
+
+    def send_stdin(self, data: str | bytes, eof: bool = False) -> None:
+        """Writes ``data`` to the command's stdin (started with
+        ``stdin=True``); ``eof`` closes it after."""
+        request: dict[str, Any] = {"op": "write_stdin", "id": self.id, "eof": eof}
+        if isinstance(data, str):
+            request["data"] = data
+        else:
+            request["data_b64"] = base64.b64encode(data).decode()
+        self._sandbox._call(request)
+
+
+def _lines(resp: Any) -> Iterator[str]:
+    """The lines of a streamed answer, as they arrive."""
+    try:
+        pending = b""
+        for chunk in resp.raw.stream(4096, decode_content=True):
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                yield line.decode("utf-8", errors="replace") + "\n"
+        if pending:
+            yield pending.decode("utf-8", errors="replace")
+    finally:
+        # A follow stopped early has unread data: never reuse its connection.
+        resp.raw.close()
+        resp.raw.release_conn()
 
 
 @dataclass(frozen=True)
@@ -268,14 +411,26 @@ class Commands:
         self._sandbox = sandbox
 
     def run(self, cmd: str | Sequence[str], timeout: float | None = None, env: Mapping[str, str] | None = None,
-            cwd: str | None = None) -> CommandResult:
+            cwd: str | None = None, *, background: bool = False, stdin: bool = False,
+            on_stdout: Callable[[str], None] | None = None,
+            on_stderr: Callable[[str], None] | None = None) -> Any:
         """Runs ``cmd`` — a string through ``/bin/sh -c``, or an argv list —
         in the workspace (or ``cwd``, a workspace path) with ``env`` added.
 
         At ``timeout`` seconds the command and every process it started are
         killed and the result says ``timed_out``; the sandbox stays usable.
         A non-zero exit is a result, not an exception.
+
+        ``on_stdout`` and ``on_stderr`` get each line as the command writes
+        it (in a thread of their own); the result then carries everything
+        it wrote. With ``background=True`` the call returns a
+        :class:`CommandHandle` at once (``stdin=True`` keeps its stdin open
+        for :meth:`CommandHandle.send_stdin`).
         """
+        if background or stdin or on_stdout is not None or on_stderr is not None:
+            handle = self.start(cmd, timeout=timeout, env=env, cwd=cwd, stdin=stdin,
+                                on_stdout=on_stdout, on_stderr=on_stderr)
+            return handle if background else handle.wait()
         request: dict[str, Any] = {"op": "run_command", "cmd": cmd if isinstance(cmd, str) else list(cmd),
                                    "timeout": timeout, "env": dict(env or {}), "cwd": cwd}
         out = self._sandbox._call(request, timeout)
@@ -287,6 +442,36 @@ class Commands:
             stdout_truncated=bool(out.get("stdout_truncated")),
             stderr_truncated=bool(out.get("stderr_truncated")),
         )
+
+
+    def start(self, cmd: str | Sequence[str], *, timeout: float | None = None, env: Mapping[str, str] | None = None,
+              cwd: str | None = None, stdin: bool = False, on_stdout: Callable[[str], None] | None = None,
+              on_stderr: Callable[[str], None] | None = None) -> CommandHandle:
+        """Starts ``cmd`` in the background and returns its handle at once;
+        see :meth:`run`. Without ``timeout`` it runs until it exits, is
+        killed, or the sandbox ends."""
+        request: dict[str, Any] = {"op": "start_command", "cmd": cmd if isinstance(cmd, str) else list(cmd),
+                                   "timeout": timeout, "env": dict(env or {}), "cwd": cwd, "stdin": stdin}
+        out = self._sandbox._call(request)
+        pid = out.get("pid")
+        return CommandHandle(self._sandbox, str(out["id"]), None if pid is None else int(pid),
+                             on_stdout=on_stdout, on_stderr=on_stderr)
+
+    def connect(self, id: str, on_stdout: Callable[[str], None] | None = None,
+                on_stderr: Callable[[str], None] | None = None) -> CommandHandle:
+        """The handle of command ``id``, started earlier (by this or another
+        client); the callbacks get its output from the start of what is
+        kept."""
+        for c in self.list():
+            if c.id == id:
+                return CommandHandle(self._sandbox, id, c.pid, on_stdout=on_stdout, on_stderr=on_stderr)
+        raise errors.NotFound(f"sandbox {self._sandbox.name} has no command {id!r}", code=404, run=self._sandbox.name)
+
+    def list(self) -> list[CommandInfo]:
+        """The sandbox's commands, running and recently ended, in start order."""
+        out = self._sandbox._call({"op": "list_commands"})
+        return [CommandInfo(id=str(c["id"]), cmd=c.get("cmd", ""), running=bool(c.get("running")),
+                            exit_code=c.get("exit_code"), pid=c.get("pid")) for c in out.get("commands", [])]
 
 
 class Files:
