@@ -20,7 +20,7 @@ type logsOptions struct {
 
 	follow, timestamps        bool
 	tail, limitBytes, attempt int64
-	stream                    string
+	stream, command           string
 
 	name string
 }
@@ -28,7 +28,7 @@ type logsOptions struct {
 func newCmdLogs(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
 	o := &logsOptions{configFlags: flags, IOStreams: streams, tail: -1}
 	cmd := &cobra.Command{
-		Use:   "logs NAME [-n NAMESPACE] [-f] [--tail N] [--limit-bytes N] [--attempt N] [--timestamps] [--stream All|Stdout|Stderr]",
+		Use:   "logs NAME [-n NAMESPACE] [-f] [--tail N] [--limit-bytes N] [--attempt N] [--timestamps] [--stream All|Stdout|Stderr] [--command ID]",
 		Short: "Print what a task Run printed",
 		Long: `Print the kept log of an attempt of a task Run (the runs/log subresource):
 stdout and stderr in the order they were written, the bytes exactly as the
@@ -38,6 +38,9 @@ does, and ends after the attempt's last byte (a Run that has not started is
 waited for, for a bounded time). Of a function Run only -f is served: it
 prints what its invocations write, each line prefixed with
 [invocation/ID], and ends when the Run ends; nothing of it is kept.
+With --command it prints the output of a sandbox's background command
+instead (the id start_command answered): what it wrote so far, or with -f
+live until the command ends.
 Exit codes: 0 printed, 1 any error, 2 bad usage.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -56,12 +59,13 @@ Exit codes: 0 printed, 1 any error, 2 bad usage.`,
 	cmd.Flags().Int64Var(&o.attempt, "attempt", 0, "The attempt to print (1-based); 0 means the latest.")
 	cmd.Flags().BoolVar(&o.timestamps, "timestamps", false, "Prefix each line with the time it was written.")
 	cmd.Flags().StringVar(&o.stream, "stream", "", "All (default), Stdout or Stderr.")
+	cmd.Flags().StringVar(&o.command, "command", "", "The id of a background command of a sandbox (a function Run) to print the output of.")
 	return cmd
 }
 
 // logOptions are the runs/log options o asks for.
 func (o *logsOptions) logOptions() *v1alpha1.RunLogOptions {
-	opts := &v1alpha1.RunLogOptions{Follow: o.follow, Timestamps: o.timestamps, Stream: o.stream}
+	opts := &v1alpha1.RunLogOptions{Follow: o.follow, Timestamps: o.timestamps, Stream: o.stream, Command: o.command}
 	if o.tail >= 0 {
 		opts.TailLines = &o.tail
 	}
@@ -99,7 +103,7 @@ func (o *logsOptions) Run(ctx context.Context) int {
 	body, err := runs.GetLogs(name, o.logOptions()).Stream(ctx)
 	if err != nil {
 		fmt.Fprintln(streams.ErrOut, "Error from server:", err)
-		if apierrors.IsNotFound(err) {
+		if apierrors.IsNotFound(err) && o.command == "" {
 			fmt.Fprintln(streams.ErrOut, "(a server older than runs/log answers 404 for every Run: check `kubectl get --raw /apis/kruntimes.io/v1alpha1` lists runs/log)")
 		}
 		return ExitError
