@@ -624,7 +624,8 @@ func callError(ctx context.Context, t *testing.T, s *mcp.ClientSession, name str
 // handler on a Runtime of capacity 1 (labelled, never listed as a tool,
 // even with an empty selector), run_code keeps its state across calls,
 // run_command, write_file, read_file and list_files work in the workspace,
-// a path leaving it is refused, another session cannot use the sandbox,
+// start_command runs a command in the background whose output, stdin and
+// end command_output, write_stdin and kill_command reach, a path leaving it is refused, another session cannot use the sandbox,
 // delete_sandbox deletes the Run, and ending the session deletes the
 // sandboxes it still had.
 func TestKrtMCPSandbox(t *testing.T) {
@@ -648,7 +649,8 @@ func TestKrtMCPSandbox(t *testing.T) {
 	var name string
 	t.Run("create_sandbox makes a sandbox Run as the caller", func(t *testing.T) {
 		names, _ := toolNames(ctx, t, coder)
-		assert.Equal(t, []string{"create_sandbox", "delete_sandbox", "list_files", "read_file", "run_code", "run_command", "write_file"}, names)
+		assert.Equal(t, []string{"command_output", "create_sandbox", "delete_sandbox", "kill_command", "list_files", "read_file", "run_code", "run_command",
+			"start_command", "write_file", "write_stdin"}, names)
 		out := callJSON(ctx, t, coder, "create_sandbox", map[string]any{"idle_timeout_seconds": 300})
 		name, _ = out["sandbox"].(string)
 		require.NotEmpty(t, name)
@@ -671,6 +673,30 @@ func TestKrtMCPSandbox(t *testing.T) {
 		assert.Equal(t, "side\n", out["stdout"])
 		out = callJSON(ctx, t, coder, "run_code", map[string]any{"sandbox": name, "code": "math.sqrt(-1)"})
 		assert.Equal(t, "ValueError", out["error"].(map[string]any)["name"], "the exception is the answer")
+	})
+
+	t.Run("start_command runs in the background; command_output, write_stdin and kill_command reach it", func(t *testing.T) {
+		out := callJSON(ctx, t, coder, "start_command", map[string]any{"sandbox": name, "cmd": "echo ready; read line; echo got $line; echo bye >&2; exit 5", "stdin": true})
+		id, _ := out["id"].(string)
+		require.NotEmpty(t, id, "%v", out)
+		require.NoError(t, framework.Poll(ctx, framework.PollInterval, 30*time.Second, func(context.Context, *framework.Observed) (bool, error) {
+			out = callJSON(ctx, t, coder, "command_output", map[string]any{"sandbox": name, "id": id})
+			return out["stdout"] == "ready\n", nil
+		}), "the first line while the command waits for its stdin: %v", out)
+		assert.Equal(t, true, out["running"])
+		callJSON(ctx, t, coder, "write_stdin", map[string]any{"sandbox": name, "id": id, "data": "42\n", "eof": true})
+		out = callJSON(ctx, t, coder, "command_output", map[string]any{"sandbox": name, "id": id, "wait_seconds": 30})
+		assert.Equal(t, false, out["running"], "%v", out)
+		assert.EqualValues(t, 5, out["exit_code"])
+		assert.Equal(t, "ready\ngot 42\n", out["stdout"])
+		assert.Equal(t, "bye\n", out["stderr"])
+
+		out = callJSON(ctx, t, coder, "start_command", map[string]any{"sandbox": name, "cmd": "sleep 300"})
+		sleeper, _ := out["id"].(string)
+		callJSON(ctx, t, coder, "kill_command", map[string]any{"sandbox": name, "id": sleeper})
+		out = callJSON(ctx, t, coder, "command_output", map[string]any{"sandbox": name, "id": sleeper, "wait_seconds": 30})
+		assert.Equal(t, false, out["running"], "%v", out)
+		assert.EqualValues(t, 137, out["exit_code"])
 	})
 
 	t.Run("run_command, write_file, read_file and list_files work in the workspace", func(t *testing.T) {

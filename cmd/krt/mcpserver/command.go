@@ -123,8 +123,9 @@ one more is refused with 429 until one ends (DELETE, or
 --session-idle-timeout).
 
 With --sandbox-runtime RUNTIME, each session also has the tools
-create_sandbox, run_code, run_command, write_file, read_file, list_files
-and delete_sandbox: a sandbox is a function Run with the built-in handler
+create_sandbox, run_code, run_command, start_command, command_output,
+kill_command, write_stdin, write_file, read_file, list_files and
+delete_sandbox: a sandbox is a function Run with the built-in handler
 kruntimes.sandbox on that Python Runtime, created as the caller (labelled
 kruntimes.io/sandbox=true, never listed as a tool), usable only by the
 session that created it, and deleted by delete_sandbox, when the session
@@ -144,7 +145,7 @@ ends, or after its idle timeout.`,
 	cmd.Flags().StringSliceVarP(&o.namespaces, "namespace", "n", nil, "The namespaces to serve the Runs of, comma-separated or repeated; the kubeconfig's namespace when unset. With more than one, tools are named NAMESPACE.NAME.")
 	cmd.Flags().BoolVarP(&o.allNamespaces, "all-namespaces", "A", false, "Serve the Runs of every namespace (the caller must list and watch runs cluster-wide); tools are named NAMESPACE.NAME.")
 	cmd.Flags().StringVarP(&o.selector, "selector", "l", DefaultToolSelector, "Label selector of the Runs to serve as tools.")
-	cmd.Flags().StringVar(&o.sandbox, "sandbox-runtime", "", "Add the sandbox tools (create_sandbox, run_code, run_command, write_file, read_file, list_files, delete_sandbox), creating each sandbox on this Python Runtime (capacity.runs 1).")
+	cmd.Flags().StringVar(&o.sandbox, "sandbox-runtime", "", "Add the sandbox tools (create_sandbox, run_code, run_command, start_command, command_output, kill_command, write_stdin, write_file, read_file, list_files, delete_sandbox), creating each sandbox on this Python Runtime (capacity.runs 1).")
 	cmd.Flags().StringVar(&o.listen, "listen", "", "Serve MCP's streamable HTTP transport on HOST:PORT (path /mcp) instead of stdio; port 0 picks a free one.")
 	cmd.Flags().StringVar(&o.tlsCertFile, "tls-cert-file", "", "With --listen: serve HTTPS with this certificate (PEM); required for a non-loopback address.")
 	cmd.Flags().StringVar(&o.tlsKeyFile, "tls-private-key-file", "", "With --listen: the private key (PEM) of --tls-cert-file.")

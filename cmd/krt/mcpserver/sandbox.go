@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
@@ -79,6 +80,43 @@ type runCommandIn struct {
 	Env     map[string]string `json:"env,omitempty" jsonschema:"environment variables added to the command's"`
 }
 
+type startCommandIn struct {
+	Sandbox string            `json:"sandbox" jsonschema:"the sandbox's name, as create_sandbox answered it"`
+	Cmd     string            `json:"cmd" jsonschema:"a command line, run by /bin/sh -c in the sandbox's workspace, in the background"`
+	Cwd     string            `json:"cwd,omitempty" jsonschema:"the working directory, a path in the workspace"`
+	Env     map[string]string `json:"env,omitempty" jsonschema:"environment variables added to the command's"`
+	Stdin   bool              `json:"stdin,omitempty" jsonschema:"keep the command's stdin open for write_stdin (else it reads nothing)"`
+}
+
+type commandIn struct {
+	Sandbox string `json:"sandbox" jsonschema:"the sandbox's name, as create_sandbox answered it"`
+	ID      string `json:"id" jsonschema:"the command's id, as start_command answered it"`
+}
+
+type commandOutputIn struct {
+	Sandbox     string  `json:"sandbox" jsonschema:"the sandbox's name, as create_sandbox answered it"`
+	ID          string  `json:"id" jsonschema:"the command's id, as start_command answered it"`
+	WaitSeconds float64 `json:"wait_seconds,omitempty" jsonschema:"wait at most this long for the command to end before answering (at most 50; default 0: answer at once)"`
+	TailLines   int64   `json:"tail_lines,omitempty" jsonschema:"the last lines of stdout and of stderr to answer (default 200)"`
+}
+
+type killCommandIn struct {
+	Sandbox string `json:"sandbox" jsonschema:"the sandbox's name, as create_sandbox answered it"`
+	ID      string `json:"id" jsonschema:"the command's id, as start_command answered it"`
+	Signal  string `json:"signal,omitempty" jsonschema:"a signal such as SIGINT for the command's process group; by default the command and every process it started are killed"`
+}
+
+type writeStdinIn struct {
+	Sandbox string `json:"sandbox" jsonschema:"the sandbox's name, as create_sandbox answered it"`
+	ID      string `json:"id" jsonschema:"the command's id, as start_command answered it (started with stdin true)"`
+	Data    string `json:"data,omitempty" jsonschema:"text to write to the command's stdin"`
+	EOF     bool   `json:"eof,omitempty" jsonschema:"close the command's stdin after data"`
+}
+
+// defaultCommandTailLines is how many of a command's last lines of each
+// stream command_output answers unless asked.
+const defaultCommandTailLines = 200
+
 type writeFileIn struct {
 	Sandbox       string `json:"sandbox" jsonschema:"the sandbox's name, as create_sandbox answered it"`
 	Path          string `json:"path" jsonschema:"a path in the sandbox's workspace; missing directories are made"`
@@ -123,6 +161,41 @@ func addSandboxTools(server *mcp.Server, sb *sandboxes) {
 			op["env"] = in.Env
 		}
 		return sb.invoke(ctx, in.Sandbox, op, in.Timeout), nil, nil
+	})
+	mcp.AddTool(server, &mcp.Tool{
+		Name: "start_command",
+		Description: "Starts a shell command in the background in a sandbox's workspace (a server, a build, a long script) and answers its id at once. " +
+			"Read its output and exit code with command_output; stop it with kill_command; feed it with write_stdin.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in startCommandIn) (*mcp.CallToolResult, any, error) {
+		op := map[string]any{"op": "start_command", "cmd": in.Cmd, "stdin": in.Stdin}
+		if in.Cwd != "" {
+			op["cwd"] = in.Cwd
+		}
+		if len(in.Env) > 0 {
+			op["env"] = in.Env
+		}
+		return sb.invoke(ctx, in.Sandbox, op, 0), nil, nil
+	})
+	mcp.AddTool(server, &mcp.Tool{
+		Name: "command_output",
+		Description: "Answers a background command's state (running, exit_code) and the last lines of its stdout and stderr so far; " +
+			"with wait_seconds it first waits up to that long for the command to end.",
+	}, sb.commandOutput)
+	mcp.AddTool(server, &mcp.Tool{
+		Name:        "kill_command",
+		Description: "Kills a background command and every process it started, or sends it one signal.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in killCommandIn) (*mcp.CallToolResult, any, error) {
+		op := map[string]any{"op": "kill_command", "id": in.ID}
+		if in.Signal != "" {
+			op["signal"] = in.Signal
+		}
+		return sb.invoke(ctx, in.Sandbox, op, 0), nil, nil
+	})
+	mcp.AddTool(server, &mcp.Tool{
+		Name:        "write_stdin",
+		Description: "Writes text to the stdin of a background command started with stdin true; eof closes it.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in writeStdinIn) (*mcp.CallToolResult, any, error) {
+		return sb.invoke(ctx, in.Sandbox, map[string]any{"op": "write_stdin", "id": in.ID, "data": in.Data, "eof": in.EOF}, 0), nil, nil
 	})
 	mcp.AddTool(server, &mcp.Tool{
 		Name:        "write_file",
@@ -370,4 +443,38 @@ func (sb *sandboxes) removeAll() {
 			fmt.Fprintf(os.Stderr, "krt mcp: delete the sandbox %s/%s (its idle timeout will reclaim it): %v\n", sb.namespace, name, err)
 		}
 	}
+}
+
+// commandOutput waits for the command as asked (wait_command), then reads
+// the tail of each of its streams from its log (runs/log?command=).
+func (sb *sandboxes) commandOutput(ctx context.Context, _ *mcp.CallToolRequest, in commandOutputIn) (*mcp.CallToolResult, any, error) {
+	if in.WaitSeconds < 0 || in.WaitSeconds > maxSandboxOpSeconds {
+		return errorResult(fmt.Sprintf("wait_seconds is between 0 and %d", maxSandboxOpSeconds)), nil, nil
+	}
+	wait := in.WaitSeconds
+	if wait == 0 {
+		wait = 0.001 // answer at once
+	}
+	r := sb.invoke(ctx, in.Sandbox, map[string]any{"op": "wait_command", "id": in.ID}, wait)
+	raw, ok := r.StructuredContent.(json.RawMessage)
+	if r.IsError || !ok {
+		return r, nil, nil
+	}
+	var answer map[string]any
+	if err := json.Unmarshal(raw, &answer); err != nil {
+		return errorResult(fmt.Sprintf("wait_command answered %s: %v", raw, err)), nil, nil
+	}
+	tail := in.TailLines
+	if tail <= 0 {
+		tail = defaultCommandTailLines
+	}
+	for _, stream := range []string{"Stdout", "Stderr"} {
+		out, err := sb.runs.GetLogs(in.Sandbox, &v1alpha1.RunLogOptions{Command: in.ID, Stream: stream, TailLines: &tail}).DoRaw(ctx)
+		if err != nil {
+			return errorResult(fmt.Sprintf("read the output of command %s of sandbox %s: %v", in.ID, in.Sandbox, err)), nil, nil
+		}
+		answer[strings.ToLower(stream)] = string(out)
+	}
+	b, _ := json.Marshal(answer)
+	return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}, StructuredContent: json.RawMessage(b)}, nil, nil
 }
