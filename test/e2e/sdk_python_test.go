@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -105,4 +106,35 @@ func sdkTestEnv(f *framework.Framework, ns, reader, dir string) []string {
 		// Every test of the suite must run here: a skip is a failure.
 		"KRUNTIMES_TEST_REQUIRE=1",
 	)
+}
+
+// TestPythonSandboxBenchRuns runs sdk/python/bench/sandbox_bench.py once,
+// small, against the suite's cluster, so that the benchmark docs/
+// benchmarks.md quotes keeps working; its numbers are not judged here.
+func TestPythonSandboxBenchRuns(t *testing.T) {
+	f := framework.Get(t)
+	f.RequireKruntimes(t)
+	if out, err := exec.Command(systemPython, "-c", "import kubernetes").CombinedOutput(); err != nil {
+		msg := systemPython + " lacks the SDK's dependencies (run hack/install-python-deps.sh): " + string(out)
+		if framework.Required() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	runs := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "sandbox-bench")
+	ctx := framework.Context(t, 5*time.Minute)
+	_, err := runs.KruntimesV1alpha1().Runtimes(ns).Create(ctx, functionRuntime("sandbox", "python", 1), metav1.CreateOptions{})
+	require.NoError(t, err)
+	waitForReadyPod(ctx, t, f, ns, lifecycle.LabelRuntime+"=sandbox", "")
+
+	sdk := filepath.Join(f.RepoRoot, "sdk", "python")
+	cmd := exec.CommandContext(ctx, systemPython, filepath.Join(sdk, "bench", "sandbox_bench.py"), "--kubeconfig", f.Kubeconfig,
+		"--namespace", ns, "--runtime", "sandbox", "--sandboxes", "1", "--calls", "3", "--lines", "3")
+	cmd.Env = append(os.Environ(), "PYTHONPATH="+filepath.Join(sdk, "src"), "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	for _, name := range []string{"create", "run_code", "line"} {
+		assert.Regexp(t, `(?m)^`+name+` +n= +\d+ +p50`, string(out))
+	}
 }
