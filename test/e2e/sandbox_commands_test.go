@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,4 +102,17 @@ func TestSandboxCommandStreamsThroughAggregation(t *testing.T) {
 	krt, err := exec.CommandContext(ctx, filepath.Join(f.RepoRoot, "bin", "krt"), "--kubeconfig="+f.Kubeconfig, "-n", ns, "logs", "box", "--command", id).Output()
 	require.NoError(t, err, "%s", krt)
 	assert.Equal(t, "first\nsecond\noops\n", string(krt))
+
+	// krt exec runs a command as kubectl exec would: its streams to krt's,
+	// its exit code as krt's.
+	exe := exec.CommandContext(ctx, filepath.Join(f.RepoRoot, "bin", "krt"), "--kubeconfig="+f.Kubeconfig, "-n", ns, "exec", "box", "--env", "WHO=krt", "--",
+		"sh", "-c", `echo "hello $WHO"; echo careful >&2; exit 7`)
+	var stdout, stderr strings.Builder
+	exe.Stdout, exe.Stderr = &stdout, &stderr
+	err = exe.Run()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "stderr: %s", stderr.String())
+	assert.Equal(t, 7, exit.ExitCode(), "stderr: %s", stderr.String())
+	assert.Equal(t, "hello krt\n", stdout.String())
+	assert.Equal(t, "careful\n", stderr.String())
 }

@@ -42,6 +42,7 @@ func Run(args []string, streams genericiooptions.IOStreams) int {
 	root.AddCommand(newCmdLogs(flags, streams, &code))
 	root.AddCommand(newCmdRun(flags, streams, &code))
 	root.AddCommand(newCmdCancel(flags, streams, &code))
+	root.AddCommand(newCmdExec(flags, streams, &code))
 	root.AddCommand(failsWith(mcpserver.NewCmdMCP(flags, streams), &code, ExitError))
 	root.SetArgs(args)
 	root.SetIn(streams.In)
