@@ -28,6 +28,7 @@ export {
 } from './functions.js';
 export { Task, Tasks, type LogOptions, type RunTaskOptions, type TaskResult } from './tasks.js';
 export {
+  CommandHandle,
   Commands,
   Files,
   MAX_FILE_BYTES,
@@ -35,8 +36,10 @@ export {
   Sandbox,
   SandboxPathError,
   SharedRuntime,
+  type CommandInfo,
   type CommandResult,
   type CreateSandboxOptions,
+  type StartOptions,
   type EntryInfo,
   type Execution,
   type ExecutionError,

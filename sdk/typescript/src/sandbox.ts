@@ -7,9 +7,11 @@
  * time, sent once and never re-sent), its idle timeout reclaims it and
  * deleting it kills its processes and removes its workspace.
  */
-import { FunctionError, KruntimesError, PayloadTooLarge } from './errors.js';
+import type http from 'node:http';
+
+import { FunctionError, KruntimesError, NotFound, PayloadTooLarge, WaitTimeout, errorFor } from './errors.js';
 import { Function, MAX_INPUT_BYTES, durationString, envList, type EnvValue, type RunObject } from './functions.js';
-import { API_VERSION, runsPath, runtimesPath, type Transport } from './transport.js';
+import { API_VERSION, headerOf, runsPath, runtimesPath, statusOf, type Transport } from './transport.js';
 
 /** The handler a sandbox's Run names (runtimes/python.SandboxHandler). */
 export const SANDBOX_HANDLER = 'kruntimes.sandbox';
@@ -90,7 +92,12 @@ export class Sandbox {
   readonly files: Files;
   private closed = false;
 
-  constructor(readonly fn: Function, private readonly owned: boolean) {
+  constructor(
+    readonly fn: Function,
+    private readonly owned: boolean,
+    /** Reads the sandbox's command logs (runs/log?command=). */
+    readonly transport: Transport,
+  ) {
     this.commands = new Commands(this);
     this.files = new Files(this);
   }
@@ -121,7 +128,7 @@ export class Sandbox {
       obj: { apiVersion: API_VERSION, kind: 'Run', metadata, spec },
       signal: opts.signal,
     });
-    const sandbox = new Sandbox(new Function(transport, run), true);
+    const sandbox = new Sandbox(new Function(transport, run), true, transport);
     try {
       await sandbox.fn.waitReady({ timeoutMs: opts.readyTimeoutMs ?? 120_000, signal: opts.signal });
     } catch (e) {
@@ -140,7 +147,7 @@ export class Sandbox {
         run: name,
       });
     }
-    return new Sandbox(new Function(transport, run), false);
+    return new Sandbox(new Function(transport, run), false, transport);
   }
 
   /** The name of the sandbox's Run. */
@@ -209,14 +216,226 @@ function seconds(ms: number | undefined): number | null {
   return ms === undefined ? null : ms / 1000;
 }
 
+/** One command of commands.list; `exitCode` is null while it runs. */
+export interface CommandInfo {
+  id: string;
+  cmd: string | string[];
+  running: boolean;
+  exitCode: number | null;
+  pid: number | null;
+}
+
+/** How commands.start (or run with `background`) starts a command. */
+export interface StartOptions extends OpOptions {
+  env?: Record<string, string>;
+  cwd?: string;
+  /** Keep stdin open for {@link CommandHandle.sendStdin}. */
+  stdin?: boolean;
+  /** Each line of stdout, as the command writes it. */
+  onStdout?: (line: string) => void;
+  /** Each line of stderr, as the command writes it. */
+  onStderr?: (line: string) => void;
+}
+
+/** The longest one wait_command operation waits, well within an
+ * invocation's default deadline; wait() sends another until the end. */
+const WAIT_SLICE_MS = 45_000;
+
+/** A command running in the background in a sandbox. Its output goes to a
+ * log of its own (runs/log?command=ID), which the callbacks and
+ * {@link stream} follow live and {@link output} reads as kept (the last
+ * 1 MiB). */
+export class CommandHandle {
+  private readonly followers: { stream: string; done: Promise<void>; seen: string[] }[] = [];
+
+  private constructor(
+    private readonly sandbox: Sandbox,
+    readonly id: string,
+    readonly pid: number | null,
+  ) {}
+
+  /** A handle whose callbacks follow the command: each follow is open
+   * before this resolves, so no line is missed and a missing command throws. */
+  static async attach(sandbox: Sandbox, id: string, pid: number | null, opts: StartOptions = {}): Promise<CommandHandle> {
+    const h = new CommandHandle(sandbox, id, pid);
+    for (const [stream, callback] of [
+      ['Stdout', opts.onStdout],
+      ['Stderr', opts.onStderr],
+    ] as const) {
+      if (!callback) continue;
+      const lines = await h.open(stream, true, opts.signal);
+      const seen: string[] = [];
+      const done = (async () => {
+        for await (const line of lines) {
+          seen.push(line);
+          callback(line);
+        }
+      })();
+      done.catch(() => undefined); // surfaced by wait()
+      h.followers.push({ stream, done, seen });
+    }
+    return h;
+  }
+
+  /** The command's lines as it writes them, until it ends (`All`
+   * interleaves stdout and stderr in write order). */
+  async *stream(stream: 'All' | 'Stdout' | 'Stderr' = 'All', opts: { signal?: AbortSignal } = {}): AsyncGenerator<string> {
+    yield* await this.open(stream, true, opts.signal);
+  }
+
+  /** What the command wrote so far (its log keeps the last 1 MiB). */
+  async output(stream: 'All' | 'Stdout' | 'Stderr' = 'All', opts: { signal?: AbortSignal } = {}): Promise<string> {
+    let text = '';
+    for await (const line of await this.open(stream, false, opts.signal)) text += line;
+    return text;
+  }
+
+  private async open(stream: string, follow: boolean, signal?: AbortSignal): Promise<AsyncGenerator<string>> {
+    const { transport, name } = this.sandbox;
+    let res: http.IncomingMessage;
+    try {
+      res = await transport.open({
+        method: 'GET',
+        path: runsPath(this.sandbox.fn.namespace, name, 'log'),
+        query: { command: this.id, stream, follow: follow ? 'true' : undefined },
+        signal,
+      });
+    } catch (e) {
+      throw transport.failure(e, `output of command ${this.id} of ${name}`, { run: name });
+    }
+    if (res.statusCode !== 200) {
+      const chunks: Buffer[] = [];
+      for await (const chunk of res) chunks.push(chunk as Buffer);
+      res.destroy();
+      throw errorFor(res.statusCode ?? 0, headerOf(res.headers, 'Retry-After'), statusOf(Buffer.concat(chunks)), { run: name });
+    }
+    return lines(res);
+  }
+
+  /** Waits for the command to end and resolves with its exit code and
+   * output (what the callbacks got, else what its log kept). With
+   * `timeoutMs` it throws WaitTimeout when the command still runs then; the
+   * command goes on. */
+  async wait(opts: { timeoutMs?: number; signal?: AbortSignal } = {}): Promise<CommandResult> {
+    const deadline = opts.timeoutMs === undefined ? undefined : Date.now() + opts.timeoutMs;
+    let out: any;
+    for (;;) {
+      const left = deadline === undefined ? WAIT_SLICE_MS : Math.min(WAIT_SLICE_MS, deadline - Date.now());
+      out = await this.sandbox.call(
+        { op: 'wait_command', id: this.id, timeout: Math.max(left, 1) / 1000 },
+        { timeoutMs: Math.max(left, 1), signal: opts.signal },
+      );
+      if (!out.running) break;
+      if (deadline !== undefined && Date.now() >= deadline) {
+        throw new WaitTimeout(`command ${this.id} of sandbox ${this.sandbox.name} still runs after ${opts.timeoutMs} ms`, {
+          run: this.sandbox.name,
+        });
+      }
+    }
+    const got: Record<string, string> = {};
+    for (const f of this.followers) {
+      // The follow ends right after the command: its log closes then.
+      await f.done;
+      got[f.stream] = f.seen.join('');
+    }
+    return {
+      stdout: got.Stdout ?? (await this.output('Stdout', opts)),
+      stderr: got.Stderr ?? (await this.output('Stderr', opts)),
+      exitCode: out.exit_code === null || out.exit_code === undefined ? -1 : Number(out.exit_code),
+      timedOut: Boolean(out.timed_out),
+      stdoutTruncated: false,
+      stderrTruncated: false,
+    };
+  }
+
+  /** Kills the command and every process it started; with `signal` (a
+   * name such as "SIGINT" or a number) sends only that to its process group. */
+  async kill(signal?: string | number, opts: OpOptions = {}): Promise<void> {
+    const request: Record<string, unknown> = { op: 'kill_command', id: this.id };
+    if (signal !== undefined) request.signal = signal;
+    await this.sandbox.call(request, opts);
+  }
+
+  /** Writes to the command's stdin (started with `stdin: true`); `eof`
+   * closes it after. */
+  async sendStdin(data: string | Uint8Array, eof = false, opts: OpOptions = {}): Promise<void> {
+    const request: Record<string, unknown> = { op: 'write_stdin', id: this.id, eof };
+    if (typeof data === 'string') request.data = data;
+    else request.data_b64 = Buffer.from(data).toString('base64');
+    await this.sandbox.call(request, opts);
+  }
+}
+
+/** The lines of a streamed answer as they arrive; the connection is never
+ * reused (a follow stopped early has unread data). */
+async function* lines(res: http.IncomingMessage): AsyncGenerator<string> {
+  try {
+    const decoder = new TextDecoder('utf-8');
+    let pending = '';
+    for await (const chunk of res) {
+      pending += decoder.decode(chunk as Buffer, { stream: true });
+      let nl: number;
+      while ((nl = pending.indexOf('\n')) >= 0) {
+        yield pending.slice(0, nl + 1);
+        pending = pending.slice(nl + 1);
+      }
+    }
+    pending += decoder.decode();
+    if (pending) yield pending;
+  } finally {
+    res.destroy();
+  }
+}
+
 /** `sandbox.commands`: programs in the sandbox. */
 export class Commands {
   constructor(private readonly sandbox: Sandbox) {}
 
+  /** Starts `cmd` in the background and resolves with its handle at once;
+   * without `timeoutMs` it runs until it exits, is killed, or the sandbox
+   * ends. */
+  async start(cmd: string | string[], opts: StartOptions = {}): Promise<CommandHandle> {
+    const out = await this.sandbox.call(
+      {
+        op: 'start_command',
+        cmd,
+        timeout: seconds(opts.timeoutMs),
+        env: { ...(opts.env ?? {}) },
+        cwd: opts.cwd ?? null,
+        stdin: Boolean(opts.stdin),
+      },
+      { signal: opts.signal },
+    );
+    return CommandHandle.attach(this.sandbox, String(out.id), out.pid === undefined || out.pid === null ? null : Number(out.pid), opts);
+  }
+
+  /** A handle on command `id`, started earlier (by this or another client). */
+  async connect(id: string, opts: StartOptions = {}): Promise<CommandHandle> {
+    const found = (await this.list(opts)).find((c) => c.id === id);
+    if (!found) throw new NotFound(`sandbox ${this.sandbox.name} has no command ${JSON.stringify(id)}`, { code: 404, run: this.sandbox.name });
+    return CommandHandle.attach(this.sandbox, id, found.pid, opts);
+  }
+
+  /** The sandbox's commands, running and recently ended, in start order. */
+  async list(opts: OpOptions = {}): Promise<CommandInfo[]> {
+    const out = await this.sandbox.call({ op: 'list_commands' }, opts);
+    return (out.commands ?? []).map((c: any) => ({
+      id: String(c.id),
+      cmd: c.cmd ?? '',
+      running: Boolean(c.running),
+      exitCode: c.exit_code ?? null,
+      pid: c.pid ?? null,
+    }));
+  }
+
   /** Runs `cmd` — a string through /bin/sh -c, or an argv list — in the
    * workspace (or `cwd`) with `env` added; killed with every process it
-   * started at `timeoutMs`. */
-  async run(cmd: string | string[], opts: OpOptions & { env?: Record<string, string>; cwd?: string } = {}): Promise<CommandResult> {
+   * started at `timeoutMs`. With `onStdout`/`onStderr` each line reaches
+   * them as the command writes it, and the result holds all of it. */
+  async run(cmd: string | string[], opts: OpOptions & { env?: Record<string, string>; cwd?: string; onStdout?: (line: string) => void; onStderr?: (line: string) => void } = {}): Promise<CommandResult> {
+    if (opts.onStdout || opts.onStderr) {
+      return (await this.start(cmd, opts)).wait({ signal: opts.signal });
+    }
     const out = await this.sandbox.call(
       { op: 'run_command', cmd, timeout: seconds(opts.timeoutMs), env: { ...(opts.env ?? {}) }, cwd: opts.cwd ?? null },
       opts,

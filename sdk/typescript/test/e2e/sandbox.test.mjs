@@ -48,3 +48,44 @@ test('sandbox: code with state, commands, files, and the workspace’s bounds', 
   );
   assert.ok(gone, 'close deleted the Run');
 });
+
+test('sandbox: background commands stream their output, take stdin, and are killed', async (t) => {
+  const c = cluster(t);
+  if (!c) return;
+  const sb = await c.client.sandbox(c.sandbox, { idleTimeoutSeconds: 600, readyTimeoutMs: 180_000 });
+  t.after(() => sb.close());
+
+  const lines = [];
+  const h = await sb.commands.start('echo first; while [ ! -e go ]; do sleep 0.05; done; echo second; echo oops >&2; exit 4', {
+    onStdout: (line) => lines.push(line),
+  });
+  // The command waits for a file written only once the first line arrived.
+  const deadline = Date.now() + 30_000;
+  while (lines.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  assert.deepEqual(lines, ['first\n'], 'the first line while the command runs');
+  const listed = await sb.commands.list();
+  assert.equal(listed.find((x) => x.id === h.id)?.running, true);
+  await assert.rejects(h.wait({ timeoutMs: 200 }), sdk.WaitTimeout);
+  await sb.files.write('go', '');
+  const done = await h.wait({ timeoutMs: 60_000 });
+  assert.deepEqual({ stdout: done.stdout, stderr: done.stderr, exitCode: done.exitCode }, { stdout: 'first\nsecond\n', stderr: 'oops\n', exitCode: 4 });
+  assert.equal(await h.output(), 'first\nsecond\noops\n');
+  const again = [];
+  for await (const line of (await sb.commands.connect(h.id)).stream('Stderr')) again.push(line);
+  assert.deepEqual(again, ['oops\n'], "an ended command's log is read whole");
+
+  const cat = await sb.commands.start('cat', { stdin: true });
+  await cat.sendStdin('hello ');
+  await cat.sendStdin(new TextEncoder().encode('world\n'), true);
+  assert.equal((await cat.wait({ timeoutMs: 60_000 })).stdout, 'hello world\n');
+
+  const sleeper = await sb.commands.start('sleep 600 & sleep 600');
+  await sleeper.kill();
+  assert.equal((await sleeper.wait({ timeoutMs: 60_000 })).exitCode, 137);
+
+  const got = [];
+  const r = await sb.commands.run('echo a; echo b >&2', { onStdout: (l) => got.push(l), onStderr: (l) => got.push(l) });
+  assert.deepEqual([r.stdout, r.stderr, r.exitCode], ['a\n', 'b\n', 0]);
+  assert.deepEqual(got.sort(), ['a\n', 'b\n']);
+  await assert.rejects(sb.commands.connect('no-such-command'), sdk.NotFound);
+});
