@@ -3,6 +3,8 @@ package language
 import (
 	"context"
 	"time"
+
+	"kruntimes.io/kruntimes/apis/runlog"
 )
 
 // Bounds of what one invocation returns besides its output (whose bound,
@@ -49,6 +51,27 @@ type FunctionSpec struct {
 	Handler    string
 	// Env is the complete environment, KEY=VALUE.
 	Env []string
+	// Commands receives the output of the background commands the function
+	// starts (the Python sandbox's start_command); nil discards it.
+	// Languages whose functions start none ignore it.
+	Commands CommandOutput
+}
+
+// CommandOutput receives what a function's background commands write, as
+// they write it. Calls for one command come in order, Start first and End
+// last, from one goroutine at a time; calls for different commands may
+// interleave. An implementation must not block: the function's worker
+// waits while it runs.
+type CommandOutput interface {
+	// Start announces command id; it comes before the invocation that
+	// started the command returns.
+	Start(id string)
+	// Write records p, written by command id to stream s (StreamStdout or
+	// StreamStderr). p is not reused after the call, so it may be kept.
+	Write(id string, s runlog.Stream, p []byte)
+	// End says command id ended: it exited, was killed, or died with the
+	// function's worker. Nothing follows it for id.
+	End(id string)
 }
 
 // Function is one loaded registration generation. The Runtime Server calls

@@ -22,6 +22,12 @@ const (
 	SandboxMaxResultBytes = 64 << 10
 	// SandboxMaxListEntries bounds the entries list_files returns.
 	SandboxMaxListEntries = 1000
+	// SandboxMaxRunningCommands bounds the background commands
+	// (start_command) running at once; one more is refused.
+	SandboxMaxRunningCommands = 16
+	// SandboxMaxEndedCommands bounds the ended background commands whose
+	// status is kept; the oldest are forgotten beyond it.
+	SandboxMaxEndedCommands = 64
 )
 
 //go:embed sandbox.py

@@ -2,14 +2,19 @@
 #
 # The worker (worker.py) executes this file instead of importing a user's
 # module when a function Run names the handler "kruntimes.sandbox", and
-# calls make_handler(workspace, reaper, limits) once. The handler serves one
-# JSON object per invocation, {"op": ..., ...}; see docs/sandbox.md for the
-# protocol. The registration's working directory is the sandbox's workspace:
-# file operations resolve inside it and refuse any path that leaves it.
+# calls make_handler(workspace, reaper, limits, events=...) once. The handler
+# serves one JSON object per invocation, {"op": ..., ...}; see
+# docs/sandbox.md for the protocol. The registration's working directory is
+# the sandbox's workspace: file operations resolve inside it and refuse any
+# path that leaves it.
 #
 # Every operation runs on the worker's main thread, one at a time (the
-# Runtime Server lets one invocation of a registration be in flight), so the
-# state here needs no locks.
+# Runtime Server lets one invocation of a registration be in flight). A
+# background command (start_command) has a thread of its own that streams
+# its output to the Runtime Server (events, the worker's fd 5) and records
+# how it ended: the commands' table and their status are shared with those
+# threads, under Sandbox.lock. Only the main thread adds or forgets a
+# command and touches a command's stdin.
 import ast
 import base64
 import builtins
@@ -19,9 +24,11 @@ import os
 import selectors
 import shutil
 import signal
+import select
 import stat
 import subprocess
 import sys
+import threading
 import time
 import traceback
 
@@ -46,8 +53,8 @@ class SandboxTimeout(Exception):
 MAX_CELLS_KEPT = 1000
 
 
-def make_handler(workspace, reaper, limits):
-    return Sandbox(workspace, reaper, limits).handle
+def make_handler(workspace, reaper, limits, events=None, commands_started=0):
+    return Sandbox(workspace, reaper, limits, events, commands_started).handle
 
 
 def _bounded_text(data, limit):
@@ -98,8 +105,41 @@ class _Writer:
         return b"".join(self.parts).decode("utf-8", "replace")
 
 
+class _NoEvents:
+    """Where background commands report when the worker gave no events."""
+
+    def started(self, command_id):
+        pass
+
+    def output(self, command_id, stream, data):
+        pass
+
+    def ended(self, command_id, exit_code):
+        pass
+
+
+class _Command:
+    """A background command. running, exit_code and timed_out change on
+    its thread, under Sandbox.lock; done is set once they are final and its
+    end was reported."""
+
+    def __init__(self, command_id, cmd):
+        self.id = command_id
+        self.cmd = cmd
+        self.proc = None
+        self.pid = None
+        # Our end of the command's stdin when it was started with a pipe
+        # there; None once closed, and for a command that reads /dev/null.
+        self.stdin = None
+        self.has_stdin = False
+        self.running = True
+        self.exit_code = None
+        self.timed_out = False
+        self.done = threading.Event()
+
+
 class Sandbox:
-    def __init__(self, workspace, reaper, limits):
+    def __init__(self, workspace, reaper, limits, events=None, commands_started=0):
         # The workspace as the registration names it, and with its links
         # resolved: a path must stay inside both.
         self.root = os.path.normpath(workspace)
@@ -111,8 +151,15 @@ class Sandbox:
         self.max_file = int(limits["file_bytes"])
         self.max_result = int(limits["result_bytes"])
         self.max_entries = int(limits["list_entries"])
+        self.max_running = int(limits.get("commands_running", 16))
+        self.max_ended = int(limits.get("commands_ended", 64))
         self.namespace = {"__name__": "__main__", "__builtins__": builtins}
         self.cells = 0
+        self.events = events if events is not None else _NoEvents()
+        self.lock = threading.Lock()
+        # id → _Command, in start order.
+        self.commands = {}
+        self.commands_started = int(commands_started)
 
     # --- dispatch ---------------------------------------------------------
 
@@ -137,14 +184,19 @@ class Sandbox:
         return value
 
     @staticmethod
-    def _timeout(event, context):
+    def _seconds(event, name):
+        value = event.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise SandboxRequestError("%r must be a positive number of seconds or null" % name)
+        return value
+
+    @classmethod
+    def _timeout(cls, event, context):
         """The seconds an operation may take: the request's own timeout,
         and in any case a little less than the invocation's deadline, so
         that the sandbox stops the work itself before the Runtime Server
         would kill the worker and its state with it."""
-        timeout = event.get("timeout")
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-            raise SandboxRequestError("'timeout' must be a positive number of seconds or null")
+        timeout = cls._seconds(event, "timeout")
         remaining = context.remaining_time() if context is not None else None
         if remaining is not None:
             margin = min(1.0, remaining / 10)
@@ -223,6 +275,31 @@ class Sandbox:
     # --- run_command --------------------------------------------------------
 
     def run_command(self, event, context):
+        timeout = self._timeout(event, context)
+        argv, program, cwd, env = self._prepare(event)
+        if program is None:
+            return {"stdout": "", "stderr": "%s: command not found\n" % argv[0], "exit_code": 127, "timed_out": False}
+        try:
+            proc = self._popen(argv, program, cwd, env, subprocess.DEVNULL)
+        except OSError as e:
+            stderr, code = _start_failure(argv, e)
+            return {"stdout": "", "stderr": stderr, "exit_code": code, "timed_out": False}
+
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        stdout, stderr, timed_out = self._collect(proc, deadline)
+        code = _exit_code(proc.returncode)
+        out, out_cut = _bounded_text(stdout, self.max_output)
+        err, err_cut = _bounded_text(stderr, self.max_output)
+        answer = {"stdout": out, "stderr": err, "exit_code": code, "timed_out": timed_out}
+        if out_cut:
+            answer["stdout_truncated"] = True
+        if err_cut:
+            answer["stderr_truncated"] = True
+        return answer
+
+    def _prepare(self, event):
+        """The argv, program, working directory and environment of the
+        command a request names. program is None when it is not found."""
         cmd = event.get("cmd")
         if isinstance(cmd, str):
             argv = ["/bin/sh", "-c", cmd]
@@ -230,7 +307,8 @@ class Sandbox:
             argv = list(cmd)
         else:
             raise SandboxRequestError("'cmd' must be a string (run by /bin/sh -c) or a non-empty list of strings")
-        timeout = self._timeout(event, context)
+        if any("\0" in a for a in argv):
+            raise SandboxRequestError("'cmd' contains a NUL byte, which no program can receive")
         extra_env = self._field(event, "env", dict, required=False, default={})
         env = dict(os.environ)
         for k, v in extra_env.items():
@@ -244,13 +322,12 @@ class Sandbox:
 
         program = argv[0]
         if "/" not in program:
-            found = shutil.which(program, path=env.get("PATH", os.defpath))
-            if found is None:
-                return {"stdout": "", "stderr": "%s: command not found\n" % program, "exit_code": 127, "timed_out": False}
-            program = found
+            program = shutil.which(program, path=env.get("PATH", os.defpath))
         elif not os.path.isabs(program):
             program = os.path.join(cwd, program)
+        return argv, program, cwd, env
 
+    def _popen(self, argv, program, cwd, env, stdin):
         if self.reaper:
             # The reaper is a child subreaper: every descendant of the
             # command stays in its subtree, even one that left the process
@@ -259,30 +336,16 @@ class Sandbox:
             args, executable = [arg0, "0", program] + argv, exe
         else:
             args, executable = argv, program
-        try:
-            proc = subprocess.Popen(
-                args, executable=executable, cwd=cwd, env=env,
-                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                start_new_session=True, close_fds=True,
-            )
-        except OSError as e:
-            return {"stdout": "", "stderr": "%s: %s\n" % (argv[0], e.strerror or e), "exit_code": 126 if isinstance(e, PermissionError) else 127, "timed_out": False}
-
-        deadline = time.monotonic() + timeout if timeout is not None else None
-        stdout, stderr, timed_out = self._collect(proc, deadline)
-        code = proc.returncode
-        if code is not None and code < 0:
-            code = 128 - code  # died of a signal, as a shell reports it
-        out, out_cut = _bounded_text(stdout, self.max_output)
-        err, err_cut = _bounded_text(stderr, self.max_output)
-        answer = {"stdout": out, "stderr": err, "exit_code": code, "timed_out": timed_out}
-        if out_cut:
-            answer["stdout_truncated"] = True
-        if err_cut:
-            answer["stderr_truncated"] = True
-        return answer
+        return subprocess.Popen(
+            args, executable=executable, cwd=cwd, env=env,
+            stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, close_fds=True,
+        )
 
     def _stop(self, proc):
+        """Kills the command and every process it started."""
+        if proc.returncode is not None:
+            return  # reaped: its pid may be another process's by now
         try:
             if self.reaper:
                 os.kill(proc.pid, signal.SIGTERM)
@@ -296,8 +359,22 @@ class Sandbox:
         stream and draining the rest, until both streams end; stops the
         command at the deadline."""
         keep = self.max_output + 1
-        out_buf, err_buf = bytearray(), bytearray()
-        buffers = {proc.stdout.fileno(): out_buf, proc.stderr.fileno(): err_buf}
+        buffers = {"stdout": bytearray(), "stderr": bytearray()}
+
+        def keep_head(stream, chunk):
+            buf = buffers[stream]
+            if len(buf) < keep:
+                buf += chunk[:keep - len(buf)]
+
+        timed_out = self._pump(proc, deadline, keep_head)
+        return bytes(buffers["stdout"]), bytes(buffers["stderr"]), timed_out
+
+    def _pump(self, proc, deadline, on_chunk):
+        """Hands each read of the command's output to on_chunk(stream,
+        data), stream "stdout" or "stderr", until both streams end; stops
+        the command at the deadline. Returns once the command exited, with
+        whether it was stopped."""
+        streams = {proc.stdout.fileno(): "stdout", proc.stderr.fileno(): "stderr"}
         timed_out = False
         grace_end = None
         with selectors.DefaultSelector() as sel:
@@ -325,9 +402,7 @@ class Sandbox:
                     if not chunk:
                         sel.unregister(key.fileobj)
                         continue
-                    buf = buffers[key.fd]
-                    if len(buf) < keep:
-                        buf += chunk[:keep - len(buf)]
+                    on_chunk(streams[key.fd], chunk)
         proc.stdout.close()
         proc.stderr.close()
         if grace_end is None:
@@ -345,7 +420,196 @@ class Sandbox:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        return bytes(out_buf), bytes(err_buf), timed_out
+        return timed_out
+
+    # --- background commands ----------------------------------------------
+
+    def start_command(self, event, context):
+        timeout = self._seconds(event, "timeout")
+        has_stdin = self._field(event, "stdin", bool, required=False, default=False)
+        argv, program, cwd, env = self._prepare(event)
+        with self.lock:
+            self._forget_ended_locked()
+            running = sum(1 for c in self.commands.values() if c.running)
+            if running >= self.max_running:
+                raise SandboxRequestError("%d commands are running, as many as a sandbox runs at once: wait for one to end (wait_command) or stop one (kill_command)" % running)
+            self.commands_started += 1
+            command = _Command(str(self.commands_started), event["cmd"])
+            self.commands[command.id] = command
+        self.events.started(command.id)
+        # A command that cannot start is one that failed at once, as a
+        # shell would report it: the message is its stderr.
+        failure = None
+        if program is None:
+            failure = "%s: command not found\n" % argv[0], 127
+        else:
+            try:
+                command.proc = self._popen(argv, program, cwd, env, subprocess.PIPE if has_stdin else subprocess.DEVNULL)
+            except OSError as e:
+                failure = _start_failure(argv, e)
+            except BaseException:
+                self._ended(command, None, False)
+                raise
+        if failure is not None:
+            self.events.output(command.id, "stderr", failure[0].encode("utf-8", "replace"))
+            self._ended(command, failure[1], False)
+            return {"id": command.id, "pid": None}
+        if has_stdin:
+            command.stdin = command.proc.stdin
+            command.has_stdin = True
+            # write_stdin waits for room with a deadline, not in write().
+            os.set_blocking(command.stdin.fileno(), False)
+        command.pid = self._program_pid(command.proc)
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        threading.Thread(target=self._follow, args=(command, deadline), name="command-" + command.id, daemon=True).start()
+        return {"id": command.id, "pid": command.pid}
+
+    def _program_pid(self, proc):
+        """The pid of the program proc runs: under the reaper, the child of
+        the reaper (forked from any of its threads) that leads a process
+        group of its own, as the reaper makes the program do before it
+        executes it; so a signal sent to that group once start_command
+        answered reaches the program. When the program ended before it was
+        seen (or /proc does not list children), the reaper's pid."""
+        if not self.reaper or not _PROC_CHILDREN:
+            return proc.pid
+        tasks = "/proc/%d/task" % proc.pid
+        give_up = time.monotonic() + 5
+        while time.monotonic() < give_up:
+            try:
+                names = os.listdir(tasks)
+            except OSError:
+                return proc.pid
+            for task in names:
+                try:
+                    with open("%s/%s/children" % (tasks, task)) as f:
+                        children = f.read().split()
+                except OSError:
+                    continue  # a thread that just ended
+                for child in children:
+                    if _process_group(child) == child:
+                        return int(child)
+            if proc.poll() is not None:
+                return proc.pid
+            time.sleep(0.001)
+        return proc.pid
+
+    def _follow(self, command, deadline):
+        """The command's thread: streams its output, then reports its end."""
+        def send(stream, chunk):
+            self.events.output(command.id, stream, chunk)
+
+        try:
+            timed_out = self._pump(command.proc, deadline, send)
+            code = _exit_code(command.proc.returncode)
+        except BaseException:  # noqa: B902 -- the command must end in any case
+            self._stop(command.proc)
+            timed_out, code = False, None
+            traceback.print_exc()
+        self._ended(command, code, timed_out)
+
+    def _ended(self, command, exit_code, timed_out):
+        # Reported before it is recorded: an answer that says the command
+        # ended comes after its end reached the Runtime Server.
+        self.events.ended(command.id, exit_code)
+        with self.lock:
+            command.running = False
+            command.exit_code = exit_code
+            command.timed_out = timed_out
+        command.done.set()
+
+    def _forget_ended_locked(self):
+        """Forgets the oldest ended commands beyond max_ended."""
+        ended = [c for c in self.commands.values() if not c.running]
+        for c in ended[:max(0, len(ended) - self.max_ended)]:
+            del self.commands[c.id]
+            if c.stdin is not None:
+                c.stdin.close()
+                c.stdin = None
+
+    def _command(self, event):
+        command_id = self._field(event, "id", str)
+        with self.lock:
+            self._forget_ended_locked()
+            command = self.commands.get(command_id)
+        if command is None:
+            raise SandboxRequestError("no command %r: list_commands shows the running ones and the last %d that ended" % (command_id, self.max_ended))
+        return command
+
+    def _status(self, command):
+        with self.lock:
+            return {"id": command.id, "running": command.running, "exit_code": command.exit_code, "timed_out": command.timed_out}
+
+    def wait_command(self, event, context):
+        command = self._command(event)
+        command.done.wait(self._timeout(event, context))
+        return self._status(command)
+
+    def kill_command(self, event, context):
+        command = self._command(event)
+        sig = event.get("signal")
+        signum = None if sig is None else _signal_number(sig)
+        with self.lock:
+            if not command.running or command.proc is None:
+                return {}
+        if signum is None:
+            self._stop(command.proc)
+        elif command.proc.poll() is None:
+            try:
+                # The program leads a process group of its own.
+                os.killpg(command.pid, signum)
+            except ProcessLookupError:
+                pass
+        return {}
+
+    def write_stdin(self, event, context):
+        command = self._command(event)
+        if "data" in event and "data_b64" in event:
+            raise SandboxRequestError("pass 'data' or 'data_b64', not both")
+        if event.get("data_b64") is not None:
+            data = self._decode(self._field(event, "data_b64", str))
+        else:
+            data = self._field(event, "data", str, required=False, default="").encode("utf-8")
+        eof = self._field(event, "eof", bool, required=False, default=False)
+        if not command.has_stdin:
+            raise SandboxRequestError("command %s reads /dev/null: start it with \"stdin\": true to write to it" % command.id)
+        if command.stdin is None:
+            raise SandboxRequestError("the stdin of command %s was closed (eof)" % command.id)
+        timeout = self._timeout(event, context)
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        fd = command.stdin.fileno()
+        view = memoryview(data)
+        written = 0
+        try:
+            while written < len(data):
+                wait = None if deadline is None else deadline - time.monotonic()
+                if wait is not None and wait <= 0:
+                    # The command reads slower than it is written to: what
+                    # was written so far is answered, the rest is the
+                    # caller's to send again.
+                    return {"written": written}
+                _, ready, _ = select.select([], [fd], [], wait)
+                if ready:
+                    try:
+                        written += os.write(fd, view[written:])
+                    except BlockingIOError:
+                        pass
+        except BrokenPipeError:
+            command.stdin.close()
+            command.stdin = None
+            raise SandboxRequestError("command %s no longer reads its stdin: it closed it or ended" % command.id) from None
+        if eof:
+            command.stdin.close()
+            command.stdin = None
+        return {"written": written}
+
+    def list_commands(self, event, context):
+        with self.lock:
+            self._forget_ended_locked()
+            return {"commands": [
+                {"id": c.id, "cmd": c.cmd, "running": c.running, "exit_code": c.exit_code, "pid": c.pid}
+                for c in self.commands.values()
+            ]}
 
     # --- files ----------------------------------------------------------------
 
@@ -458,12 +722,61 @@ class Sandbox:
     OPS = {
         "run_code": run_code,
         "run_command": run_command,
+        "start_command": start_command,
+        "wait_command": wait_command,
+        "kill_command": kill_command,
+        "write_stdin": write_stdin,
+        "list_commands": list_commands,
         "write_file": write_file,
         "read_file": read_file,
         "list_files": list_files,
         "exists": exists,
         "remove": remove,
     }
+
+
+# Whether /proc lists a thread's children (Linux with CONFIG_PROC_CHILDREN).
+_PROC_CHILDREN = os.path.exists("/proc/thread-self/children")
+
+
+def _process_group(pid):
+    """The process group of pid (a string), as a string; None when gone."""
+    try:
+        with open("/proc/%s/stat" % pid) as f:
+            stat_line = f.read()
+    except OSError:
+        return None
+    # The command name, in parentheses, may hold spaces and parentheses.
+    fields = stat_line[stat_line.rfind(")") + 2:].split()
+    return fields[2] if len(fields) > 2 else None
+
+
+def _exit_code(returncode):
+    """returncode as a shell reports it: 128+n for death by signal n."""
+    if returncode is not None and returncode < 0:
+        return 128 - returncode
+    return returncode
+
+
+def _start_failure(argv, e):
+    """The stderr and exit code of a program that could not start."""
+    return "%s: %s\n" % (argv[0], e.strerror or e), 126 if isinstance(e, PermissionError) else 127
+
+
+def _signal_number(value):
+    """A signal named as "SIGINT", "INT" or a number."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value in signal.valid_signals():
+            return value
+    elif isinstance(value, str):
+        name = value.strip().upper()
+        if not name.startswith("SIG"):
+            name = "SIG" + name
+        try:
+            return signal.Signals[name].value
+        except KeyError:
+            pass
+    raise SandboxRequestError("'signal' must name a signal, as \"SIGINT\", \"INT\" or 2; got %r" % (value,))
 
 
 def _within(path, root):

@@ -27,15 +27,26 @@ type sandbox struct {
 	t   *testing.T
 	fn  language.Function
 	dir string
+	// commands is what the background commands reported.
+	commands *commandRecorder
 }
 
 func loadSandbox(t *testing.T) *sandbox {
+	t.Helper()
+	commands := newCommandRecorder()
+	s := loadSandboxWith(t, commands)
+	s.commands = commands
+	return s
+}
+
+// loadSandboxWith is loadSandbox with the commands' output going to sink.
+func loadSandboxWith(t *testing.T, sink language.CommandOutput) *sandbox {
 	t.Helper()
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	fn, err := New("").LoadFunction(ctx, language.FunctionSpec{RunUID: "u", WorkingDir: dir, Handler: SandboxHandler,
-		Env: []string{"PATH=" + os.Getenv("PATH"), "REGISTERED=yes"}})
+		Env: []string{"PATH=" + os.Getenv("PATH"), "REGISTERED=yes"}, Commands: sink})
 	require.NoError(t, err)
 	t.Cleanup(fn.Close)
 	return &sandbox{t: t, fn: fn, dir: dir}

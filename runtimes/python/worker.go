@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"kruntimes.io/kruntimes/runtimes/framing"
 	"kruntimes.io/kruntimes/runtimes/language"
@@ -24,6 +26,10 @@ const maxFrame = 8 << 20
 // explain a crash.
 const workerLogTail = 4 << 10
 
+// eventDrainGrace bounds how long closing a worker waits for its events
+// still in the pipe (the last output of its commands) to be handled.
+const eventDrainGrace = time.Second
+
 // worker is one running worker.py process.
 type worker struct {
 	group  *process.Group
@@ -31,17 +37,20 @@ type worker struct {
 	resps  *os.File // our end of fd 4
 	writer *framing.Writer
 	reader *framing.Reader
+	events *commandEvents
 	logs   *process.Capture
 	exited chan struct{}
 	code   int
 }
 
-// close kills the worker and waits for it to be reaped.
+// close kills the worker and waits for it to be reaped, and for its events
+// to be handled: the commands it started are ended in the sink then.
 func (w *worker) close() {
 	w.group.Kill()
 	<-w.exited
 	_ = w.reqs.Close()
 	_ = w.resps.Close()
+	w.events.close()
 }
 
 // exitDescription says how a dead worker ended, for errors.
@@ -70,6 +79,10 @@ type function struct {
 	invoking bool
 	failure  error
 	closed   bool
+
+	// commandsStarted counts the background commands the registration's
+	// workers started.
+	commandsStarted atomic.Int64
 }
 
 // watch waits for w to exit. A worker that dies while idle (killed from
@@ -113,6 +126,14 @@ func spawn(interpreter string, env []string) (*worker, error) {
 		_ = reqW.Close()
 		return nil, fmt.Errorf("create response pipe: %w", err)
 	}
+	eventR, eventW, err := os.Pipe()
+	if err != nil {
+		_ = reqR.Close()
+		_ = reqW.Close()
+		_ = respR.Close()
+		_ = respW.Close()
+		return nil, fmt.Errorf("create event pipe: %w", err)
+	}
 	logs := process.NewTailCapture(workerLogTail)
 	group, err := process.Start(process.Spec{
 		Argv:       []string{interpreter, "-I", "-c", workerSource, strconv.Itoa(language.MaxInvocationLogBytes)},
@@ -120,13 +141,15 @@ func spawn(interpreter string, env []string) (*worker, error) {
 		Env:        env,
 		Stdout:     logs,
 		Stderr:     logs,
-		ExtraFiles: []*os.File{reqR, respW},
+		ExtraFiles: []*os.File{reqR, respW, eventW},
 	})
 	_ = reqR.Close()
 	_ = respW.Close()
+	_ = eventW.Close()
 	if err != nil {
 		_ = reqW.Close()
 		_ = respR.Close()
+		_ = eventR.Close()
 		return nil, fmt.Errorf("start %s: %w; check that the Runtime image has a python3 interpreter", interpreter, err)
 	}
 	w := &worker{
@@ -135,6 +158,7 @@ func spawn(interpreter string, env []string) (*worker, error) {
 		resps:  respR,
 		writer: framing.NewWriter(reqW, maxFrame),
 		reader: framing.NewReader(respR, maxFrame),
+		events: newCommandEvents(eventR),
 		logs:   logs,
 		exited: make(chan struct{}),
 	}
@@ -164,6 +188,10 @@ type builtinSpec struct {
 	// that starts programs; absent when there is none.
 	Reaper []string       `json:"reaper,omitempty"`
 	Limits map[string]int `json:"limits,omitempty"`
+	// CommandsStarted is how many background commands the registration's
+	// earlier workers started: a new one numbers its commands on from it,
+	// so that an ID names one command for the registration's life.
+	CommandsStarted int64 `json:"commands_started,omitempty"`
 }
 
 // builtinFor is the built-in handler named handler, or nil.
@@ -172,10 +200,12 @@ func builtinFor(handler string) *builtinSpec {
 		return nil
 	}
 	b := &builtinSpec{Module: "kruntimes_sandbox", Source: sandboxSource, Limits: map[string]int{
-		"output_bytes": SandboxMaxOutputBytes,
-		"file_bytes":   SandboxMaxFileBytes,
-		"result_bytes": SandboxMaxResultBytes,
-		"list_entries": SandboxMaxListEntries,
+		"output_bytes":     SandboxMaxOutputBytes,
+		"file_bytes":       SandboxMaxFileBytes,
+		"result_bytes":     SandboxMaxResultBytes,
+		"list_entries":     SandboxMaxListEntries,
+		"commands_running": SandboxMaxRunningCommands,
+		"commands_ended":   SandboxMaxEndedCommands,
 	}}
 	if exe, arg0, ok := process.ReaperCommand(); ok {
 		b.Reaper = []string{exe, arg0}
@@ -194,6 +224,11 @@ func (f *function) startWorker(ctx context.Context) (*worker, error) {
 		}
 	}
 	load := loadSpec{WorkingDir: f.spec.WorkingDir, Handler: f.spec.Handler, Env: map[string]string{}, Builtin: builtinFor(f.spec.Handler)}
+	if load.Builtin != nil {
+		// The worker this one replaces was closed, and its events handled,
+		// before this one starts.
+		load.Builtin.CommandsStarted = f.commandsStarted.Load()
+	}
 	for _, kv := range f.spec.Env {
 		if k, v, ok := strings.Cut(kv, "="); ok {
 			load.Env[k] = v
@@ -226,6 +261,7 @@ func (f *function) startWorker(ctx context.Context) (*worker, error) {
 	}
 	switch msg.Type {
 	case "ready":
+		w.events.start(f.spec.Commands, &f.commandsStarted, w.group.Kill)
 		return w, nil
 	case "fatal":
 		w.close()
@@ -342,34 +378,39 @@ type answerHead struct {
 	StdoutTruncated *bool                    `json:"stdout_truncated"`
 	StderrTruncated *bool                    `json:"stderr_truncated"`
 	Error           **language.FunctionError `json:"error"`
+	// Events is how many event frames the worker had written before the
+	// answer; absent when none.
+	Events int64 `json:"events"`
 }
 
 // decodeAnswer reads the head of an answer straight into the Result, and
 // slices stdout, stderr and the output out of the body, which the frame's
 // buffer holds for the Result alone: nothing is copied on the way. The
 // worker leaves out what is empty.
-func decodeAnswer(frame []byte) (*language.Result, error) {
+//
+// events is how many event frames the worker wrote before the answer.
+func decodeAnswer(frame []byte) (res *language.Result, events int64, err error) {
 	head, body, err := splitHeaded(frame)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	a := &answer{}
-	res := &a.result
+	res = &a.result
 	a.head = answerHead{ContentType: &res.ContentType, Outputs: &res.Outputs, StdoutTruncated: &res.StdoutTruncated,
 		StderrTruncated: &res.StderrTruncated, Error: &res.Error}
 	if err := json.Unmarshal(head, &a.head); err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	stdoutBytes, stderrBytes := a.head.StdoutBytes, a.head.StderrBytes
 	if stdoutBytes < 0 || stderrBytes < 0 || stdoutBytes > len(body) || stderrBytes > len(body)-stdoutBytes {
-		return nil, fmt.Errorf("the head names %d bytes of stdout and %d of stderr, and the body has %d", stdoutBytes, stderrBytes, len(body))
+		return nil, 0, fmt.Errorf("the head names %d bytes of stdout and %d of stderr, and the body has %d", stdoutBytes, stderrBytes, len(body))
 	}
 	res.Stdout, body = body[:stdoutBytes:stdoutBytes], body[stdoutBytes:]
 	res.Stderr, body = body[:stderrBytes:stderrBytes], body[stderrBytes:]
 	if len(body) > 0 {
 		res.Output = body
 	}
-	return res, nil
+	return res, a.head.Events, nil
 }
 
 // splitHeaded is the head and the body of a frame's payload.
@@ -437,12 +478,15 @@ func (f *function) Invoke(ctx context.Context, inv language.Invocation) (*langua
 		}}, nil
 	}
 
-	res, err := decodeAnswer(frame)
+	res, events, err := decodeAnswer(frame)
 	if err != nil {
 		f.replaceWorker(w)
 		w.group.Kill()
 		return nil, fmt.Errorf("worker sent an unreadable response: %w", err)
 	}
+	// What the invocation made its commands do (start one, above all) is
+	// known before it returns: a caller may follow a command at once.
+	w.events.await(events)
 	res.WorkerWarm = warm
 	return res, nil
 }

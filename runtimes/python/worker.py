@@ -12,18 +12,27 @@
 # the worker's own logs; print() inside a handler is captured per
 # invocation instead.
 #
+# fd 5 carries events, frames of the same shape, about the background
+# commands a built-in handler starts (the sandbox's start_command): one
+# started, a chunk of its output, one ended. Threads write them as the
+# commands produce output, so an answer's head counts the events written
+# before it ("events"): the Runtime Server handles that many before the
+# invocation returns, and a command is known there once it is started.
+#
 # argv: worker.py MAX_LOG_BYTES
 import importlib
 import json
 import os
 import struct
 import sys
+import threading
 import time
 import traceback
 import types
 
 REQ_FD = 3
 RESP_FD = 4
+EVENT_FD = 5
 MAX_MESSAGE = 4096
 MAX_STACK = 8192
 
@@ -57,6 +66,45 @@ def write_frame(*parts):
     while data:
         n = os.write(RESP_FD, data)
         data = data[n:]
+
+
+class CommandEvents:
+    """Sends what background commands do to the Runtime Server on fd 5.
+    Threads send beside the main thread, so a frame is written whole under
+    the lock; `written` counts the frames sent, and only grows once a frame
+    is written."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.lock = threading.Lock()
+        self.written = 0
+
+    def _send(self, head, body=b""):
+        h = json.dumps(head, separators=(",", ":")).encode("utf-8")
+        data = memoryview(b"".join((struct.pack(">II", 4 + len(h) + len(body), len(h)), h, body)))
+        with self.lock:
+            try:
+                while data:
+                    n = os.write(self.fd, data)
+                    data = data[n:]
+            except OSError:
+                # The Runtime Server stopped reading: it is closing this
+                # worker, and the commands with it.
+                return
+            self.written += 1
+
+    def started(self, command_id):
+        self._send({"type": "start", "id": command_id})
+
+    def output(self, command_id, stream, data):
+        """data (bytes) written by the command to stream, "stdout" or "stderr"."""
+        self._send({"type": "output", "id": command_id, "stream": stream}, data)
+
+    def ended(self, command_id, exit_code):
+        self._send({"type": "end", "id": command_id, "exit_code": exit_code})
+
+
+events = CommandEvents(EVENT_FD)
 
 
 def send(obj):
@@ -175,12 +223,15 @@ def load_handler(working_dir, handler, env):
 def load_builtin(working_dir, env, builtin):
     """A handler the Runtime Server ships (builtin["source"], for example
     the sandbox), set up by the source's make_handler instead of imported
-    from the workspace."""
+    from the workspace. It reports background commands through events,
+    numbering them on from how many earlier workers of the registration
+    started."""
     enter_registration(working_dir, env)
     module = types.ModuleType(builtin["module"])
     exec(compile(builtin["source"], "<%s>" % builtin["module"], "exec"), module.__dict__)
     sys.modules[builtin["module"]] = module
-    return module.make_handler(working_dir, builtin.get("reaper"), builtin.get("limits") or {})
+    return module.make_handler(working_dir, builtin.get("reaper"), builtin.get("limits") or {},
+                               events=events, commands_started=builtin.get("commands_started", 0))
 
 
 def split_headed(frame):
@@ -251,6 +302,7 @@ def main():
     # would hide the worker's death.
     os.set_inheritable(REQ_FD, False)
     os.set_inheritable(RESP_FD, False)
+    os.set_inheritable(EVENT_FD, False)
     try:
         spec = json.loads(read_frame())
     except EndOfRequests:
@@ -271,6 +323,8 @@ def main():
             return 0
         req, body = split_headed(frame)
         resp, stdout, stderr, output = invoke(fn, req, body, max_log)
+        if events.written:
+            resp["events"] = events.written
         head = json.dumps(resp, separators=(",", ":")).encode("utf-8")
         write_frame(struct.pack(">I", len(head)), head, stdout, stderr, output)
 

@@ -57,7 +57,7 @@ func TestDecodeAnswer(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := decodeAnswer(headed([]byte(tc.head), []byte(tc.body)))
+			got, _, err := decodeAnswer(headed([]byte(tc.head), []byte(tc.body)))
 			if tc.wantErr {
 				assert.Error(t, err)
 				return
@@ -75,7 +75,7 @@ func FuzzDecodeAnswer(f *testing.F) {
 	f.Add([]byte(`{"stdout_bytes":-3}`), []byte(`x`))
 	f.Add([]byte(`{}`), []byte(nil))
 	f.Fuzz(func(t *testing.T, head, body []byte) {
-		res, err := decodeAnswer(headed(head, body))
+		res, _, err := decodeAnswer(headed(head, body))
 		if err != nil {
 			return
 		}

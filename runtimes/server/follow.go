@@ -30,11 +30,21 @@ func (s *Server) FollowLog(req *runtimev1.FollowLogRequest, stream runtimev1.Run
 
 // FollowFunctionLog implements runtimev1.FunctionRuntimeServer: as
 // FollowLog, over the bounded tail of what the generation's invocations
-// wrote, until the generation ends.
+// wrote, until the generation ends; or, with a command_id, over what that
+// background command wrote, until it ends.
 func (s *Server) FollowFunctionLog(req *runtimev1.FollowFunctionLogRequest, stream runtimev1.FunctionRuntime_FollowFunctionLogServer) error {
 	reg, err := s.lookupRegistration(req.GetRunUid(), req.GetRegistrationId())
 	if err != nil {
 		return err
+	}
+	if id := req.GetCommandId(); id != "" {
+		log, done, ok := reg.commands.lookup(id)
+		if !ok {
+			return status.Errorf(codes.NotFound, "Run %s has no background command %q: start_command answers the IDs, and the %d most recent commands are kept", reg.runUID, id, maxCommandLogs)
+		}
+		// A command's end comes when it exits or the function's worker goes,
+		// the generation's end included.
+		return followRecorder(stream.Context(), log, done, req.GetOffset(), "command "+id+" of Run "+reg.runUID, true, stream)
 	}
 	// The first response comes at once, empty when nothing is kept: it
 	// tells where the log stands, and that the follow was accepted.

@@ -58,6 +58,10 @@ type registration struct {
 	// log keeps the tail of what the generation's invocations wrote, for
 	// FollowFunctionLog; it goes with the generation.
 	log *runlog.Recorder
+	// commands keeps the output of the background commands the function
+	// starts, for FollowFunctionLog with a command_id; it goes with the
+	// generation too.
+	commands *commandLogs
 	// scratch holds the generation's HOME and TMPDIR; dropScratch removes
 	// it once its function is closed.
 	scratch     string
@@ -219,6 +223,7 @@ func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFu
 		slot:         make(chan struct{}, 1),
 		gone:         make(chan struct{}),
 		log:          runlog.NewTailRecorder(functionLogBytes, s.opts.Clock.Now),
+		commands:     newCommandLogs(s.opts.Clock.Now),
 		state:        runtimev1.FunctionState_FUNCTION_STATE_REGISTERING,
 		lastActivity: now,
 		scratch:      scratch,
@@ -232,7 +237,8 @@ func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFu
 		logger.Info("Superseding registration", "oldAttempt", superseded.attempt)
 		superseded.shutdown()
 	}
-	spec := language.FunctionSpec{RunUID: uid, WorkingDir: req.GetWorkingDir(), Handler: req.GetHandler(), Env: s.env(append(scratchEnv, env...)...)}
+	spec := language.FunctionSpec{RunUID: uid, WorkingDir: req.GetWorkingDir(), Handler: req.GetHandler(), Env: s.env(append(scratchEnv, env...)...),
+		Commands: reg.commands}
 	// Loading outlives this call on purpose: a caller that times out retries
 	// with the same attempt and digest and waits for the same load.
 	go s.load(klog.NewContext(context.Background(), logger), reg, spec)
