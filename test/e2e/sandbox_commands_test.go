@@ -93,7 +93,6 @@ func TestSandboxCommandStreamsThroughAggregation(t *testing.T) {
 
 	_, err = runs.GetLogs("box", &v1alpha1.RunLogOptions{Command: "77"}).DoRaw(ctx)
 	require.True(t, apierrors.IsNotFound(err), "a command the sandbox never started: %v", err)
-	assert.Contains(t, err.Error(), `no command "77"`)
 	_, err = runs.GetLogs("box", &v1alpha1.RunLogOptions{Command: "../x"}).DoRaw(ctx)
 	require.True(t, apierrors.IsBadRequest(err) || apierrors.IsInvalid(err), "an id that is not one: %v", err)
 
