@@ -180,7 +180,9 @@ type loadSpec struct {
 }
 
 // builtinSpec is a built-in handler: source defining
-// make_handler(working_dir, reaper, limits).
+// make_handler(working_dir, reaper, limits, events=, commands_started=),
+// events being where it reports background commands (worker.py's
+// CommandEvents).
 type builtinSpec struct {
 	Module string `json:"module"`
 	Source string `json:"source"`
