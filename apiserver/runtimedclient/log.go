@@ -56,6 +56,9 @@ var (
 	ErrLogUnsupported = errors.New("the Runtime Server does not serve function logs")
 	// ErrLogNotFound says the registration has no such command.
 	ErrLogNotFound = errors.New("the registration has no such command")
+	// ErrLogNotAdmitted says the runtimed no longer admits the follow's
+	// fencing tuple: the registration, or the Pod, is gone.
+	ErrLogNotAdmitted = errors.New("the runtimed no longer admits the registration")
 )
 
 // FollowLog implements Interface. Follows of one task attempt, or of one
@@ -104,6 +107,8 @@ func logError(err error) error {
 		return fmt.Errorf("%w: %w", ErrLogUnsupported, err)
 	case codes.NotFound:
 		return fmt.Errorf("%w: %w", ErrLogNotFound, err)
+	case codes.FailedPrecondition:
+		return fmt.Errorf("%w: %w", ErrLogNotAdmitted, err)
 	}
 	return err
 }

@@ -9,8 +9,6 @@ import (
 	"regexp"
 	"time"
 
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/klog/v2"
@@ -88,7 +86,7 @@ func (r *LogREST) followCommand(ctx context.Context, w http.ResponseWriter, name
 				break
 			}
 			if errors.Is(err, runtimedclient.ErrLogNotFound) || errors.Is(err, runtimedclient.ErrLogPastEnd) ||
-				status.Code(err) == codes.FailedPrecondition || time.Now().After(retryUntil) {
+				errors.Is(err, runtimedclient.ErrLogNotAdmitted) || time.Now().After(retryUntil) {
 				// The registration, and the command with it, is gone.
 				logger.V(2).Info("A followed command is no longer reachable", "err", err)
 				return
