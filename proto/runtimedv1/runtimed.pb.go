@@ -34,7 +34,9 @@ type ReadFileRequest struct {
 	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	PodUid  string                 `protobuf:"bytes,3,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
 	// The file, relative to the workspace or absolute inside it.
-	Path          string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// The authenticated caller, for runtimed's audit line; never a credential.
+	Caller        string `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -97,12 +99,21 @@ func (x *ReadFileRequest) GetPath() string {
 	return ""
 }
 
+func (x *ReadFileRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
 type WriteFileRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The fencing tuple, in the first message only.
+	// The fencing tuple and the caller (for runtimed's audit line), in the
+	// first message only.
 	RunUid  string `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
 	Attempt int32  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
 	PodUid  string `protobuf:"bytes,3,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	Caller  string `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
 	// What runtimed passes on to the Runtime Server: the first message's
 	// names the path (runtimed sets run_uid and registration_id); each may
 	// carry data.
@@ -158,6 +169,13 @@ func (x *WriteFileRequest) GetAttempt() int32 {
 func (x *WriteFileRequest) GetPodUid() string {
 	if x != nil {
 		return x.PodUid
+	}
+	return ""
+}
+
+func (x *WriteFileRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
 	}
 	return ""
 }
@@ -632,16 +650,18 @@ var File_runtimed_proto protoreflect.FileDescriptor
 
 const file_runtimed_proto_rawDesc = "" +
 	"\n" +
-	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\x1a\rruntime.proto\"q\n" +
+	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\x1a\rruntime.proto\"\x89\x01\n" +
 	"\x0fReadFileRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
 	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12\x12\n" +
-	"\x04path\x18\x04 \x01(\tR\x04path\"\x9a\x01\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12\x16\n" +
+	"\x06caller\x18\x05 \x01(\tR\x06caller\"\xb2\x01\n" +
 	"\x10WriteFileRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
-	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12:\n" +
+	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12\x16\n" +
+	"\x06caller\x18\x04 \x01(\tR\x06caller\x12:\n" +
 	"\x04file\x18\x1e \x01(\v2&.kruntimes.runtime.v1.WriteFileRequestR\x04file\"\xac\x01\n" +
 	"\x10FollowLogRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
