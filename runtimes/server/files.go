@@ -260,7 +260,7 @@ func fileError(err error, p string) error {
 	case errors.Is(err, syscall.ENOTDIR), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ELOOP), errors.Is(err, syscall.ENAMETOOLONG):
 		return status.Errorf(codes.InvalidArgument, "%q: %v", p, unwrapPath(err))
 	case errors.Is(err, fs.ErrPermission):
-		return status.Errorf(codes.FailedPrecondition, "%q: the Runtime Server's user may not access it: %v", p, unwrapPath(err))
+		return status.Errorf(codes.PermissionDenied, "%q: the Runtime Server's user may not access it: %v", p, unwrapPath(err))
 	}
 	return status.Errorf(codes.Internal, "%q: %v", p, err)
 }
