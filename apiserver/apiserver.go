@@ -109,6 +109,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		"runs/status":     runs.Status,
 		"runs/invoke":     runs.Invoke,
 		"runs/log":        runs.Log,
+		"runs/files":      runs.Files,
 		"runtimes":        runtimes.Runtime,
 		"runtimes/status": runtimes.Status,
 	}

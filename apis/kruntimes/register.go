@@ -37,6 +37,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&RunInvokeOptions{},
 		&InvokeResult{},
 		&RunLogOptions{},
+		&RunFilesOptions{},
 		&RunLog{},
 	)
 	return nil

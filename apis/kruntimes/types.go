@@ -388,6 +388,15 @@ const (
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
+// RunFilesOptions are the query parameters of runs/files.
+type RunFilesOptions struct {
+	metav1.TypeMeta
+
+	Path string
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
 // RunLogOptions are the query parameters of runs/log.
 type RunLogOptions struct {
 	metav1.TypeMeta

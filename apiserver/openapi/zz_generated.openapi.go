@@ -348,6 +348,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.RetryPolicy{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_RetryPolicy(ref),
 		v1alpha1.Run{}.OpenAPIModelName():                          schema_kruntimes_apis_kruntimes_v1alpha1_Run(ref),
 		v1alpha1.RunEndpoint{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_RunEndpoint(ref),
+		v1alpha1.RunFilesOptions{}.OpenAPIModelName():              schema_kruntimes_apis_kruntimes_v1alpha1_RunFilesOptions(ref),
 		v1alpha1.RunInvokeOptions{}.OpenAPIModelName():             schema_kruntimes_apis_kruntimes_v1alpha1_RunInvokeOptions(ref),
 		v1alpha1.RunList{}.OpenAPIModelName():                      schema_kruntimes_apis_kruntimes_v1alpha1_RunList(ref),
 		v1alpha1.RunLog{}.OpenAPIModelName():                       schema_kruntimes_apis_kruntimes_v1alpha1_RunLog(ref),
@@ -17827,6 +17828,42 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunEndpoint(ref common.ReferenceCa
 					},
 				},
 				Required: []string{"protocol", "url"},
+			},
+		},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_RunFilesOptions(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RunFilesOptions are the query parameters of GET and PUT .../runs/NAME/files, by which a sandbox's files of any size are read and written as streamed bytes.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"path": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Path names the file in the sandbox's workspace: relative to it, or absolute inside it. A path that leaves the workspace (by \"..\", or a symbolic link that resolves outside it) is refused.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"path"},
 			},
 		},
 	}

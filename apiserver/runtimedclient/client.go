@@ -3,6 +3,7 @@ package runtimedclient
 import (
 	"context"
 	"errors"
+	"io"
 	"sync/atomic"
 	"time"
 
@@ -28,6 +29,14 @@ type Interface interface {
 	// errors name what a follow acts on: ErrLogPastEnd and
 	// ErrLogUnsupported; any other is worth another try.
 	FollowLog(ctx context.Context, key LogKey, offset int64) (LogStream, error)
+	// ReadFile opens the file path of the sandbox key names. Its errors
+	// are API errors: 404 for a missing file, 400 for a path refused, 503
+	// when the sandbox cannot serve it now. FileReader's WriteTo fails
+	// only when the stream broke after its first chunk.
+	ReadFile(ctx context.Context, key FileKey, path string) (FileReader, error)
+	// WriteFile replaces the file path of the sandbox key names with
+	// body, and returns its size; on any error nothing was written.
+	WriteFile(ctx context.Context, key FileKey, path string, body io.Reader) (int64, error)
 }
 
 // Invocation is one invocation of a Ready function Run, with the fencing

@@ -28,6 +28,165 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ReadFileRequest struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	RunUid  string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
+	Attempt int32                  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	PodUid  string                 `protobuf:"bytes,3,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	// The file, relative to the workspace or absolute inside it.
+	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
+	// The authenticated caller, for runtimed's audit line; never a credential.
+	Caller        string `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadFileRequest) Reset() {
+	*x = ReadFileRequest{}
+	mi := &file_runtimed_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFileRequest) ProtoMessage() {}
+
+func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runtimed_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
+func (*ReadFileRequest) Descriptor() ([]byte, []int) {
+	return file_runtimed_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReadFileRequest) GetRunUid() string {
+	if x != nil {
+		return x.RunUid
+	}
+	return ""
+}
+
+func (x *ReadFileRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *ReadFileRequest) GetPodUid() string {
+	if x != nil {
+		return x.PodUid
+	}
+	return ""
+}
+
+func (x *ReadFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ReadFileRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+type WriteFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The fencing tuple and the caller (for runtimed's audit line), in the
+	// first message only.
+	RunUid  string `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
+	Attempt int32  `protobuf:"varint,2,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	PodUid  string `protobuf:"bytes,3,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	Caller  string `protobuf:"bytes,4,opt,name=caller,proto3" json:"caller,omitempty"`
+	// What runtimed passes on to the Runtime Server: the first message's
+	// names the path (runtimed sets run_uid and registration_id); each may
+	// carry data.
+	File          *runtimev1.WriteFileRequest `protobuf:"bytes,30,opt,name=file,proto3" json:"file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteFileRequest) Reset() {
+	*x = WriteFileRequest{}
+	mi := &file_runtimed_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteFileRequest) ProtoMessage() {}
+
+func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runtimed_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
+func (*WriteFileRequest) Descriptor() ([]byte, []int) {
+	return file_runtimed_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *WriteFileRequest) GetRunUid() string {
+	if x != nil {
+		return x.RunUid
+	}
+	return ""
+}
+
+func (x *WriteFileRequest) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *WriteFileRequest) GetPodUid() string {
+	if x != nil {
+		return x.PodUid
+	}
+	return ""
+}
+
+func (x *WriteFileRequest) GetCaller() string {
+	if x != nil {
+		return x.Caller
+	}
+	return ""
+}
+
+func (x *WriteFileRequest) GetFile() *runtimev1.WriteFileRequest {
+	if x != nil {
+		return x.File
+	}
+	return nil
+}
+
 type FollowLogRequest struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	RunUid  string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
@@ -45,7 +204,7 @@ type FollowLogRequest struct {
 
 func (x *FollowLogRequest) Reset() {
 	*x = FollowLogRequest{}
-	mi := &file_runtimed_proto_msgTypes[0]
+	mi := &file_runtimed_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -57,7 +216,7 @@ func (x *FollowLogRequest) String() string {
 func (*FollowLogRequest) ProtoMessage() {}
 
 func (x *FollowLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtimed_proto_msgTypes[0]
+	mi := &file_runtimed_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -70,7 +229,7 @@ func (x *FollowLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowLogRequest.ProtoReflect.Descriptor instead.
 func (*FollowLogRequest) Descriptor() ([]byte, []int) {
-	return file_runtimed_proto_rawDescGZIP(), []int{0}
+	return file_runtimed_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *FollowLogRequest) GetRunUid() string {
@@ -158,7 +317,7 @@ type InvokeRequest struct {
 
 func (x *InvokeRequest) Reset() {
 	*x = InvokeRequest{}
-	mi := &file_runtimed_proto_msgTypes[1]
+	mi := &file_runtimed_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -170,7 +329,7 @@ func (x *InvokeRequest) String() string {
 func (*InvokeRequest) ProtoMessage() {}
 
 func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtimed_proto_msgTypes[1]
+	mi := &file_runtimed_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -183,7 +342,7 @@ func (x *InvokeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeRequest.ProtoReflect.Descriptor instead.
 func (*InvokeRequest) Descriptor() ([]byte, []int) {
-	return file_runtimed_proto_rawDescGZIP(), []int{1}
+	return file_runtimed_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *InvokeRequest) GetRunUid() string {
@@ -304,7 +463,7 @@ type InvokeResponse struct {
 
 func (x *InvokeResponse) Reset() {
 	*x = InvokeResponse{}
-	mi := &file_runtimed_proto_msgTypes[2]
+	mi := &file_runtimed_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -316,7 +475,7 @@ func (x *InvokeResponse) String() string {
 func (*InvokeResponse) ProtoMessage() {}
 
 func (x *InvokeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtimed_proto_msgTypes[2]
+	mi := &file_runtimed_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -329,7 +488,7 @@ func (x *InvokeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeResponse.ProtoReflect.Descriptor instead.
 func (*InvokeResponse) Descriptor() ([]byte, []int) {
-	return file_runtimed_proto_rawDescGZIP(), []int{2}
+	return file_runtimed_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *InvokeResponse) GetResult() *runtimev1.InvokeFunctionResponse {
@@ -445,7 +604,7 @@ type FunctionError struct {
 
 func (x *FunctionError) Reset() {
 	*x = FunctionError{}
-	mi := &file_runtimed_proto_msgTypes[3]
+	mi := &file_runtimed_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +616,7 @@ func (x *FunctionError) String() string {
 func (*FunctionError) ProtoMessage() {}
 
 func (x *FunctionError) ProtoReflect() protoreflect.Message {
-	mi := &file_runtimed_proto_msgTypes[3]
+	mi := &file_runtimed_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +629,7 @@ func (x *FunctionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FunctionError.ProtoReflect.Descriptor instead.
 func (*FunctionError) Descriptor() ([]byte, []int) {
-	return file_runtimed_proto_rawDescGZIP(), []int{3}
+	return file_runtimed_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *FunctionError) GetType() string {
@@ -491,7 +650,19 @@ var File_runtimed_proto protoreflect.FileDescriptor
 
 const file_runtimed_proto_rawDesc = "" +
 	"\n" +
-	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\x1a\rruntime.proto\"\xac\x01\n" +
+	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\x1a\rruntime.proto\"\x89\x01\n" +
+	"\x0fReadFileRequest\x12\x17\n" +
+	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
+	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12\x12\n" +
+	"\x04path\x18\x04 \x01(\tR\x04path\x12\x16\n" +
+	"\x06caller\x18\x05 \x01(\tR\x06caller\"\xb2\x01\n" +
+	"\x10WriteFileRequest\x12\x17\n" +
+	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
+	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
+	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12\x16\n" +
+	"\x06caller\x18\x04 \x01(\tR\x06caller\x12:\n" +
+	"\x04file\x18\x1e \x01(\v2&.kruntimes.runtime.v1.WriteFileRequestR\x04file\"\xac\x01\n" +
 	"\x10FollowLogRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
@@ -533,10 +704,12 @@ const file_runtimed_proto_rawDesc = "" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"=\n" +
 	"\rFunctionError\x12\x12\n" +
 	"\x04type\x18\x01 \x01(\tR\x04type\x12\x18\n" +
-	"\amessage\x18\x02 \x01(\tR\amessage2\xc2\x01\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage2\xfa\x02\n" +
 	"\bRuntimed\x12U\n" +
 	"\x06Invoke\x12$.kruntimes.runtimed.v1.InvokeRequest\x1a%.kruntimes.runtimed.v1.InvokeResponse\x12_\n" +
-	"\tFollowLog\x12'.kruntimes.runtimed.v1.FollowLogRequest\x1a'.kruntimes.runtime.v1.FollowLogResponse0\x01B)Z'kruntimes.io/kruntimes/proto/runtimedv1b\x06proto3"
+	"\tFollowLog\x12'.kruntimes.runtimed.v1.FollowLogRequest\x1a'.kruntimes.runtime.v1.FollowLogResponse0\x01\x12U\n" +
+	"\bReadFile\x12&.kruntimes.runtimed.v1.ReadFileRequest\x1a\x1f.kruntimes.runtime.v1.FileChunk0\x01\x12_\n" +
+	"\tWriteFile\x12'.kruntimes.runtimed.v1.WriteFileRequest\x1a'.kruntimes.runtime.v1.WriteFileResponse(\x01B)Z'kruntimes.io/kruntimes/proto/runtimedv1b\x06proto3"
 
 var (
 	file_runtimed_proto_rawDescOnce sync.Once
@@ -550,31 +723,41 @@ func file_runtimed_proto_rawDescGZIP() []byte {
 	return file_runtimed_proto_rawDescData
 }
 
-var file_runtimed_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_runtimed_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_runtimed_proto_goTypes = []any{
-	(*FollowLogRequest)(nil),                 // 0: kruntimes.runtimed.v1.FollowLogRequest
-	(*InvokeRequest)(nil),                    // 1: kruntimes.runtimed.v1.InvokeRequest
-	(*InvokeResponse)(nil),                   // 2: kruntimes.runtimed.v1.InvokeResponse
-	(*FunctionError)(nil),                    // 3: kruntimes.runtimed.v1.FunctionError
-	nil,                                      // 4: kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
-	(*runtimev1.InvokeFunctionRequest)(nil),  // 5: kruntimes.runtime.v1.InvokeFunctionRequest
-	(*runtimev1.InvokeFunctionResponse)(nil), // 6: kruntimes.runtime.v1.InvokeFunctionResponse
-	(*runtimev1.FollowLogResponse)(nil),      // 7: kruntimes.runtime.v1.FollowLogResponse
+	(*ReadFileRequest)(nil),                  // 0: kruntimes.runtimed.v1.ReadFileRequest
+	(*WriteFileRequest)(nil),                 // 1: kruntimes.runtimed.v1.WriteFileRequest
+	(*FollowLogRequest)(nil),                 // 2: kruntimes.runtimed.v1.FollowLogRequest
+	(*InvokeRequest)(nil),                    // 3: kruntimes.runtimed.v1.InvokeRequest
+	(*InvokeResponse)(nil),                   // 4: kruntimes.runtimed.v1.InvokeResponse
+	(*FunctionError)(nil),                    // 5: kruntimes.runtimed.v1.FunctionError
+	nil,                                      // 6: kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
+	(*runtimev1.WriteFileRequest)(nil),       // 7: kruntimes.runtime.v1.WriteFileRequest
+	(*runtimev1.InvokeFunctionRequest)(nil),  // 8: kruntimes.runtime.v1.InvokeFunctionRequest
+	(*runtimev1.InvokeFunctionResponse)(nil), // 9: kruntimes.runtime.v1.InvokeFunctionResponse
+	(*runtimev1.FollowLogResponse)(nil),      // 10: kruntimes.runtime.v1.FollowLogResponse
+	(*runtimev1.FileChunk)(nil),              // 11: kruntimes.runtime.v1.FileChunk
+	(*runtimev1.WriteFileResponse)(nil),      // 12: kruntimes.runtime.v1.WriteFileResponse
 }
 var file_runtimed_proto_depIdxs = []int32{
-	5, // 0: kruntimes.runtimed.v1.InvokeRequest.invocation:type_name -> kruntimes.runtime.v1.InvokeFunctionRequest
-	6, // 1: kruntimes.runtimed.v1.InvokeResponse.result:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse
-	4, // 2: kruntimes.runtimed.v1.InvokeResponse.outputs:type_name -> kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
-	3, // 3: kruntimes.runtimed.v1.InvokeResponse.error:type_name -> kruntimes.runtimed.v1.FunctionError
-	1, // 4: kruntimes.runtimed.v1.Runtimed.Invoke:input_type -> kruntimes.runtimed.v1.InvokeRequest
-	0, // 5: kruntimes.runtimed.v1.Runtimed.FollowLog:input_type -> kruntimes.runtimed.v1.FollowLogRequest
-	2, // 6: kruntimes.runtimed.v1.Runtimed.Invoke:output_type -> kruntimes.runtimed.v1.InvokeResponse
-	7, // 7: kruntimes.runtimed.v1.Runtimed.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
-	6, // [6:8] is the sub-list for method output_type
-	4, // [4:6] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	7,  // 0: kruntimes.runtimed.v1.WriteFileRequest.file:type_name -> kruntimes.runtime.v1.WriteFileRequest
+	8,  // 1: kruntimes.runtimed.v1.InvokeRequest.invocation:type_name -> kruntimes.runtime.v1.InvokeFunctionRequest
+	9,  // 2: kruntimes.runtimed.v1.InvokeResponse.result:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse
+	6,  // 3: kruntimes.runtimed.v1.InvokeResponse.outputs:type_name -> kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
+	5,  // 4: kruntimes.runtimed.v1.InvokeResponse.error:type_name -> kruntimes.runtimed.v1.FunctionError
+	3,  // 5: kruntimes.runtimed.v1.Runtimed.Invoke:input_type -> kruntimes.runtimed.v1.InvokeRequest
+	2,  // 6: kruntimes.runtimed.v1.Runtimed.FollowLog:input_type -> kruntimes.runtimed.v1.FollowLogRequest
+	0,  // 7: kruntimes.runtimed.v1.Runtimed.ReadFile:input_type -> kruntimes.runtimed.v1.ReadFileRequest
+	1,  // 8: kruntimes.runtimed.v1.Runtimed.WriteFile:input_type -> kruntimes.runtimed.v1.WriteFileRequest
+	4,  // 9: kruntimes.runtimed.v1.Runtimed.Invoke:output_type -> kruntimes.runtimed.v1.InvokeResponse
+	10, // 10: kruntimes.runtimed.v1.Runtimed.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	11, // 11: kruntimes.runtimed.v1.Runtimed.ReadFile:output_type -> kruntimes.runtime.v1.FileChunk
+	12, // 12: kruntimes.runtimed.v1.Runtimed.WriteFile:output_type -> kruntimes.runtime.v1.WriteFileResponse
+	9,  // [9:13] is the sub-list for method output_type
+	5,  // [5:9] is the sub-list for method input_type
+	5,  // [5:5] is the sub-list for extension type_name
+	5,  // [5:5] is the sub-list for extension extendee
+	0,  // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_runtimed_proto_init() }
@@ -588,7 +771,7 @@ func file_runtimed_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtimed_proto_rawDesc), len(file_runtimed_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,8 @@ const _ = grpc.SupportPackageIsVersion9
 const (
 	Runtimed_Invoke_FullMethodName    = "/kruntimes.runtimed.v1.Runtimed/Invoke"
 	Runtimed_FollowLog_FullMethodName = "/kruntimes.runtimed.v1.Runtimed/FollowLog"
+	Runtimed_ReadFile_FullMethodName  = "/kruntimes.runtimed.v1.Runtimed/ReadFile"
+	Runtimed_WriteFile_FullMethodName = "/kruntimes.runtimed.v1.Runtimed/WriteFile"
 )
 
 // RuntimedClient is the client API for Runtimed service.
@@ -60,6 +62,17 @@ type RuntimedClient interface {
 	// runtimed holds a registration of exactly that attempt on this Pod that
 	// accepts invokes (FailedPrecondition otherwise), until it ends.
 	FollowLog(ctx context.Context, in *FollowLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FollowLogResponse], error)
+	// ReadFile streams a file of a sandbox's workspace from the Runtime
+	// Server (kruntimes.runtime.v1.FunctionRuntime.ReadFile), chunk by
+	// chunk. The fencing tuple is admitted as an invocation's would be:
+	// FailedPrecondition unless runtimed holds a registration of exactly
+	// that attempt on this Pod that accepts invokes.
+	ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FileChunk], error)
+	// WriteFile writes a file of a sandbox's workspace through the Runtime
+	// Server (kruntimes.runtime.v1.FunctionRuntime.WriteFile), message by
+	// message: the first carries the fencing tuple, admitted as ReadFile's.
+	// The file is replaced only when the stream ends without an error.
+	WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteFileRequest, runtimev1.WriteFileResponse], error)
 }
 
 type runtimedClient struct {
@@ -99,6 +112,38 @@ func (c *runtimedClient) FollowLog(ctx context.Context, in *FollowLogRequest, op
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Runtimed_FollowLogClient = grpc.ServerStreamingClient[runtimev1.FollowLogResponse]
 
+func (c *runtimedClient) ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FileChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Runtimed_ServiceDesc.Streams[1], Runtimed_ReadFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadFileRequest, runtimev1.FileChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Runtimed_ReadFileClient = grpc.ServerStreamingClient[runtimev1.FileChunk]
+
+func (c *runtimedClient) WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteFileRequest, runtimev1.WriteFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Runtimed_ServiceDesc.Streams[2], Runtimed_WriteFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WriteFileRequest, runtimev1.WriteFileResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Runtimed_WriteFileClient = grpc.ClientStreamingClient[WriteFileRequest, runtimev1.WriteFileResponse]
+
 // RuntimedServer is the server API for Runtimed service.
 // All implementations must embed UnimplementedRuntimedServer
 // for forward compatibility.
@@ -129,6 +174,17 @@ type RuntimedServer interface {
 	// runtimed holds a registration of exactly that attempt on this Pod that
 	// accepts invokes (FailedPrecondition otherwise), until it ends.
 	FollowLog(*FollowLogRequest, grpc.ServerStreamingServer[runtimev1.FollowLogResponse]) error
+	// ReadFile streams a file of a sandbox's workspace from the Runtime
+	// Server (kruntimes.runtime.v1.FunctionRuntime.ReadFile), chunk by
+	// chunk. The fencing tuple is admitted as an invocation's would be:
+	// FailedPrecondition unless runtimed holds a registration of exactly
+	// that attempt on this Pod that accepts invokes.
+	ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[runtimev1.FileChunk]) error
+	// WriteFile writes a file of a sandbox's workspace through the Runtime
+	// Server (kruntimes.runtime.v1.FunctionRuntime.WriteFile), message by
+	// message: the first carries the fencing tuple, admitted as ReadFile's.
+	// The file is replaced only when the stream ends without an error.
+	WriteFile(grpc.ClientStreamingServer[WriteFileRequest, runtimev1.WriteFileResponse]) error
 	mustEmbedUnimplementedRuntimedServer()
 }
 
@@ -144,6 +200,12 @@ func (UnimplementedRuntimedServer) Invoke(context.Context, *InvokeRequest) (*Inv
 }
 func (UnimplementedRuntimedServer) FollowLog(*FollowLogRequest, grpc.ServerStreamingServer[runtimev1.FollowLogResponse]) error {
 	return status.Error(codes.Unimplemented, "method FollowLog not implemented")
+}
+func (UnimplementedRuntimedServer) ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[runtimev1.FileChunk]) error {
+	return status.Error(codes.Unimplemented, "method ReadFile not implemented")
+}
+func (UnimplementedRuntimedServer) WriteFile(grpc.ClientStreamingServer[WriteFileRequest, runtimev1.WriteFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method WriteFile not implemented")
 }
 func (UnimplementedRuntimedServer) mustEmbedUnimplementedRuntimedServer() {}
 func (UnimplementedRuntimedServer) testEmbeddedByValue()                  {}
@@ -195,6 +257,24 @@ func _Runtimed_FollowLog_Handler(srv interface{}, stream grpc.ServerStream) erro
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Runtimed_FollowLogServer = grpc.ServerStreamingServer[runtimev1.FollowLogResponse]
 
+func _Runtimed_ReadFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(RuntimedServer).ReadFile(m, &grpc.GenericServerStream[ReadFileRequest, runtimev1.FileChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Runtimed_ReadFileServer = grpc.ServerStreamingServer[runtimev1.FileChunk]
+
+func _Runtimed_WriteFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(RuntimedServer).WriteFile(&grpc.GenericServerStream[WriteFileRequest, runtimev1.WriteFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Runtimed_WriteFileServer = grpc.ClientStreamingServer[WriteFileRequest, runtimev1.WriteFileResponse]
+
 // Runtimed_ServiceDesc is the grpc.ServiceDesc for Runtimed service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -212,6 +292,16 @@ var Runtimed_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "FollowLog",
 			Handler:       _Runtimed_FollowLog_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ReadFile",
+			Handler:       _Runtimed_ReadFile_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WriteFile",
+			Handler:       _Runtimed_WriteFile_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "runtimed.proto",

@@ -195,6 +195,234 @@ func (FunctionState) EnumDescriptor() ([]byte, []int) {
 	return file_runtime_proto_rawDescGZIP(), []int{2}
 }
 
+type ReadFileRequest struct {
+	state          protoimpl.MessageState `protogen:"open.v1"`
+	RunUid         string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
+	RegistrationId string                 `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
+	Path           string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ReadFileRequest) Reset() {
+	*x = ReadFileRequest{}
+	mi := &file_runtime_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFileRequest) ProtoMessage() {}
+
+func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
+func (*ReadFileRequest) Descriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ReadFileRequest) GetRunUid() string {
+	if x != nil {
+		return x.RunUid
+	}
+	return ""
+}
+
+func (x *ReadFileRequest) GetRegistrationId() string {
+	if x != nil {
+		return x.RegistrationId
+	}
+	return ""
+}
+
+func (x *ReadFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// FileChunk is a stretch of a file, in order.
+type FileChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileChunk) Reset() {
+	*x = FileChunk{}
+	mi := &file_runtime_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileChunk) ProtoMessage() {}
+
+func (x *FileChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
+func (*FileChunk) Descriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *FileChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type WriteFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The first message names the registration and the file; later
+	// messages leave them empty.
+	RunUid         string `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
+	RegistrationId string `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
+	Path           string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	Data           []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *WriteFileRequest) Reset() {
+	*x = WriteFileRequest{}
+	mi := &file_runtime_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteFileRequest) ProtoMessage() {}
+
+func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
+func (*WriteFileRequest) Descriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WriteFileRequest) GetRunUid() string {
+	if x != nil {
+		return x.RunUid
+	}
+	return ""
+}
+
+func (x *WriteFileRequest) GetRegistrationId() string {
+	if x != nil {
+		return x.RegistrationId
+	}
+	return ""
+}
+
+func (x *WriteFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WriteFileRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type WriteFileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The path as the request gave it, and the size written.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Size          int64  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteFileResponse) Reset() {
+	*x = WriteFileResponse{}
+	mi := &file_runtime_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteFileResponse) ProtoMessage() {}
+
+func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_runtime_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
+func (*WriteFileResponse) Descriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *WriteFileResponse) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WriteFileResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 type EnvVar struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -205,7 +433,7 @@ type EnvVar struct {
 
 func (x *EnvVar) Reset() {
 	*x = EnvVar{}
-	mi := &file_runtime_proto_msgTypes[0]
+	mi := &file_runtime_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -217,7 +445,7 @@ func (x *EnvVar) String() string {
 func (*EnvVar) ProtoMessage() {}
 
 func (x *EnvVar) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[0]
+	mi := &file_runtime_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -230,7 +458,7 @@ func (x *EnvVar) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EnvVar.ProtoReflect.Descriptor instead.
 func (*EnvVar) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{0}
+	return file_runtime_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *EnvVar) GetName() string {
@@ -267,7 +495,7 @@ type ExecuteRequest struct {
 
 func (x *ExecuteRequest) Reset() {
 	*x = ExecuteRequest{}
-	mi := &file_runtime_proto_msgTypes[1]
+	mi := &file_runtime_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -279,7 +507,7 @@ func (x *ExecuteRequest) String() string {
 func (*ExecuteRequest) ProtoMessage() {}
 
 func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[1]
+	mi := &file_runtime_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -292,7 +520,7 @@ func (x *ExecuteRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecuteRequest.ProtoReflect.Descriptor instead.
 func (*ExecuteRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{1}
+	return file_runtime_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ExecuteRequest) GetTaskId() string {
@@ -376,7 +604,7 @@ type Entrypoint struct {
 
 func (x *Entrypoint) Reset() {
 	*x = Entrypoint{}
-	mi := &file_runtime_proto_msgTypes[2]
+	mi := &file_runtime_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -388,7 +616,7 @@ func (x *Entrypoint) String() string {
 func (*Entrypoint) ProtoMessage() {}
 
 func (x *Entrypoint) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[2]
+	mi := &file_runtime_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -401,7 +629,7 @@ func (x *Entrypoint) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entrypoint.ProtoReflect.Descriptor instead.
 func (*Entrypoint) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{2}
+	return file_runtime_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Entrypoint) GetPath() string {
@@ -428,7 +656,7 @@ type WaitRequest struct {
 
 func (x *WaitRequest) Reset() {
 	*x = WaitRequest{}
-	mi := &file_runtime_proto_msgTypes[3]
+	mi := &file_runtime_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -440,7 +668,7 @@ func (x *WaitRequest) String() string {
 func (*WaitRequest) ProtoMessage() {}
 
 func (x *WaitRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[3]
+	mi := &file_runtime_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -453,7 +681,7 @@ func (x *WaitRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WaitRequest.ProtoReflect.Descriptor instead.
 func (*WaitRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{3}
+	return file_runtime_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *WaitRequest) GetTaskId() string {
@@ -480,7 +708,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_runtime_proto_msgTypes[4]
+	mi := &file_runtime_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -492,7 +720,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[4]
+	mi := &file_runtime_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -505,7 +733,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{4}
+	return file_runtime_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *StatusRequest) GetTaskId() string {
@@ -551,7 +779,7 @@ type TaskStatus struct {
 
 func (x *TaskStatus) Reset() {
 	*x = TaskStatus{}
-	mi := &file_runtime_proto_msgTypes[5]
+	mi := &file_runtime_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -563,7 +791,7 @@ func (x *TaskStatus) String() string {
 func (*TaskStatus) ProtoMessage() {}
 
 func (x *TaskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[5]
+	mi := &file_runtime_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -576,7 +804,7 @@ func (x *TaskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStatus.ProtoReflect.Descriptor instead.
 func (*TaskStatus) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{5}
+	return file_runtime_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TaskStatus) GetTaskId() string {
@@ -684,7 +912,7 @@ type LogChunk struct {
 
 func (x *LogChunk) Reset() {
 	*x = LogChunk{}
-	mi := &file_runtime_proto_msgTypes[6]
+	mi := &file_runtime_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -696,7 +924,7 @@ func (x *LogChunk) String() string {
 func (*LogChunk) ProtoMessage() {}
 
 func (x *LogChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[6]
+	mi := &file_runtime_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -709,7 +937,7 @@ func (x *LogChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use LogChunk.ProtoReflect.Descriptor instead.
 func (*LogChunk) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{6}
+	return file_runtime_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *LogChunk) GetStream() LogStream {
@@ -754,7 +982,7 @@ type TaskLog struct {
 
 func (x *TaskLog) Reset() {
 	*x = TaskLog{}
-	mi := &file_runtime_proto_msgTypes[7]
+	mi := &file_runtime_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +994,7 @@ func (x *TaskLog) String() string {
 func (*TaskLog) ProtoMessage() {}
 
 func (x *TaskLog) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[7]
+	mi := &file_runtime_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +1007,7 @@ func (x *TaskLog) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskLog.ProtoReflect.Descriptor instead.
 func (*TaskLog) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{7}
+	return file_runtime_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskLog) GetChunks() []*LogChunk {
@@ -814,7 +1042,7 @@ type FollowLogRequest struct {
 
 func (x *FollowLogRequest) Reset() {
 	*x = FollowLogRequest{}
-	mi := &file_runtime_proto_msgTypes[8]
+	mi := &file_runtime_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -826,7 +1054,7 @@ func (x *FollowLogRequest) String() string {
 func (*FollowLogRequest) ProtoMessage() {}
 
 func (x *FollowLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[8]
+	mi := &file_runtime_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -839,7 +1067,7 @@ func (x *FollowLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowLogRequest.ProtoReflect.Descriptor instead.
 func (*FollowLogRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{8}
+	return file_runtime_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FollowLogRequest) GetTaskId() string {
@@ -874,7 +1102,7 @@ type FollowLogResponse struct {
 
 func (x *FollowLogResponse) Reset() {
 	*x = FollowLogResponse{}
-	mi := &file_runtime_proto_msgTypes[9]
+	mi := &file_runtime_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -886,7 +1114,7 @@ func (x *FollowLogResponse) String() string {
 func (*FollowLogResponse) ProtoMessage() {}
 
 func (x *FollowLogResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[9]
+	mi := &file_runtime_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -899,7 +1127,7 @@ func (x *FollowLogResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowLogResponse.ProtoReflect.Descriptor instead.
 func (*FollowLogResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{9}
+	return file_runtime_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FollowLogResponse) GetOffset() int64 {
@@ -939,7 +1167,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_runtime_proto_msgTypes[10]
+	mi := &file_runtime_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -951,7 +1179,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[10]
+	mi := &file_runtime_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -964,7 +1192,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{10}
+	return file_runtime_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CancelRequest) GetTaskId() string {
@@ -982,7 +1210,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_runtime_proto_msgTypes[11]
+	mi := &file_runtime_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1222,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[11]
+	mi := &file_runtime_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1235,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{11}
+	return file_runtime_proto_rawDescGZIP(), []int{15}
 }
 
 type ForgetRequest struct {
@@ -1019,7 +1247,7 @@ type ForgetRequest struct {
 
 func (x *ForgetRequest) Reset() {
 	*x = ForgetRequest{}
-	mi := &file_runtime_proto_msgTypes[12]
+	mi := &file_runtime_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1031,7 +1259,7 @@ func (x *ForgetRequest) String() string {
 func (*ForgetRequest) ProtoMessage() {}
 
 func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[12]
+	mi := &file_runtime_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1044,7 +1272,7 @@ func (x *ForgetRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetRequest.ProtoReflect.Descriptor instead.
 func (*ForgetRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{12}
+	return file_runtime_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ForgetRequest) GetTaskId() string {
@@ -1062,7 +1290,7 @@ type ForgetResponse struct {
 
 func (x *ForgetResponse) Reset() {
 	*x = ForgetResponse{}
-	mi := &file_runtime_proto_msgTypes[13]
+	mi := &file_runtime_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1074,7 +1302,7 @@ func (x *ForgetResponse) String() string {
 func (*ForgetResponse) ProtoMessage() {}
 
 func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[13]
+	mi := &file_runtime_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1087,7 +1315,7 @@ func (x *ForgetResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ForgetResponse.ProtoReflect.Descriptor instead.
 func (*ForgetResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{13}
+	return file_runtime_proto_rawDescGZIP(), []int{17}
 }
 
 type ListRequest struct {
@@ -1098,7 +1326,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_runtime_proto_msgTypes[14]
+	mi := &file_runtime_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1110,7 +1338,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[14]
+	mi := &file_runtime_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1123,7 +1351,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{14}
+	return file_runtime_proto_rawDescGZIP(), []int{18}
 }
 
 type ListResponse struct {
@@ -1135,7 +1363,7 @@ type ListResponse struct {
 
 func (x *ListResponse) Reset() {
 	*x = ListResponse{}
-	mi := &file_runtime_proto_msgTypes[15]
+	mi := &file_runtime_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1147,7 +1375,7 @@ func (x *ListResponse) String() string {
 func (*ListResponse) ProtoMessage() {}
 
 func (x *ListResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[15]
+	mi := &file_runtime_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1160,7 +1388,7 @@ func (x *ListResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListResponse.ProtoReflect.Descriptor instead.
 func (*ListResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{15}
+	return file_runtime_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ListResponse) GetTasks() []*TaskStatus {
@@ -1178,7 +1406,7 @@ type HealthRequest struct {
 
 func (x *HealthRequest) Reset() {
 	*x = HealthRequest{}
-	mi := &file_runtime_proto_msgTypes[16]
+	mi := &file_runtime_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1418,7 @@ func (x *HealthRequest) String() string {
 func (*HealthRequest) ProtoMessage() {}
 
 func (x *HealthRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[16]
+	mi := &file_runtime_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1431,7 @@ func (x *HealthRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthRequest.ProtoReflect.Descriptor instead.
 func (*HealthRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{16}
+	return file_runtime_proto_rawDescGZIP(), []int{20}
 }
 
 type HealthResponse struct {
@@ -1219,7 +1447,7 @@ type HealthResponse struct {
 
 func (x *HealthResponse) Reset() {
 	*x = HealthResponse{}
-	mi := &file_runtime_proto_msgTypes[17]
+	mi := &file_runtime_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1231,7 +1459,7 @@ func (x *HealthResponse) String() string {
 func (*HealthResponse) ProtoMessage() {}
 
 func (x *HealthResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[17]
+	mi := &file_runtime_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1244,7 +1472,7 @@ func (x *HealthResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthResponse.ProtoReflect.Descriptor instead.
 func (*HealthResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{17}
+	return file_runtime_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *HealthResponse) GetServing() bool {
@@ -1291,7 +1519,7 @@ type RegisterFunctionRequest struct {
 
 func (x *RegisterFunctionRequest) Reset() {
 	*x = RegisterFunctionRequest{}
-	mi := &file_runtime_proto_msgTypes[18]
+	mi := &file_runtime_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1303,7 +1531,7 @@ func (x *RegisterFunctionRequest) String() string {
 func (*RegisterFunctionRequest) ProtoMessage() {}
 
 func (x *RegisterFunctionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[18]
+	mi := &file_runtime_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1316,7 +1544,7 @@ func (x *RegisterFunctionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegisterFunctionRequest.ProtoReflect.Descriptor instead.
 func (*RegisterFunctionRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{18}
+	return file_runtime_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *RegisterFunctionRequest) GetRunUid() string {
@@ -1378,7 +1606,7 @@ type FunctionStatusRequest struct {
 
 func (x *FunctionStatusRequest) Reset() {
 	*x = FunctionStatusRequest{}
-	mi := &file_runtime_proto_msgTypes[19]
+	mi := &file_runtime_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1618,7 @@ func (x *FunctionStatusRequest) String() string {
 func (*FunctionStatusRequest) ProtoMessage() {}
 
 func (x *FunctionStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[19]
+	mi := &file_runtime_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1631,7 @@ func (x *FunctionStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FunctionStatusRequest.ProtoReflect.Descriptor instead.
 func (*FunctionStatusRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{19}
+	return file_runtime_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *FunctionStatusRequest) GetRunUid() string {
@@ -1443,7 +1671,7 @@ type RegistrationStatus struct {
 
 func (x *RegistrationStatus) Reset() {
 	*x = RegistrationStatus{}
-	mi := &file_runtime_proto_msgTypes[20]
+	mi := &file_runtime_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1683,7 @@ func (x *RegistrationStatus) String() string {
 func (*RegistrationStatus) ProtoMessage() {}
 
 func (x *RegistrationStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[20]
+	mi := &file_runtime_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1696,7 @@ func (x *RegistrationStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RegistrationStatus.ProtoReflect.Descriptor instead.
 func (*RegistrationStatus) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{20}
+	return file_runtime_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RegistrationStatus) GetRunUid() string {
@@ -1555,7 +1783,7 @@ type InvokeFunctionRequest struct {
 
 func (x *InvokeFunctionRequest) Reset() {
 	*x = InvokeFunctionRequest{}
-	mi := &file_runtime_proto_msgTypes[21]
+	mi := &file_runtime_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1795,7 @@ func (x *InvokeFunctionRequest) String() string {
 func (*InvokeFunctionRequest) ProtoMessage() {}
 
 func (x *InvokeFunctionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[21]
+	mi := &file_runtime_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1808,7 @@ func (x *InvokeFunctionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeFunctionRequest.ProtoReflect.Descriptor instead.
 func (*InvokeFunctionRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{21}
+	return file_runtime_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *InvokeFunctionRequest) GetRunUid() string {
@@ -1640,7 +1868,7 @@ type FunctionError struct {
 
 func (x *FunctionError) Reset() {
 	*x = FunctionError{}
-	mi := &file_runtime_proto_msgTypes[22]
+	mi := &file_runtime_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1652,7 +1880,7 @@ func (x *FunctionError) String() string {
 func (*FunctionError) ProtoMessage() {}
 
 func (x *FunctionError) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[22]
+	mi := &file_runtime_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1665,7 +1893,7 @@ func (x *FunctionError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FunctionError.ProtoReflect.Descriptor instead.
 func (*FunctionError) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{22}
+	return file_runtime_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FunctionError) GetType() string {
@@ -1715,7 +1943,7 @@ type InvokeFunctionResponse struct {
 
 func (x *InvokeFunctionResponse) Reset() {
 	*x = InvokeFunctionResponse{}
-	mi := &file_runtime_proto_msgTypes[23]
+	mi := &file_runtime_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1727,7 +1955,7 @@ func (x *InvokeFunctionResponse) String() string {
 func (*InvokeFunctionResponse) ProtoMessage() {}
 
 func (x *InvokeFunctionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[23]
+	mi := &file_runtime_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1740,7 +1968,7 @@ func (x *InvokeFunctionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InvokeFunctionResponse.ProtoReflect.Descriptor instead.
 func (*InvokeFunctionResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{23}
+	return file_runtime_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *InvokeFunctionResponse) GetInvocationId() string {
@@ -1843,7 +2071,7 @@ type UnregisterFunctionRequest struct {
 
 func (x *UnregisterFunctionRequest) Reset() {
 	*x = UnregisterFunctionRequest{}
-	mi := &file_runtime_proto_msgTypes[24]
+	mi := &file_runtime_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +2083,7 @@ func (x *UnregisterFunctionRequest) String() string {
 func (*UnregisterFunctionRequest) ProtoMessage() {}
 
 func (x *UnregisterFunctionRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[24]
+	mi := &file_runtime_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2096,7 @@ func (x *UnregisterFunctionRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterFunctionRequest.ProtoReflect.Descriptor instead.
 func (*UnregisterFunctionRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{24}
+	return file_runtime_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *UnregisterFunctionRequest) GetRunUid() string {
@@ -1916,7 +2144,7 @@ type UnregisterFunctionResponse struct {
 
 func (x *UnregisterFunctionResponse) Reset() {
 	*x = UnregisterFunctionResponse{}
-	mi := &file_runtime_proto_msgTypes[25]
+	mi := &file_runtime_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1928,7 +2156,7 @@ func (x *UnregisterFunctionResponse) String() string {
 func (*UnregisterFunctionResponse) ProtoMessage() {}
 
 func (x *UnregisterFunctionResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[25]
+	mi := &file_runtime_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1941,7 +2169,7 @@ func (x *UnregisterFunctionResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnregisterFunctionResponse.ProtoReflect.Descriptor instead.
 func (*UnregisterFunctionResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{25}
+	return file_runtime_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *UnregisterFunctionResponse) GetCancelledInFlight() bool {
@@ -1968,7 +2196,7 @@ type FollowFunctionLogRequest struct {
 
 func (x *FollowFunctionLogRequest) Reset() {
 	*x = FollowFunctionLogRequest{}
-	mi := &file_runtime_proto_msgTypes[26]
+	mi := &file_runtime_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1980,7 +2208,7 @@ func (x *FollowFunctionLogRequest) String() string {
 func (*FollowFunctionLogRequest) ProtoMessage() {}
 
 func (x *FollowFunctionLogRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[26]
+	mi := &file_runtime_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1993,7 +2221,7 @@ func (x *FollowFunctionLogRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FollowFunctionLogRequest.ProtoReflect.Descriptor instead.
 func (*FollowFunctionLogRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{26}
+	return file_runtime_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FollowFunctionLogRequest) GetRunUid() string {
@@ -2032,7 +2260,7 @@ type ListFunctionsRequest struct {
 
 func (x *ListFunctionsRequest) Reset() {
 	*x = ListFunctionsRequest{}
-	mi := &file_runtime_proto_msgTypes[27]
+	mi := &file_runtime_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2044,7 +2272,7 @@ func (x *ListFunctionsRequest) String() string {
 func (*ListFunctionsRequest) ProtoMessage() {}
 
 func (x *ListFunctionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[27]
+	mi := &file_runtime_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2057,7 +2285,7 @@ func (x *ListFunctionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFunctionsRequest.ProtoReflect.Descriptor instead.
 func (*ListFunctionsRequest) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{27}
+	return file_runtime_proto_rawDescGZIP(), []int{31}
 }
 
 type ListFunctionsResponse struct {
@@ -2069,7 +2297,7 @@ type ListFunctionsResponse struct {
 
 func (x *ListFunctionsResponse) Reset() {
 	*x = ListFunctionsResponse{}
-	mi := &file_runtime_proto_msgTypes[28]
+	mi := &file_runtime_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2081,7 +2309,7 @@ func (x *ListFunctionsResponse) String() string {
 func (*ListFunctionsResponse) ProtoMessage() {}
 
 func (x *ListFunctionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[28]
+	mi := &file_runtime_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2094,7 +2322,7 @@ func (x *ListFunctionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFunctionsResponse.ProtoReflect.Descriptor instead.
 func (*ListFunctionsResponse) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{28}
+	return file_runtime_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ListFunctionsResponse) GetRegistrations() []*RegistrationStatus {
@@ -2119,7 +2347,7 @@ type NotStarted struct {
 
 func (x *NotStarted) Reset() {
 	*x = NotStarted{}
-	mi := &file_runtime_proto_msgTypes[29]
+	mi := &file_runtime_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2359,7 @@ func (x *NotStarted) String() string {
 func (*NotStarted) ProtoMessage() {}
 
 func (x *NotStarted) ProtoReflect() protoreflect.Message {
-	mi := &file_runtime_proto_msgTypes[29]
+	mi := &file_runtime_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,14 +2372,28 @@ func (x *NotStarted) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NotStarted.ProtoReflect.Descriptor instead.
 func (*NotStarted) Descriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{29}
+	return file_runtime_proto_rawDescGZIP(), []int{33}
 }
 
 var File_runtime_proto protoreflect.FileDescriptor
 
 const file_runtime_proto_rawDesc = "" +
 	"\n" +
-	"\rruntime.proto\x12\x14kruntimes.runtime.v1\"2\n" +
+	"\rruntime.proto\x12\x14kruntimes.runtime.v1\"g\n" +
+	"\x0fReadFileRequest\x12\x17\n" +
+	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12'\n" +
+	"\x0fregistration_id\x18\x02 \x01(\tR\x0eregistrationId\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\"\x1f\n" +
+	"\tFileChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"|\n" +
+	"\x10WriteFileRequest\x12\x17\n" +
+	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12'\n" +
+	"\x0fregistration_id\x18\x02 \x01(\tR\x0eregistrationId\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\";\n" +
+	"\x11WriteFileResponse\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\"2\n" +
 	"\x06EnvVar\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\x8a\x02\n" +
@@ -2321,14 +2563,16 @@ const file_runtime_proto_rawDesc = "" +
 	"\x06Forget\x12#.kruntimes.runtime.v1.ForgetRequest\x1a$.kruntimes.runtime.v1.ForgetResponse\x12M\n" +
 	"\x04List\x12!.kruntimes.runtime.v1.ListRequest\x1a\".kruntimes.runtime.v1.ListResponse\x12^\n" +
 	"\tFollowLog\x12&.kruntimes.runtime.v1.FollowLogRequest\x1a'.kruntimes.runtime.v1.FollowLogResponse0\x01\x12S\n" +
-	"\x06Health\x12#.kruntimes.runtime.v1.HealthRequest\x1a$.kruntimes.runtime.v1.HealthResponse2\xa7\x05\n" +
+	"\x06Health\x12#.kruntimes.runtime.v1.HealthRequest\x1a$.kruntimes.runtime.v1.HealthResponse2\xdd\x06\n" +
 	"\x0fFunctionRuntime\x12k\n" +
 	"\x10RegisterFunction\x12-.kruntimes.runtime.v1.RegisterFunctionRequest\x1a(.kruntimes.runtime.v1.RegistrationStatus\x12g\n" +
 	"\x0eFunctionStatus\x12+.kruntimes.runtime.v1.FunctionStatusRequest\x1a(.kruntimes.runtime.v1.RegistrationStatus\x12k\n" +
 	"\x0eInvokeFunction\x12+.kruntimes.runtime.v1.InvokeFunctionRequest\x1a,.kruntimes.runtime.v1.InvokeFunctionResponse\x12w\n" +
 	"\x12UnregisterFunction\x12/.kruntimes.runtime.v1.UnregisterFunctionRequest\x1a0.kruntimes.runtime.v1.UnregisterFunctionResponse\x12h\n" +
 	"\rListFunctions\x12*.kruntimes.runtime.v1.ListFunctionsRequest\x1a+.kruntimes.runtime.v1.ListFunctionsResponse\x12n\n" +
-	"\x11FollowFunctionLog\x12..kruntimes.runtime.v1.FollowFunctionLogRequest\x1a'.kruntimes.runtime.v1.FollowLogResponse0\x01B(Z&kruntimes.io/kruntimes/proto/runtimev1b\x06proto3"
+	"\x11FollowFunctionLog\x12..kruntimes.runtime.v1.FollowFunctionLogRequest\x1a'.kruntimes.runtime.v1.FollowLogResponse0\x01\x12T\n" +
+	"\bReadFile\x12%.kruntimes.runtime.v1.ReadFileRequest\x1a\x1f.kruntimes.runtime.v1.FileChunk0\x01\x12^\n" +
+	"\tWriteFile\x12&.kruntimes.runtime.v1.WriteFileRequest\x1a'.kruntimes.runtime.v1.WriteFileResponse(\x01B(Z&kruntimes.io/kruntimes/proto/runtimev1b\x06proto3"
 
 var (
 	file_runtime_proto_rawDescOnce sync.Once
@@ -2343,89 +2587,97 @@ func file_runtime_proto_rawDescGZIP() []byte {
 }
 
 var file_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_runtime_proto_goTypes = []any{
 	(TaskState)(0),                     // 0: kruntimes.runtime.v1.TaskState
 	(LogStream)(0),                     // 1: kruntimes.runtime.v1.LogStream
 	(FunctionState)(0),                 // 2: kruntimes.runtime.v1.FunctionState
-	(*EnvVar)(nil),                     // 3: kruntimes.runtime.v1.EnvVar
-	(*ExecuteRequest)(nil),             // 4: kruntimes.runtime.v1.ExecuteRequest
-	(*Entrypoint)(nil),                 // 5: kruntimes.runtime.v1.Entrypoint
-	(*WaitRequest)(nil),                // 6: kruntimes.runtime.v1.WaitRequest
-	(*StatusRequest)(nil),              // 7: kruntimes.runtime.v1.StatusRequest
-	(*TaskStatus)(nil),                 // 8: kruntimes.runtime.v1.TaskStatus
-	(*LogChunk)(nil),                   // 9: kruntimes.runtime.v1.LogChunk
-	(*TaskLog)(nil),                    // 10: kruntimes.runtime.v1.TaskLog
-	(*FollowLogRequest)(nil),           // 11: kruntimes.runtime.v1.FollowLogRequest
-	(*FollowLogResponse)(nil),          // 12: kruntimes.runtime.v1.FollowLogResponse
-	(*CancelRequest)(nil),              // 13: kruntimes.runtime.v1.CancelRequest
-	(*CancelResponse)(nil),             // 14: kruntimes.runtime.v1.CancelResponse
-	(*ForgetRequest)(nil),              // 15: kruntimes.runtime.v1.ForgetRequest
-	(*ForgetResponse)(nil),             // 16: kruntimes.runtime.v1.ForgetResponse
-	(*ListRequest)(nil),                // 17: kruntimes.runtime.v1.ListRequest
-	(*ListResponse)(nil),               // 18: kruntimes.runtime.v1.ListResponse
-	(*HealthRequest)(nil),              // 19: kruntimes.runtime.v1.HealthRequest
-	(*HealthResponse)(nil),             // 20: kruntimes.runtime.v1.HealthResponse
-	(*RegisterFunctionRequest)(nil),    // 21: kruntimes.runtime.v1.RegisterFunctionRequest
-	(*FunctionStatusRequest)(nil),      // 22: kruntimes.runtime.v1.FunctionStatusRequest
-	(*RegistrationStatus)(nil),         // 23: kruntimes.runtime.v1.RegistrationStatus
-	(*InvokeFunctionRequest)(nil),      // 24: kruntimes.runtime.v1.InvokeFunctionRequest
-	(*FunctionError)(nil),              // 25: kruntimes.runtime.v1.FunctionError
-	(*InvokeFunctionResponse)(nil),     // 26: kruntimes.runtime.v1.InvokeFunctionResponse
-	(*UnregisterFunctionRequest)(nil),  // 27: kruntimes.runtime.v1.UnregisterFunctionRequest
-	(*UnregisterFunctionResponse)(nil), // 28: kruntimes.runtime.v1.UnregisterFunctionResponse
-	(*FollowFunctionLogRequest)(nil),   // 29: kruntimes.runtime.v1.FollowFunctionLogRequest
-	(*ListFunctionsRequest)(nil),       // 30: kruntimes.runtime.v1.ListFunctionsRequest
-	(*ListFunctionsResponse)(nil),      // 31: kruntimes.runtime.v1.ListFunctionsResponse
-	(*NotStarted)(nil),                 // 32: kruntimes.runtime.v1.NotStarted
-	nil,                                // 33: kruntimes.runtime.v1.TaskStatus.OutputsEntry
-	nil,                                // 34: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	(*ReadFileRequest)(nil),            // 3: kruntimes.runtime.v1.ReadFileRequest
+	(*FileChunk)(nil),                  // 4: kruntimes.runtime.v1.FileChunk
+	(*WriteFileRequest)(nil),           // 5: kruntimes.runtime.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),          // 6: kruntimes.runtime.v1.WriteFileResponse
+	(*EnvVar)(nil),                     // 7: kruntimes.runtime.v1.EnvVar
+	(*ExecuteRequest)(nil),             // 8: kruntimes.runtime.v1.ExecuteRequest
+	(*Entrypoint)(nil),                 // 9: kruntimes.runtime.v1.Entrypoint
+	(*WaitRequest)(nil),                // 10: kruntimes.runtime.v1.WaitRequest
+	(*StatusRequest)(nil),              // 11: kruntimes.runtime.v1.StatusRequest
+	(*TaskStatus)(nil),                 // 12: kruntimes.runtime.v1.TaskStatus
+	(*LogChunk)(nil),                   // 13: kruntimes.runtime.v1.LogChunk
+	(*TaskLog)(nil),                    // 14: kruntimes.runtime.v1.TaskLog
+	(*FollowLogRequest)(nil),           // 15: kruntimes.runtime.v1.FollowLogRequest
+	(*FollowLogResponse)(nil),          // 16: kruntimes.runtime.v1.FollowLogResponse
+	(*CancelRequest)(nil),              // 17: kruntimes.runtime.v1.CancelRequest
+	(*CancelResponse)(nil),             // 18: kruntimes.runtime.v1.CancelResponse
+	(*ForgetRequest)(nil),              // 19: kruntimes.runtime.v1.ForgetRequest
+	(*ForgetResponse)(nil),             // 20: kruntimes.runtime.v1.ForgetResponse
+	(*ListRequest)(nil),                // 21: kruntimes.runtime.v1.ListRequest
+	(*ListResponse)(nil),               // 22: kruntimes.runtime.v1.ListResponse
+	(*HealthRequest)(nil),              // 23: kruntimes.runtime.v1.HealthRequest
+	(*HealthResponse)(nil),             // 24: kruntimes.runtime.v1.HealthResponse
+	(*RegisterFunctionRequest)(nil),    // 25: kruntimes.runtime.v1.RegisterFunctionRequest
+	(*FunctionStatusRequest)(nil),      // 26: kruntimes.runtime.v1.FunctionStatusRequest
+	(*RegistrationStatus)(nil),         // 27: kruntimes.runtime.v1.RegistrationStatus
+	(*InvokeFunctionRequest)(nil),      // 28: kruntimes.runtime.v1.InvokeFunctionRequest
+	(*FunctionError)(nil),              // 29: kruntimes.runtime.v1.FunctionError
+	(*InvokeFunctionResponse)(nil),     // 30: kruntimes.runtime.v1.InvokeFunctionResponse
+	(*UnregisterFunctionRequest)(nil),  // 31: kruntimes.runtime.v1.UnregisterFunctionRequest
+	(*UnregisterFunctionResponse)(nil), // 32: kruntimes.runtime.v1.UnregisterFunctionResponse
+	(*FollowFunctionLogRequest)(nil),   // 33: kruntimes.runtime.v1.FollowFunctionLogRequest
+	(*ListFunctionsRequest)(nil),       // 34: kruntimes.runtime.v1.ListFunctionsRequest
+	(*ListFunctionsResponse)(nil),      // 35: kruntimes.runtime.v1.ListFunctionsResponse
+	(*NotStarted)(nil),                 // 36: kruntimes.runtime.v1.NotStarted
+	nil,                                // 37: kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	nil,                                // 38: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
 }
 var file_runtime_proto_depIdxs = []int32{
-	5,  // 0: kruntimes.runtime.v1.ExecuteRequest.entrypoint:type_name -> kruntimes.runtime.v1.Entrypoint
-	3,  // 1: kruntimes.runtime.v1.ExecuteRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
+	9,  // 0: kruntimes.runtime.v1.ExecuteRequest.entrypoint:type_name -> kruntimes.runtime.v1.Entrypoint
+	7,  // 1: kruntimes.runtime.v1.ExecuteRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
 	0,  // 2: kruntimes.runtime.v1.TaskStatus.state:type_name -> kruntimes.runtime.v1.TaskState
-	33, // 3: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
-	10, // 4: kruntimes.runtime.v1.TaskStatus.log:type_name -> kruntimes.runtime.v1.TaskLog
+	37, // 3: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	14, // 4: kruntimes.runtime.v1.TaskStatus.log:type_name -> kruntimes.runtime.v1.TaskLog
 	1,  // 5: kruntimes.runtime.v1.LogChunk.stream:type_name -> kruntimes.runtime.v1.LogStream
-	9,  // 6: kruntimes.runtime.v1.TaskLog.chunks:type_name -> kruntimes.runtime.v1.LogChunk
-	9,  // 7: kruntimes.runtime.v1.FollowLogResponse.chunks:type_name -> kruntimes.runtime.v1.LogChunk
-	8,  // 8: kruntimes.runtime.v1.ListResponse.tasks:type_name -> kruntimes.runtime.v1.TaskStatus
-	3,  // 9: kruntimes.runtime.v1.RegisterFunctionRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
+	13, // 6: kruntimes.runtime.v1.TaskLog.chunks:type_name -> kruntimes.runtime.v1.LogChunk
+	13, // 7: kruntimes.runtime.v1.FollowLogResponse.chunks:type_name -> kruntimes.runtime.v1.LogChunk
+	12, // 8: kruntimes.runtime.v1.ListResponse.tasks:type_name -> kruntimes.runtime.v1.TaskStatus
+	7,  // 9: kruntimes.runtime.v1.RegisterFunctionRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
 	2,  // 10: kruntimes.runtime.v1.RegistrationStatus.state:type_name -> kruntimes.runtime.v1.FunctionState
-	34, // 11: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
-	25, // 12: kruntimes.runtime.v1.InvokeFunctionResponse.error:type_name -> kruntimes.runtime.v1.FunctionError
-	23, // 13: kruntimes.runtime.v1.ListFunctionsResponse.registrations:type_name -> kruntimes.runtime.v1.RegistrationStatus
-	4,  // 14: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
-	6,  // 15: kruntimes.runtime.v1.Runtime.Wait:input_type -> kruntimes.runtime.v1.WaitRequest
-	7,  // 16: kruntimes.runtime.v1.Runtime.Status:input_type -> kruntimes.runtime.v1.StatusRequest
-	13, // 17: kruntimes.runtime.v1.Runtime.Cancel:input_type -> kruntimes.runtime.v1.CancelRequest
-	15, // 18: kruntimes.runtime.v1.Runtime.Forget:input_type -> kruntimes.runtime.v1.ForgetRequest
-	17, // 19: kruntimes.runtime.v1.Runtime.List:input_type -> kruntimes.runtime.v1.ListRequest
-	11, // 20: kruntimes.runtime.v1.Runtime.FollowLog:input_type -> kruntimes.runtime.v1.FollowLogRequest
-	19, // 21: kruntimes.runtime.v1.Runtime.Health:input_type -> kruntimes.runtime.v1.HealthRequest
-	21, // 22: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:input_type -> kruntimes.runtime.v1.RegisterFunctionRequest
-	22, // 23: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:input_type -> kruntimes.runtime.v1.FunctionStatusRequest
-	24, // 24: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:input_type -> kruntimes.runtime.v1.InvokeFunctionRequest
-	27, // 25: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:input_type -> kruntimes.runtime.v1.UnregisterFunctionRequest
-	30, // 26: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:input_type -> kruntimes.runtime.v1.ListFunctionsRequest
-	29, // 27: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:input_type -> kruntimes.runtime.v1.FollowFunctionLogRequest
-	8,  // 28: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
-	8,  // 29: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
-	8,  // 30: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
-	14, // 31: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
-	16, // 32: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
-	18, // 33: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
-	12, // 34: kruntimes.runtime.v1.Runtime.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
-	20, // 35: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
-	23, // 36: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	23, // 37: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	26, // 38: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
-	28, // 39: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
-	31, // 40: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:output_type -> kruntimes.runtime.v1.ListFunctionsResponse
-	12, // 41: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
-	28, // [28:42] is the sub-list for method output_type
-	14, // [14:28] is the sub-list for method input_type
+	38, // 11: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	29, // 12: kruntimes.runtime.v1.InvokeFunctionResponse.error:type_name -> kruntimes.runtime.v1.FunctionError
+	27, // 13: kruntimes.runtime.v1.ListFunctionsResponse.registrations:type_name -> kruntimes.runtime.v1.RegistrationStatus
+	8,  // 14: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
+	10, // 15: kruntimes.runtime.v1.Runtime.Wait:input_type -> kruntimes.runtime.v1.WaitRequest
+	11, // 16: kruntimes.runtime.v1.Runtime.Status:input_type -> kruntimes.runtime.v1.StatusRequest
+	17, // 17: kruntimes.runtime.v1.Runtime.Cancel:input_type -> kruntimes.runtime.v1.CancelRequest
+	19, // 18: kruntimes.runtime.v1.Runtime.Forget:input_type -> kruntimes.runtime.v1.ForgetRequest
+	21, // 19: kruntimes.runtime.v1.Runtime.List:input_type -> kruntimes.runtime.v1.ListRequest
+	15, // 20: kruntimes.runtime.v1.Runtime.FollowLog:input_type -> kruntimes.runtime.v1.FollowLogRequest
+	23, // 21: kruntimes.runtime.v1.Runtime.Health:input_type -> kruntimes.runtime.v1.HealthRequest
+	25, // 22: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:input_type -> kruntimes.runtime.v1.RegisterFunctionRequest
+	26, // 23: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:input_type -> kruntimes.runtime.v1.FunctionStatusRequest
+	28, // 24: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:input_type -> kruntimes.runtime.v1.InvokeFunctionRequest
+	31, // 25: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:input_type -> kruntimes.runtime.v1.UnregisterFunctionRequest
+	34, // 26: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:input_type -> kruntimes.runtime.v1.ListFunctionsRequest
+	33, // 27: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:input_type -> kruntimes.runtime.v1.FollowFunctionLogRequest
+	3,  // 28: kruntimes.runtime.v1.FunctionRuntime.ReadFile:input_type -> kruntimes.runtime.v1.ReadFileRequest
+	5,  // 29: kruntimes.runtime.v1.FunctionRuntime.WriteFile:input_type -> kruntimes.runtime.v1.WriteFileRequest
+	12, // 30: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
+	12, // 31: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
+	12, // 32: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
+	18, // 33: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
+	20, // 34: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
+	22, // 35: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
+	16, // 36: kruntimes.runtime.v1.Runtime.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	24, // 37: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
+	27, // 38: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	27, // 39: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	30, // 40: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
+	32, // 41: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
+	35, // 42: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:output_type -> kruntimes.runtime.v1.ListFunctionsResponse
+	16, // 43: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	4,  // 44: kruntimes.runtime.v1.FunctionRuntime.ReadFile:output_type -> kruntimes.runtime.v1.FileChunk
+	6,  // 45: kruntimes.runtime.v1.FunctionRuntime.WriteFile:output_type -> kruntimes.runtime.v1.WriteFileResponse
+	30, // [30:46] is the sub-list for method output_type
+	14, // [14:30] is the sub-list for method input_type
 	14, // [14:14] is the sub-list for extension type_name
 	14, // [14:14] is the sub-list for extension extendee
 	0,  // [0:14] is the sub-list for field type_name
@@ -2436,7 +2688,7 @@ func file_runtime_proto_init() {
 	if File_runtime_proto != nil {
 		return
 	}
-	file_runtime_proto_msgTypes[1].OneofWrappers = []any{
+	file_runtime_proto_msgTypes[5].OneofWrappers = []any{
 		(*ExecuteRequest_Script)(nil),
 		(*ExecuteRequest_Entrypoint)(nil),
 	}
@@ -2446,7 +2698,7 @@ func file_runtime_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtime_proto_rawDesc), len(file_runtime_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   32,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,
 		},

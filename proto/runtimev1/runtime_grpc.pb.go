@@ -452,6 +452,8 @@ const (
 	FunctionRuntime_UnregisterFunction_FullMethodName = "/kruntimes.runtime.v1.FunctionRuntime/UnregisterFunction"
 	FunctionRuntime_ListFunctions_FullMethodName      = "/kruntimes.runtime.v1.FunctionRuntime/ListFunctions"
 	FunctionRuntime_FollowFunctionLog_FullMethodName  = "/kruntimes.runtime.v1.FunctionRuntime/FollowFunctionLog"
+	FunctionRuntime_ReadFile_FullMethodName           = "/kruntimes.runtime.v1.FunctionRuntime/ReadFile"
+	FunctionRuntime_WriteFile_FullMethodName          = "/kruntimes.runtime.v1.FunctionRuntime/WriteFile"
 )
 
 // FunctionRuntimeClient is the client API for FunctionRuntime service.
@@ -500,6 +502,24 @@ type FunctionRuntimeClient interface {
 	// registration; FailedPrecondition for a stale registration ID; OutOfRange
 	// for an offset past what was written.
 	FollowFunctionLog(ctx context.Context, in *FollowFunctionLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FollowLogResponse], error)
+	// ReadFile streams a file of the registration's working directory (a
+	// sandbox's workspace), in chunks of at most 256 KiB, without the
+	// function's worker: only for registrations of the handlers the server
+	// serves files for (the built-in sandbox), FailedPrecondition otherwise.
+	// The path is relative to the working directory or absolute inside it;
+	// symbolic links that stay inside are followed. InvalidArgument for a
+	// path that leaves it, or that names a directory or anything but a
+	// regular file; NotFound for a missing file; FailedPrecondition for a
+	// stale registration ID.
+	ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error)
+	// WriteFile writes a file of the registration's working directory from
+	// the stream, as ReadFile reads one: the first message names it, every
+	// message may carry data (at most 256 KiB). Missing parent directories
+	// are made. The bytes go to a temporary file beside the target, renamed
+	// over it once the client closed its side: a reader never sees a
+	// partial file, and a stream that ends in an error (a cancelled upload)
+	// leaves the old file, and nothing else, behind.
+	WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteFileRequest, WriteFileResponse], error)
 }
 
 type functionRuntimeClient struct {
@@ -579,6 +599,38 @@ func (c *functionRuntimeClient) FollowFunctionLog(ctx context.Context, in *Follo
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FunctionRuntime_FollowFunctionLogClient = grpc.ServerStreamingClient[FollowLogResponse]
 
+func (c *functionRuntimeClient) ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FunctionRuntime_ServiceDesc.Streams[1], FunctionRuntime_ReadFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadFileRequest, FileChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FunctionRuntime_ReadFileClient = grpc.ServerStreamingClient[FileChunk]
+
+func (c *functionRuntimeClient) WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteFileRequest, WriteFileResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &FunctionRuntime_ServiceDesc.Streams[2], FunctionRuntime_WriteFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WriteFileRequest, WriteFileResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FunctionRuntime_WriteFileClient = grpc.ClientStreamingClient[WriteFileRequest, WriteFileResponse]
+
 // FunctionRuntimeServer is the server API for FunctionRuntime service.
 // All implementations must embed UnimplementedFunctionRuntimeServer
 // for forward compatibility.
@@ -625,6 +677,24 @@ type FunctionRuntimeServer interface {
 	// registration; FailedPrecondition for a stale registration ID; OutOfRange
 	// for an offset past what was written.
 	FollowFunctionLog(*FollowFunctionLogRequest, grpc.ServerStreamingServer[FollowLogResponse]) error
+	// ReadFile streams a file of the registration's working directory (a
+	// sandbox's workspace), in chunks of at most 256 KiB, without the
+	// function's worker: only for registrations of the handlers the server
+	// serves files for (the built-in sandbox), FailedPrecondition otherwise.
+	// The path is relative to the working directory or absolute inside it;
+	// symbolic links that stay inside are followed. InvalidArgument for a
+	// path that leaves it, or that names a directory or anything but a
+	// regular file; NotFound for a missing file; FailedPrecondition for a
+	// stale registration ID.
+	ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[FileChunk]) error
+	// WriteFile writes a file of the registration's working directory from
+	// the stream, as ReadFile reads one: the first message names it, every
+	// message may carry data (at most 256 KiB). Missing parent directories
+	// are made. The bytes go to a temporary file beside the target, renamed
+	// over it once the client closed its side: a reader never sees a
+	// partial file, and a stream that ends in an error (a cancelled upload)
+	// leaves the old file, and nothing else, behind.
+	WriteFile(grpc.ClientStreamingServer[WriteFileRequest, WriteFileResponse]) error
 	mustEmbedUnimplementedFunctionRuntimeServer()
 }
 
@@ -652,6 +722,12 @@ func (UnimplementedFunctionRuntimeServer) ListFunctions(context.Context, *ListFu
 }
 func (UnimplementedFunctionRuntimeServer) FollowFunctionLog(*FollowFunctionLogRequest, grpc.ServerStreamingServer[FollowLogResponse]) error {
 	return status.Error(codes.Unimplemented, "method FollowFunctionLog not implemented")
+}
+func (UnimplementedFunctionRuntimeServer) ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[FileChunk]) error {
+	return status.Error(codes.Unimplemented, "method ReadFile not implemented")
+}
+func (UnimplementedFunctionRuntimeServer) WriteFile(grpc.ClientStreamingServer[WriteFileRequest, WriteFileResponse]) error {
+	return status.Error(codes.Unimplemented, "method WriteFile not implemented")
 }
 func (UnimplementedFunctionRuntimeServer) mustEmbedUnimplementedFunctionRuntimeServer() {}
 func (UnimplementedFunctionRuntimeServer) testEmbeddedByValue()                         {}
@@ -775,6 +851,24 @@ func _FunctionRuntime_FollowFunctionLog_Handler(srv interface{}, stream grpc.Ser
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type FunctionRuntime_FollowFunctionLogServer = grpc.ServerStreamingServer[FollowLogResponse]
 
+func _FunctionRuntime_ReadFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(FunctionRuntimeServer).ReadFile(m, &grpc.GenericServerStream[ReadFileRequest, FileChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FunctionRuntime_ReadFileServer = grpc.ServerStreamingServer[FileChunk]
+
+func _FunctionRuntime_WriteFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FunctionRuntimeServer).WriteFile(&grpc.GenericServerStream[WriteFileRequest, WriteFileResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type FunctionRuntime_WriteFileServer = grpc.ClientStreamingServer[WriteFileRequest, WriteFileResponse]
+
 // FunctionRuntime_ServiceDesc is the grpc.ServiceDesc for FunctionRuntime service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -808,6 +902,16 @@ var FunctionRuntime_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "FollowFunctionLog",
 			Handler:       _FunctionRuntime_FollowFunctionLog_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ReadFile",
+			Handler:       _FunctionRuntime_ReadFile_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WriteFile",
+			Handler:       _FunctionRuntime_WriteFile_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "runtime.proto",

@@ -120,6 +120,15 @@ func (f *fakeRuntimed) FollowLog(context.Context, *runtimedv1.FollowLogRequest, 
 	return nil, status.Error(codes.Unimplemented, "not in this test")
 }
 
+// ReadFile and WriteFile are not what these tests call.
+func (f *fakeRuntimed) ReadFile(context.Context, *runtimedv1.ReadFileRequest, ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FileChunk], error) {
+	return nil, status.Error(codes.Unimplemented, "not in this test")
+}
+
+func (f *fakeRuntimed) WriteFile(context.Context, ...grpc.CallOption) (grpc.ClientStreamingClient[runtimedv1.WriteFileRequest, runtimev1.WriteFileResponse], error) {
+	return nil, status.Error(codes.Unimplemented, "not in this test")
+}
+
 func (f *fakeRuntimed) Invoke(ctx context.Context, in *runtimedv1.InvokeRequest, opts ...grpc.CallOption) (*runtimedv1.InvokeResponse, error) {
 	f.got = in
 	f.deadline, _ = ctx.Deadline()

@@ -341,12 +341,16 @@ func followAttempt(run *kruntimes.Run, o *kruntimes.RunLogOptions) int32 {
 	return max(run.Status.Attempt, 1)
 }
 
-// LongRunning extends check with follows of runs/log: a follow lasts as
-// long as its task, and the generic request timeout (60 s) must not cut
+// LongRunning extends check with follows of runs/log and with runs/files:
+// a follow lasts as long as its task, a file transfer as long as its size, and the generic request timeout (60 s) must not cut
 // it. kube-apiserver treats every log subresource so; k8s.io/apiserver's
 // default check only watches.
 func LongRunning(check genericapirequest.LongRunningRequestCheck) genericapirequest.LongRunningRequestCheck {
 	return func(r *http.Request, info *genericapirequest.RequestInfo) bool {
+		// A sandbox's file lasts as long as its bytes take to move.
+		if info != nil && info.IsResourceRequest && info.Resource == "runs" && info.Subresource == "files" {
+			return true
+		}
 		if info != nil && info.IsResourceRequest && info.Resource == "runs" && info.Subresource == "log" {
 			if follow, err := strconv.ParseBool(r.URL.Query().Get("follow")); err == nil && follow {
 				return true

@@ -18,8 +18,8 @@ import (
 	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 )
 
-// TestLongRunning: a follow of runs/log is exempt from the request timeout;
-// a plain read of it, other subresources and other resources are not.
+// TestLongRunning: a follow of runs/log and runs/files are exempt from the
+// request timeout; a plain read of runs/log, other subresources and other resources are not.
 func TestLongRunning(t *testing.T) {
 	check := LongRunning(func(_ *http.Request, info *genericapirequest.RequestInfo) bool { return info.Verb == "watch" })
 	for _, tc := range []struct {
@@ -34,6 +34,8 @@ func TestLongRunning(t *testing.T) {
 		{"/apis/kruntimes.io/v1alpha1/namespaces/ns/runs/a/log", "runs", "log", "get", false},
 		{"/apis/kruntimes.io/v1alpha1/namespaces/ns/runs/a/log?follow=false", "runs", "log", "get", false},
 		{"/apis/kruntimes.io/v1alpha1/namespaces/ns/runs/a/invoke?follow=true", "runs", "invoke", "create", false},
+		{"/apis/kruntimes.io/v1alpha1/namespaces/ns/runs/a/files?path=big.bin", "runs", "files", "get", true},
+		{"/apis/kruntimes.io/v1alpha1/namespaces/ns/runs/a/files?path=big.bin", "runs", "files", "update", true},
 		{"/apis/kruntimes.io/v1alpha1/namespaces/ns/runtimes/a/log?follow=true", "runtimes", "log", "get", false},
 		{"/apis/kruntimes.io/v1alpha1/namespaces/ns/runs?watch=true", "runs", "", "watch", true},
 	} {

@@ -23,6 +23,7 @@ type Storage struct {
 	Status *statusrest.REST
 	Invoke *InvokeREST
 	Log    *LogREST
+	Files  *FilesREST
 }
 
 // REST serves runs.
@@ -32,7 +33,7 @@ type REST struct {
 
 // NewStorage builds the runs and runs/status storage over the backend that
 // optsGetter selects, runs/invoke over router within invoke's bounds, and
-// runs/log's follows over logs; endpoint is what Ready function Runs
+// runs/log's follows and runs/files over logs; endpoint is what Ready function Runs
 // advertise in status.endpoint.
 func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, logs LogRouter, invoke InvokeSettings, endpoint Endpoint) (Storage, error) {
 	strategy := NewStrategy(scheme)
@@ -70,6 +71,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 		Status: statusrest.New(store, NewStatusStrategy(strategy, endpoint)),
 		Invoke: newInvokeREST(router, invoke),
 		Log:    &LogREST{router: logs, runs: store, logs: kept, codecs: serializer.NewCodecFactory(scheme)},
+		Files:  &FilesREST{router: logs, runs: store},
 	}, nil
 }
 

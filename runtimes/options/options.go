@@ -120,6 +120,8 @@ func (o *Options) Validate() error {
 func (o *Options) Config(stateDir string) server.Options {
 	var lang language.Language
 	var functions language.FunctionLoader
+	// The sandbox's files are served by the server itself, streamed.
+	var fileHandlers []string
 	switch o.Language {
 	case "bash":
 		l := bash.New(o.Interpreter, stateDir)
@@ -130,8 +132,9 @@ func (o *Options) Config(stateDir string) server.Options {
 			l.KeepSpares(n, o.Capacity, os.Environ())
 		}
 		lang, functions = l, l
+		fileHandlers = []string{python.SandboxHandler}
 	}
-	return server.Options{Language: lang, Functions: functions, StateDir: stateDir, BaseEnv: os.Environ(), RunLogMaxBytes: o.RunLogMaxBytes}
+	return server.Options{Language: lang, Functions: functions, FileHandlers: fileHandlers, StateDir: stateDir, BaseEnv: os.Environ(), RunLogMaxBytes: o.RunLogMaxBytes}
 }
 
 // spareWorkers is --spare-workers, or its default: one per slot up to

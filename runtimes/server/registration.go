@@ -43,6 +43,9 @@ type registration struct {
 	digest       string
 	idleTimeout  time.Duration
 	registeredAt time.Time
+	// workingDir and handler are the request's: ReadFile and WriteFile
+	// serve the working directory of a sandbox's handler.
+	workingDir, handler string
 
 	// ctx ends with the generation; in-flight invocations derive from it so
 	// that unregistering or superseding interrupts them.
@@ -217,6 +220,8 @@ func (s *Server) RegisterFunction(ctx context.Context, req *runtimev1.RegisterFu
 		digest:       req.GetRegistrationDigest(),
 		idleTimeout:  time.Duration(req.GetIdleTimeoutSeconds()) * time.Second,
 		registeredAt: now,
+		workingDir:   req.GetWorkingDir(),
+		handler:      req.GetHandler(),
 		ctx:          regCtx,
 		cancel:       cancel,
 		loaded:       make(chan struct{}),

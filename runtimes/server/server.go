@@ -43,6 +43,10 @@ type Options struct {
 	// DefaultDrainTimeout is how long Unregister lets an invocation finish
 	// when the caller does not say.
 	DefaultDrainTimeout time.Duration
+	// FileHandlers are the handlers whose registrations have their working
+	// directory's files served by ReadFile and WriteFile (the sandbox's);
+	// the others' are not.
+	FileHandlers []string
 	// Sweeper, when set, removes what user code left in the container's
 	// shared directories each time the server goes idle.
 	Sweeper *Sweeper

@@ -57,3 +57,15 @@ func TestRunLogOptionsToQuery(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "attempt=1&stream=Stdout&tailLines=3", q.Encode())
 }
+
+// TestRunFilesOptionsFromQuery decodes runs/files' query as the apiserver
+// does: the path exactly as sent, spaces and dots included.
+func TestRunFilesOptionsFromQuery(t *testing.T) {
+	scheme := runtime.NewScheme()
+	install.Install(scheme)
+	q, err := url.ParseQuery("path=" + url.QueryEscape("data/a b/../c.bin"))
+	require.NoError(t, err)
+	got := &kruntimes.RunFilesOptions{}
+	require.NoError(t, runtime.NewParameterCodec(scheme).DecodeParameters(q, v1alpha1.SchemeGroupVersion, got))
+	assert.Equal(t, "data/a b/../c.bin", got.Path)
+}

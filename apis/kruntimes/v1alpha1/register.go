@@ -39,6 +39,7 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&RunInvokeOptions{},
 		&InvokeResult{},
 		&RunLogOptions{},
+		&RunFilesOptions{},
 		&RunLog{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)

@@ -444,6 +444,21 @@ const (
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +k8s:conversion-gen:explicit-from=net/url.Values
 
+// RunFilesOptions are the query parameters of GET and PUT
+// .../runs/NAME/files, by which a sandbox's files of any size are read and
+// written as streamed bytes.
+type RunFilesOptions struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Path names the file in the sandbox's workspace: relative to it, or
+	// absolute inside it. A path that leaves the workspace (by "..", or a
+	// symbolic link that resolves outside it) is refused.
+	Path string `json:"path" protobuf:"bytes,1,opt,name=path"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +k8s:conversion-gen:explicit-from=net/url.Values
+
 // RunLogOptions are the query parameters of
 // GET .../runs/NAME/log, as PodLogOptions are those of pods/log.
 type RunLogOptions struct {

@@ -77,6 +77,11 @@ func (in RunEndpoint) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RunFilesOptions) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.RunFilesOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in RunInvokeOptions) OpenAPIModelName() string {
 	return "io.kruntimes.v1alpha1.RunInvokeOptions"
 }

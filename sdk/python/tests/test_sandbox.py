@@ -3,6 +3,7 @@ built-in handler kruntimes.sandbox on a Runtime of capacity 1."""
 
 from __future__ import annotations
 
+import pathlib
 import time
 import uuid
 
@@ -162,3 +163,43 @@ def test_background_commands_stream_their_output(client: kruntimes.Client, sandb
             sb.commands.connect("no-such-command")
         with pytest.raises(kruntimes.NotFound):
             list(kruntimes.CommandHandle(sb, "no-such-command", None).stream())
+
+
+def test_files_upload_and_download_stream_any_size(client: kruntimes.Client, sandbox_runtime: str,
+                                                   tmp_path: pathlib.Path) -> None:
+    import hashlib
+    import io
+    import os
+
+    with client.sandbox(sandbox_runtime, idle_timeout=600, ready_timeout=180) as sb:
+        # Past the 512 KiB of write/read, from a local file, streamed both ways.
+        big = os.urandom(5 * MAX_FILE_BYTES + 11)
+        src = tmp_path / "big.bin"
+        src.write_bytes(big)
+        assert sb.files.upload("in/big.bin", src) == len(big)
+        assert sb.files.exists("in/big.bin"), "missing directories are made"
+        dst = tmp_path / "back.bin"
+        assert sb.files.download("in/big.bin", dst) == len(big)
+        assert hashlib.sha256(dst.read_bytes()).digest() == hashlib.sha256(big).digest()
+
+        # bytes, str and file objects; the file seen by the sandbox's code.
+        assert sb.files.upload("a.txt", "héllo") == len("héllo".encode())
+        assert sb.run_code("open('a.txt', encoding='utf-8').read()").result == "héllo"
+        assert sb.files.upload("b.bin", io.BytesIO(b"\x00\x01")) == 2
+        out = io.BytesIO()
+        assert sb.files.download("b.bin", out) == 2 and out.getvalue() == b"\x00\x01"
+        assert sb.files.download("a.txt") == "héllo".encode()
+        assert sb.files.upload("empty", b"") == 0 and sb.files.download("empty") == b""
+
+        with pytest.raises(kruntimes.NotFound):
+            sb.files.download("no/such/file")
+        with pytest.raises(kruntimes.KruntimesError, match="leaves the sandbox's workspace") as escaped:
+            sb.files.upload("../escape", b"x")
+        assert escaped.value.code == 400
+        with pytest.raises(kruntimes.KruntimesError) as elsewhere:
+            sb.files.download("/etc/passwd")
+        assert elsewhere.value.code == 400
+        assert not (tmp_path / "missing.bin").exists()
+        with pytest.raises(kruntimes.NotFound):
+            sb.files.download("no/such/file", tmp_path / "missing.bin")
+        assert not (tmp_path / "missing.bin").exists(), "a failed download leaves no local file"

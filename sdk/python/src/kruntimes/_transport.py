@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 from urllib.parse import quote, urlencode
 
 import urllib3
@@ -105,13 +105,15 @@ class Transport:
         path: str,
         *,
         query: dict[str, Any] | None = None,
-        body: bytes | None = None,
+        body: bytes | Iterable[bytes] | None = None,
         headers: dict[str, str] | None = None,
         timeout: float | urllib3.Timeout | None = None,
         stream: bool = False,
     ) -> Response:
-        """Sends one request, once. Transport failures are raised as urllib3's
-        exceptions; callers map them (see :func:`not_sent`)."""
+        """Sends one request, once. A body that is an iterable of bytes is
+        sent as it is produced (``Transfer-Encoding: chunked``). Transport
+        failures are raised as urllib3's exceptions; callers map them (see
+        :func:`not_sent`)."""
         url = self.host + path
         if query:
             url += "?" + urlencode({k: v for k, v in query.items() if v is not None})
@@ -124,6 +126,7 @@ class Transport:
             redirect=False,
             timeout=timeout if timeout is not None else urllib3.Timeout(connect=30, read=60),
             preload_content=not stream,
+            chunked=body is not None and not isinstance(body, (bytes, bytearray)),
         )
         return Response(raw, None if stream else raw.data)
 

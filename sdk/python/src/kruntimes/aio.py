@@ -204,6 +204,15 @@ class Files:
     async def read(self, path: str) -> bytes:
         return await asyncio.to_thread(self._sync.read, path)
 
+    async def upload(self, path: str, src: Any, *, timeout: float | None = None) -> int:
+        """As :meth:`kruntimes.sandbox.Files.upload`, in a worker thread: a
+        file object ``src`` is read there."""
+        return await asyncio.to_thread(self._sync.upload, path, src, timeout=timeout)
+
+    async def download(self, path: str, dst: Any = None, *, timeout: float | None = None) -> bytes | int:
+        """As :meth:`kruntimes.sandbox.Files.download`, in a worker thread."""
+        return await asyncio.to_thread(self._sync.download, path, dst, timeout=timeout)
+
     async def list(self, path: str = ".") -> list[EntryInfo]:
         return await asyncio.to_thread(self._sync.list, path)
 

@@ -22,16 +22,17 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence, Union
 from urllib.parse import quote
 
 import urllib3
 
 from . import errors
-from ._transport import API_VERSION, GROUP, VERSION, runs_path
+from ._transport import _NOT_SENT, API_VERSION, GROUP, VERSION, runs_path
 from .functions import MAX_INPUT_BYTES, EnvValue, Function, duration_string, env_list
 
 if TYPE_CHECKING:
@@ -42,6 +43,11 @@ HANDLER = "kruntimes.sandbox"
 #: The largest file a sandbox writes or reads in one operation
 #: (runtimes/python.SandboxMaxFileBytes): base64 keeps it within an invoke.
 MAX_FILE_BYTES = 512 << 10
+
+# What Files.upload reads from and Files.download writes to.
+FileSource = Union[bytes, str, "os.PathLike[str]", BinaryIO]
+FileDestination = Union["os.PathLike[str]", BinaryIO]
+
 #: How much longer than an operation's own timeout the invocation may take:
 #: the sandbox stops the operation itself and answers within that.
 _ANSWER_MARGIN = 5.0
@@ -498,6 +504,92 @@ class Files:
         out = self._sandbox._call({"op": "read_file", "path": path})
         return base64.b64decode(out.get("data_b64", ""))
 
+    def upload(self, path: str, src: FileSource, *, timeout: float | None = None) -> int:
+        """Streams ``src`` into the file ``path``, of any size, and returns the
+        size written: ``bytes``, a ``str`` (as UTF-8), a path-like naming a
+        local file, or a binary file object read to its end. Sent in chunks
+        as it is read (``PUT runs/NAME/files``, authorized as
+        ``update runs/files``), never held whole; missing directories are
+        made, and the file is replaced only once all of it arrived: an
+        upload that fails leaves the old file. ``timeout`` bounds the wait
+        for each read of the answer (none by default)."""
+        sb = self._sandbox
+        if isinstance(src, str):
+            src = src.encode()
+        if isinstance(src, (bytes, bytearray, memoryview)):
+            chunks: Iterable[bytes] = _bytes_chunks(bytes(src))
+            opened = None
+        elif isinstance(src, (os.PathLike,)):
+            opened = open(src, "rb")
+            chunks = _file_chunks(opened)
+        elif hasattr(src, "read"):
+            opened = None
+            chunks = _file_chunks(src)
+        else:
+            raise TypeError(f"upload takes bytes, str, a path-like or a binary file object, not {type(src).__name__}")
+        try:
+            resp = self._send("PUT", path, body=chunks, timeout=timeout,
+                              headers={"Content-Type": "application/octet-stream"})
+        finally:
+            if opened is not None:
+                opened.close()
+        if resp.code >= 300:
+            raise errors.error_for(resp.code, resp.headers, resp.status(), run=sb.name)
+        return int(resp.json().get("size", 0))
+
+    def download(self, path: str, dst: FileDestination | None = None, *, timeout: float | None = None) -> bytes | int:
+        """The file ``path``, of any size (``GET runs/NAME/files``, authorized
+        as ``get runs/files``): its bytes when ``dst`` is None, else streamed
+        into ``dst`` — a path-like (written whole, or not at all) or a binary
+        file object — and its size returned. ``timeout`` bounds the wait for
+        each read (none by default)."""
+        sb = self._sandbox
+        resp = self._send("GET", path, stream=True, timeout=timeout)
+        try:
+            if resp.code != 200:
+                resp.body = resp.raw.read()
+                raise errors.error_for(resp.code, resp.headers, resp.status(), run=sb.name)
+            if dst is None:
+                return resp.raw.read()
+            if isinstance(dst, os.PathLike):
+                # A local file that is whole or absent: written aside, then
+                # renamed into place.
+                target = os.fspath(dst)
+                tmp = f"{target}.kruntimes-download-{os.getpid()}"
+                try:
+                    with open(tmp, "wb") as f:
+                        size = _copy(resp, f)
+                    os.replace(tmp, target)
+                except BaseException:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                    raise
+                return size
+            return _copy(resp, dst)
+        except urllib3.exceptions.HTTPError as e:
+            err = errors.KruntimesError(f"download of {path} from sandbox {sb.name} broke off: {e}", run=sb.name)
+            err.not_run = False
+            raise err from e
+        finally:
+            resp.raw.close()
+            resp.raw.release_conn()
+
+    def _send(self, method: str, path: str, **kw: Any) -> Any:
+        sb = self._sandbox
+        if sb._closed:
+            raise errors.KruntimesError(f"sandbox {sb.name} is closed", run=sb.name)
+        timeout = kw.pop("timeout", None)
+        transport = sb.function._client._transport
+        try:
+            return transport.send(method, runs_path(sb.namespace, sb.name, "files"), query={"path": path},
+                                  timeout=urllib3.Timeout(connect=30, read=timeout), **kw)
+        except _NOT_SENT as e:
+            raise errors.ConnectFailed(f"cannot connect to {transport.host}: {e}", run=sb.name) from e
+        except urllib3.exceptions.HTTPError as e:
+            err = errors.KruntimesError(f"{method} {path} of sandbox {sb.name}: {e}", run=sb.name)
+            err.not_run = False
+            raise err from e
+
     def list(self, path: str = ".") -> list[EntryInfo]:
         """The entries of the directory ``path``, by name."""
         out = self._sandbox._call({"op": "list_files", "path": path})
@@ -510,3 +602,25 @@ class Files:
     def remove(self, path: str) -> None:
         """Removes the file, link or directory (with its contents) ``path``."""
         self._sandbox._call({"op": "remove", "path": path})
+
+# A chunk of an upload or a download: what the client holds of a file.
+_CHUNK_BYTES = 256 << 10
+
+
+def _bytes_chunks(data: bytes) -> Iterator[bytes]:
+    view = memoryview(data)
+    for i in range(0, len(data), _CHUNK_BYTES):
+        yield bytes(view[i:i + _CHUNK_BYTES])
+
+
+def _file_chunks(f: Any) -> Iterator[bytes]:
+    while chunk := f.read(_CHUNK_BYTES):
+        yield bytes(chunk)
+
+
+def _copy(resp: Any, dst: Any) -> int:
+    size = 0
+    for chunk in resp.raw.stream(_CHUNK_BYTES, decode_content=True):
+        dst.write(chunk)
+        size += len(chunk)
+    return size

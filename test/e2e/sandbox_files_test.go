@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"kruntimes.io/kruntimes/apis/lifecycle"
+	"kruntimes.io/kruntimes/test/e2e/framework"
+	"kruntimes.io/kruntimes/test/localcluster/nodeagent"
+)
+
+// sandboxFileBytes is the size of the file TestSandboxFilesThroughAggregation
+// moves each way: far more than any hop may hold. $KRUNTIMES_E2E_SANDBOX_FILE_MIB
+// makes it another size, for docs/benchmarks.md's measurement.
+func sandboxFileBytes(t *testing.T) int64 {
+	mib := int64(256)
+	if v := os.Getenv("KRUNTIMES_E2E_SANDBOX_FILE_MIB"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		require.NoError(t, err, "KRUNTIMES_E2E_SANDBOX_FILE_MIB")
+		mib = n
+	}
+	return mib << 20
+}
+
+// sandboxFileHeldBytes bounds how much a hop's peak RSS may grow while
+// the file moves: a fraction of the file, room for a race-built binary's
+// buffers and GC.
+const sandboxFileHeldBytes = 96 << 20
+
+// TestSandboxFilesThroughAggregation: a 256 MiB file goes into a sandbox
+// with PUT runs/files and comes back with GET, through kube-apiserver's
+// aggregation, streamed: generated and hashed on the fly by the test, and
+// held by none of kruntimes-apiserver, runtimed and the Runtime Server
+// (their peak RSS grows by a fraction of it). A path that leaves the
+// workspace is 400, a missing file 404; kruntimes-view may not read a
+// sandbox's files (403) and kruntimes-edit may; a sandbox that ended is 409.
+func TestSandboxFilesThroughAggregation(t *testing.T) {
+	f := framework.Get(t)
+	client := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "sandbox-files")
+	ctx := framework.Context(t, 10*time.Minute)
+	_, err := client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, functionRuntime("python", "python", 1), metav1.CreateOptions{})
+	require.NoError(t, err)
+	createRun(ctx, t, client, ns, functionRun("box", "python", "", "", "kruntimes.sandbox"))
+	run := waitForRun(ctx, t, client, ns, "box", functionTimeout, "Ready", inPhase(lifecycle.Ready))
+	pod, err := f.Client.CoreV1().Pods(ns).Get(ctx, run.Status.AssignedPod, metav1.GetOptions{})
+	require.NoError(t, err)
+	podDir := nodeagent.PodDir(filepath.Join(f.Cluster.Config().StateDir, "pods"), pod.UID)
+	hops := map[string]int{"kruntimes-apiserver": f.Cluster.KruntimesReplicaPIDs()[0]}
+	for _, exe := range []string{"runtimed", "kruntimes-runtime"} {
+		hops[exe] = podProcess(exe, podDir)
+		require.NotZero(t, hops[exe], "the %s of Pod %s", exe, pod.Name)
+	}
+
+	admin := newFileClient(t, f.AdminConfig, ns, "box")
+	size := sandboxFileBytes(t)
+	t.Run("a large file up and down, streamed by every hop", func(t *testing.T) {
+		peakBefore := map[string]int64{}
+		for name, pid := range hops {
+			peakBefore[name] = vmHWM(pid)
+		}
+		rss := newRSSSampler(hops)
+
+		started := time.Now()
+		sent := sha256.New()
+		code, body := admin.put(ctx, t, "data/big.bin", io.TeeReader(io.LimitReader(rand.NewChaCha8([32]byte{7}), size), sent))
+		require.Equal(t, http.StatusOK, code, "%s", body)
+		up := time.Since(started)
+		var written struct {
+			Path string `json:"path"`
+			Size int64  `json:"size"`
+		}
+		require.NoError(t, json.Unmarshal(body, &written), "%s", body)
+		assert.Equal(t, "data/big.bin", written.Path)
+		assert.Equal(t, size, written.Size)
+
+		started = time.Now()
+		resp := admin.get(ctx, t, "data/big.bin")
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		assert.Equal(t, "application/octet-stream", resp.Header.Get("Content-Type"))
+		received := sha256.New()
+		n, err := io.Copy(received, resp.Body)
+		_ = resp.Body.Close()
+		require.NoError(t, err)
+		down := time.Since(started)
+		assert.Equal(t, size, n)
+		assert.Equal(t, fmt.Sprintf("%x", sent.Sum(nil)), fmt.Sprintf("%x", received.Sum(nil)), "the file read back is the file written")
+
+		t.Logf("%d MiB up in %s (%.0f MiB/s), down in %s (%.0f MiB/s)", size>>20,
+			up.Round(time.Millisecond), mib(size)/up.Seconds(), down.Round(time.Millisecond), mib(size)/down.Seconds())
+		for name, r := range rss.stop() {
+			peak := vmHWM(r.pid)
+			t.Logf("%s (pid %d): RSS %.1f MiB before, at most %.1f MiB sampled, %.1f MiB after; VmHWM %.1f → %.1f MiB",
+				name, r.pid, mib(r.before), mib(r.max), mib(r.after), mib(peakBefore[name]), mib(peak))
+			assert.Less(t, r.max-r.before, int64(sandboxFileHeldBytes), "%s held a share of the file", name)
+			assert.Less(t, peak-peakBefore[name], int64(sandboxFileHeldBytes), "%s's peak grew with the file", name)
+		}
+	})
+
+	t.Run("a path that leaves the workspace is 400, a missing file 404", func(t *testing.T) {
+		code, body := admin.put(ctx, t, "../escape", strings.NewReader("x"))
+		assert.Equal(t, http.StatusBadRequest, code, "%s", body)
+		assert.Contains(t, string(body), "leaves the sandbox's workspace")
+		resp := admin.get(ctx, t, "/etc/passwd")
+		body, _ = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
+		resp = admin.get(ctx, t, "no/such/file")
+		body, _ = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", body)
+	})
+
+	t.Run("kruntimes-view may not read a sandbox's files; kruntimes-edit may", func(t *testing.T) {
+		viewerConfig, _ := serviceAccountConfig(ctx, t, f, ns, "viewer", "kruntimes-view")
+		editorConfig, _ := serviceAccountConfig(ctx, t, f, ns, "editor", "kruntimes-edit")
+		editor := newFileClient(t, editorConfig, ns, "box")
+		// RoleBindings take a moment to be seen: wait for the editor's.
+		require.NoError(t, framework.Poll(ctx, framework.PollInterval, time.Minute, func(ctx context.Context, _ *framework.Observed) (bool, error) {
+			code, _ := editor.put(ctx, t, "small.txt", strings.NewReader("hello"))
+			return code == http.StatusOK, nil
+		}), "kruntimes-edit may update runs/files")
+		resp := editor.get(ctx, t, "small.txt")
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		assert.Equal(t, "hello", string(body))
+
+		viewer := newFileClient(t, viewerConfig, ns, "box")
+		_, err := client.KruntimesV1alpha1().Runs(ns).Get(ctx, "box", metav1.GetOptions{})
+		require.NoError(t, err)
+		resp = viewer.get(ctx, t, "small.txt")
+		body, _ = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusForbidden, resp.StatusCode, "%s", body)
+		code, body := viewer.put(ctx, t, "small.txt", strings.NewReader("overwritten"))
+		assert.Equal(t, http.StatusForbidden, code, "%s", body)
+	})
+
+	t.Run("a sandbox that ended is 409", func(t *testing.T) {
+		out, err := f.Kubectl(ctx, "-n", ns, "patch", "run", "box", "--type=merge", "-p", `{"spec":{"cancelRequested":true}}`)
+		require.NoError(t, err, out)
+		waitForRun(ctx, t, client, ns, "box", functionTimeout, "Cancelled", inPhase(lifecycle.Cancelled))
+		// kruntimes-apiserver's watch cache follows the Run's storage:
+		// poll until it saw the end.
+		var code int
+		var body []byte
+		err = framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, _ *framework.Observed) (bool, error) {
+			resp := admin.get(ctx, t, "small.txt")
+			body, _ = io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			code = resp.StatusCode
+			return code == http.StatusConflict, nil
+		})
+		require.NoError(t, err, "the last answer: %d %s", code, body)
+		assert.Contains(t, string(body), "Cancelled")
+	})
+}
+
+// fileClient reads and writes the files of one sandbox through runs/files.
+type fileClient struct {
+	config *rest.Config
+	client *http.Client
+	base   string
+}
+
+func newFileClient(t *testing.T, config *rest.Config, ns, run string) *fileClient {
+	t.Helper()
+	client, err := rest.HTTPClientFor(config)
+	require.NoError(t, err)
+	return &fileClient{config: config, client: client, base: config.Host + "/apis/kruntimes.io/v1alpha1/namespaces/" + ns + "/runs/" + run + "/files?path="}
+}
+
+// put sends body as the file path, streamed (chunked), and returns the
+// answer's code and body.
+func (c *fileClient) put(ctx context.Context, t *testing.T, path string, body io.Reader) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+url.QueryEscape(path), io.NopCloser(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.client.Do(req)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, out
+}
+
+// get asks for the file path; the caller reads and closes the body.
+func (c *fileClient) get(ctx context.Context, t *testing.T, path string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+url.QueryEscape(path), nil)
+	require.NoError(t, err)
+	resp, err := c.client.Do(req)
+	require.NoError(t, err)
+	return resp
+}
+
+// vmHWM is pid's peak resident set size in bytes, or 0.
+func vmHWM(pid int) int64 {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
