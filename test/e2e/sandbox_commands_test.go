@@ -91,8 +91,10 @@ func TestSandboxCommandStreamsThroughAggregation(t *testing.T) {
 	require.NoError(t, err, out)
 	assert.Equal(t, "first\nsecond\n", out)
 
-	_, err = runs.GetLogs("box", &v1alpha1.RunLogOptions{Command: "77"}).DoRaw(ctx)
+	// Stream, not DoRaw: client-go decodes an error's Status only there.
+	_, err = runs.GetLogs("box", &v1alpha1.RunLogOptions{Command: "77"}).Stream(ctx)
 	require.True(t, apierrors.IsNotFound(err), "a command the sandbox never started: %v", err)
+	assert.Contains(t, err.Error(), `Run box has no command "77"`, "kruntimes-apiserver's message reaches the client through aggregation")
 	_, err = runs.GetLogs("box", &v1alpha1.RunLogOptions{Command: "../x"}).DoRaw(ctx)
 	require.True(t, apierrors.IsBadRequest(err) || apierrors.IsInvalid(err), "an id that is not one: %v", err)
 
