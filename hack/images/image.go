@@ -31,8 +31,8 @@ const runtimeImage = "kruntimes-runtime"
 
 // goImages are the images of the commands kruntimes ships.
 var goImages = []imageSpec{
-	{Name: "kruntimes-apiserver", Description: "The kruntimes.io aggregated API server, hosting the kruntimes controllers."},
-	{Name: "kruntimes-controllers", Description: "The kruntimes controllers as a process of their own, for kruntimes-apiserver --controllers=false."},
+	{Name: "kruntimes-apiserver", Description: "The kruntimes.io aggregated API server; it also runs the kruntimes controllers unless --controllers=false (the chart runs them apart)."},
+	{Name: "kruntimes-controllers", Description: "The kruntimes controllers as a process of their own, beside kruntimes-apiserver --controllers=false: the chart's default."},
 	{Name: "runtimed", Description: "runtimed, the per-Pod daemon every Runtime Pod runs as a sidecar."},
 	// The Runtime Server runs every program under kruntimes-reaper, which
 	// it finds beside its own executable (docs/api.md, runtimes/process).

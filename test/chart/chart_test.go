@@ -126,11 +126,12 @@ func (s scenario) object(kind, name string) *unstructured.Unstructured {
 	return nil
 }
 
+// deployment is the apiserver's Deployment.
 func (s scenario) deployment(t *testing.T) *unstructured.Unstructured {
 	t.Helper()
-	deployments := s.kind("Deployment")
-	require.Len(t, deployments, 1)
-	return deployments[0]
+	deployment := s.object("Deployment", apiserverName)
+	require.NotNil(t, deployment, "the chart renders the Deployment %s", apiserverName)
+	return deployment
 }
 
 // TestInvariants checks what every scenario promises, whatever its values.
@@ -226,7 +227,7 @@ func checkPodDisruptionBudget(t *testing.T, s scenario) {
 }
 
 // podTemplates are the Pod specs the chart renders, by owner: the apiserver
-// Deployment's and the built-in Runtimes' templates.
+// and controllers Deployments' and the built-in Runtimes' templates.
 func (s scenario) podTemplates() map[string]map[string]any {
 	specs := map[string]map[string]any{}
 	for _, kind := range []string{"Deployment", "Runtime"} {
@@ -308,7 +309,7 @@ func checkImages(t *testing.T, s scenario) {
 	}
 }
 
-// checkSecrets: each Secret the apiserver mounts is rendered by the chart,
+// checkSecrets: each Secret the apiserver and the controllers mount is rendered by the chart,
 // written by a Certificate it renders, or named in the values as one the
 // user provides.
 func checkSecrets(t *testing.T, s scenario) {
@@ -325,10 +326,12 @@ func checkSecrets(t *testing.T, s scenario) {
 			provided[name] = true
 		}
 	}
-	volumes, _, _ := unstructured.NestedSlice(s.deployment(t).Object, "spec", "template", "spec", "volumes")
-	for _, v := range volumes {
-		if name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); name != "" {
-			assert.True(t, provided[name], "the apiserver mounts Secret %s, which nothing provides", name)
+	for _, deployment := range s.kind("Deployment") {
+		volumes, _, _ := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "volumes")
+		for _, v := range volumes {
+			if name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName"); name != "" {
+				assert.True(t, provided[name], "%s mounts Secret %s, which nothing provides", deployment.GetName(), name)
+			}
 		}
 	}
 }
@@ -534,7 +537,7 @@ func mountedSecret(t *testing.T, deployment *unstructured.Unstructured, volume s
 			return name
 		}
 	}
-	t.Fatalf("the apiserver mounts no volume %s", volume)
+	t.Fatalf("%s mounts no volume %s", deployment.GetName(), volume)
 	return ""
 }
 
@@ -646,46 +649,50 @@ func TestInvokeEndpoint(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		args []string
-		want []string
+		// deployment takes the flags, with the serving Secret in volume.
+		deployment, volume string
+		want               []string
 	}{
-		{"default", nil, nil},
-		{"direct", []string{"--set", "invokeEndpoint=direct"}, []string{
+		{"default", nil, apiserverName, "serving-cert", nil},
+		{"direct", []string{"--set", "invokeEndpoint=direct"}, apiserverName, "serving-cert", []string{
 			"--invoke-endpoint=direct",
 			"--invoke-direct-endpoint-base=https://kruntimes-apiserver.kruntimes-system.svc:443",
 			"--invoke-direct-endpoint-ca-file=/var/run/kruntimes/serving-cert/ca.crt",
 		}},
-		{"direct on another Service port", []string{"--set", "invokeEndpoint=direct", "--set", "service.port=8443"}, []string{
+		{"direct on another Service port", []string{"--set", "invokeEndpoint=direct", "--set", "service.port=8443"}, apiserverName, "serving-cert", []string{
 			"--invoke-endpoint=direct",
 			"--invoke-direct-endpoint-base=https://kruntimes-apiserver.kruntimes-system.svc:8443",
 			"--invoke-direct-endpoint-ca-file=/var/run/kruntimes/serving-cert/ca.crt",
 		}},
-		{"runtimed direct", []string{"--set", "runtimedAPI=direct", "--set", "service.port=8443"}, []string{
+		{"runtimed direct goes to the controllers", []string{"--set", "runtimedAPI=direct", "--set", "service.port=8443"}, controllersName, "serving-ca", []string{
 			"--runtimed-kruntimes-api-server=https://kruntimes-apiserver.kruntimes-system.svc:8443",
+			"--runtimed-kruntimes-api-ca-file=/var/run/kruntimes/serving-ca/ca.crt",
+		}},
+		{"runtimed direct with the controllers hosted", []string{"--set", "runtimedAPI=direct", "--set", "controllers.hosted=true"}, apiserverName, "serving-cert", []string{
+			"--runtimed-kruntimes-api-server=https://kruntimes-apiserver.kruntimes-system.svc:443",
 			"--runtimed-kruntimes-api-ca-file=/var/run/kruntimes/serving-cert/ca.crt",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			out, err := Template(testContext(t), repoRoot, tc.args...)
-			require.NoError(t, err)
-			objs, err := Decode(out)
-			require.NoError(t, err)
-			var deployment *unstructured.Unstructured
-			for _, obj := range objs {
-				if obj.GetKind() == "Deployment" {
-					deployment = obj
-				}
-			}
+			s := render(t, tc.args...)
+			deployment := s.object("Deployment", tc.deployment)
 			require.NotNil(t, deployment)
-			cs, _, err := unstructured.NestedSlice(deployment.Object, "spec", "template", "spec", "containers")
-			require.NoError(t, err)
 			var invokeArgs []string
-			for _, a := range cs[0].(map[string]any)["args"].([]any) {
-				if strings.HasPrefix(a.(string), "--invoke-") || strings.HasPrefix(a.(string), "--runtimed-kruntimes-api-") {
-					invokeArgs = append(invokeArgs, a.(string))
+			for _, a := range containerArgs(t, deployment) {
+				if strings.HasPrefix(a, "--invoke-") || strings.HasPrefix(a, "--runtimed-kruntimes-api-") {
+					invokeArgs = append(invokeArgs, a)
 				}
 			}
 			assert.Equal(t, tc.want, invokeArgs)
-			assert.Equal(t, "kruntimes-apiserver-serving", mountedSecret(t, deployment, "serving-cert"), "the CA file comes from the serving Secret")
+			assert.Equal(t, "kruntimes-apiserver-serving", mountedSecret(t, deployment, tc.volume), "the CA file comes from the serving Secret")
+			for _, other := range s.kind("Deployment") {
+				if other.GetName() == tc.deployment {
+					continue
+				}
+				for _, a := range containerArgs(t, other) {
+					assert.False(t, strings.HasPrefix(a, "--invoke-") || strings.HasPrefix(a, "--runtimed-kruntimes-api-"), "%s has no flag %s", other.GetName(), a)
+				}
+			}
 		})
 	}
 }

@@ -71,7 +71,7 @@ func TestKustomizeParity(t *testing.T) {
 			// The values that mean what artifacts/ does: the Namespace
 			// rendered, and no pull policy (the image is pinned, so the
 			// cluster's default is IfNotPresent either way).
-			args := append([]string{"--set", "namespace.create=true", "--set", "image.apiserver.pullPolicy="}, tc.values...)
+			args := append([]string{"--set", "namespace.create=true", "--set", "image.apiserver.pullPolicy=", "--set", "image.controllers.pullPolicy="}, tc.values...)
 			out, err := Template(testContext(t), repoRoot, args...)
 			require.NoError(t, err)
 			charted, err := Decode(out)

@@ -77,8 +77,9 @@ func TestDeployManifestsServerDryRun(t *testing.T) {
 		var stdout, stderr bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		require.NoError(t, cmd.Run(), "kubectl apply --dry-run=server:\n%s%s", stdout.String(), stderr.String())
-		assert.NotContains(t, stderr.String(), "would violate PodSecurity", "the apiserver Pod meets Pod Security restricted")
+		assert.NotContains(t, stderr.String(), "would violate PodSecurity", "the apiserver and controllers Pods meet Pod Security restricted")
 		assert.Contains(t, stdout.String(), "deployment.apps/kruntimes-apiserver created (server dry run)")
+		assert.Contains(t, stdout.String(), "deployment.apps/kruntimes-controllers created (server dry run)")
 		assert.Contains(t, stdout.String(), "apiservice.apiregistration.k8s.io/"+localcluster.KruntimesAPIService+" configured (server dry run)")
 	}
 
@@ -187,26 +188,34 @@ func TestChartServerDryRun(t *testing.T) {
 	}
 }
 
-// checkDeployment checks what the server's dry run does not: the image is
-// pinned, the APIService verifies, and the serving certificate comes from
-// secret.
+// checkDeployment checks what the server's dry run does not: the images of
+// the apiserver and controllers Deployments are pinned, the APIService
+// verifies, and the serving certificate comes from secret.
 func checkDeployment(t *testing.T, rendered map[string][]*unstructured.Unstructured, secret string) {
 	t.Helper()
-	require.Len(t, rendered["Deployment"], 1)
-	deploy := rendered["Deployment"][0]
-	containers, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "containers")
-	require.NotEmpty(t, containers)
-	for _, c := range containers {
-		c := c.(map[string]any)
-		image, _ := c["image"].(string)
-		_, tag, tagged := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":")
-		assert.True(t, tagged && tag != "latest", "image %q is pinned to a version", image)
-		_, hasLimits, _ := unstructured.NestedMap(c, "resources", "limits")
-		_, hasRequests, _ := unstructured.NestedMap(c, "resources", "requests")
-		assert.True(t, hasLimits && hasRequests, "container %v has resource requests and limits", c["name"])
-		readOnly, _, _ := unstructured.NestedBool(c, "securityContext", "readOnlyRootFilesystem")
-		assert.True(t, readOnly, "container %v has a read-only root file system", c["name"])
+	var deploy *unstructured.Unstructured
+	var names []string
+	for _, d := range rendered["Deployment"] {
+		names = append(names, d.GetName())
+		if d.GetName() == "kruntimes-apiserver" {
+			deploy = d
+		}
+		containers, _, _ := unstructured.NestedSlice(d.Object, "spec", "template", "spec", "containers")
+		require.NotEmpty(t, containers)
+		for _, c := range containers {
+			c := c.(map[string]any)
+			image, _ := c["image"].(string)
+			_, tag, tagged := strings.Cut(image[strings.LastIndex(image, "/")+1:], ":")
+			assert.True(t, tagged && tag != "latest", "image %q is pinned to a version", image)
+			_, hasLimits, _ := unstructured.NestedMap(c, "resources", "limits")
+			_, hasRequests, _ := unstructured.NestedMap(c, "resources", "requests")
+			assert.True(t, hasLimits && hasRequests, "container %v has resource requests and limits", c["name"])
+			readOnly, _, _ := unstructured.NestedBool(c, "securityContext", "readOnlyRootFilesystem")
+			assert.True(t, readOnly, "container %v has a read-only root file system", c["name"])
+		}
 	}
+	assert.ElementsMatch(t, []string{"kruntimes-apiserver", "kruntimes-controllers"}, names, "the apiserver and, apart, the controllers")
+	require.NotNil(t, deploy)
 	var mounted string
 	volumes, _, _ := unstructured.NestedSlice(deploy.Object, "spec", "template", "spec", "volumes")
 	for _, v := range volumes {

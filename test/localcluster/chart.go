@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,18 +17,21 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
+	controllersoptions "kruntimes.io/kruntimes/controllers/options"
 	"kruntimes.io/kruntimes/test/repobin"
 )
 
 // Chart mode: kruntimes-apiserver is not a host process but what
 // `helm upgrade --install` of charts/kruntimes makes — its Deployment,
-// ServiceAccount, RBAC, Secrets, PVC, Service and APIService — with the
-// Deployment's Pod run by the node agent from bin/kruntimes-apiserver.
+// ServiceAccount, RBAC, Secrets, PVC, Service and APIService, and the
+// Deployment kruntimes-controllers with its own ServiceAccount — with the
+// Deployments' Pods run by the node agent from bin/kruntimes-apiserver and
+// bin/kruntimes-controllers.
 const (
 	// ChartRelease is the Helm release chart mode installs.
 	ChartRelease = "kruntimes"
-	// ChartImageTag is the apiserver image tag chart mode installs; the
-	// node agent maps any tag of kruntimes-apiserver to bin/.
+	// ChartImageTag is the apiserver and controllers image tag chart mode
+	// installs; the node agent maps any tag of either to bin/.
 	ChartImageTag = "local"
 	// chartPodLabel selects the chart's apiserver Pods.
 	chartPodLabel = "app.kubernetes.io/name=kruntimes-apiserver"
@@ -75,6 +79,7 @@ func (c *Cluster) HelmUpgradeArgs() []string {
 		"--namespace", KruntimesNamespace,
 		"--values", c.ChartValuesPath(),
 		"--set", "image.apiserver.tag=" + ChartImageTag,
+		"--set", "image.controllers.tag=" + ChartImageTag,
 	}
 }
 
@@ -97,7 +102,33 @@ func (c *Cluster) chartValues() ([]byte, error) {
 		"--invoke-endpoint-base=" + c.APIServerURL,
 	}
 	args = append(args, c.cfg.KruntimesArgs...)
-	return yaml.Marshal(map[string]any{"extraArgs": args})
+	controllersArgs := []string{
+		// As the apiserver's: the Pod's own address, and the Pod's
+		// token as a kubeconfig.
+		"--health-address=$(POD_IP):10262",
+		"--kubeconfig=$(KUBECONFIG)",
+	}
+	controllersArgs = append(controllersArgs, controllersFlags(c.cfg.KruntimesArgs)...)
+	return yaml.Marshal(map[string]any{
+		"extraArgs":   args,
+		"controllers": map[string]any{"extraArgs": controllersArgs},
+	})
+}
+
+// controllersFlags are the flags of args that kruntimes-controllers takes
+// too (such as --recovery-heartbeat-grace-period): with the controllers
+// apart, they are theirs. kruntimes-apiserver takes every one of them.
+func controllersFlags(args []string) []string {
+	fs := pflag.NewFlagSet("kruntimes-controllers", pflag.ContinueOnError)
+	controllersoptions.NewOptions().AddFlags(fs)
+	var out []string
+	for _, arg := range args {
+		name, _, _ := strings.Cut(strings.TrimLeft(arg, "-"), "=")
+		if fs.Lookup(name) != nil {
+			out = append(out, arg)
+		}
+	}
+	return out
 }
 
 // installChart creates the namespace (Pod Security restricted, as
@@ -107,8 +138,8 @@ func (c *Cluster) installChart(ctx context.Context, client kubernetes.Interface)
 	if _, err := os.Stat(c.binary("helm")); err != nil {
 		return fmt.Errorf("chart mode needs bin/helm: run make helm")
 	}
-	c.progress("building kruntimes-apiserver (%s%s) for the chart's image %s:%s", repobin.APIServer.Package, raceNote(), repobin.APIServer.Name, ChartImageTag)
-	if err := repobin.Build(ctx, c.cfg.RepoRoot, repobin.APIServer); err != nil {
+	c.progress("building kruntimes-apiserver and kruntimes-controllers (%s, %s%s) for the chart's images, tag %s", repobin.APIServer.Package, repobin.Controllers.Package, raceNote(), ChartImageTag)
+	if err := repobin.Build(ctx, c.cfg.RepoRoot, repobin.APIServer, repobin.Controllers); err != nil {
 		return err
 	}
 	c.progress("namespace %s (Pod Security restricted)", KruntimesNamespace)

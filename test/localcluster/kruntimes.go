@@ -48,6 +48,11 @@ const (
 
 var apiServiceGVR = schema.GroupVersionResource{Group: "apiregistration.k8s.io", Version: "v1", Resource: "apiservices"}
 
+// hostedControllersBinding binds the controllers' ClusterRole; artifacts/
+// binds it to kruntimes-controllers' ServiceAccount, the local cluster to the
+// apiserver's, which hosts them.
+const hostedControllersBinding = "kruntimes-controllers"
+
 // artifactKinds are the kinds applied from artifacts/ for the local cluster.
 // The apiserver's Deployment and Service are not: the apiserver runs as a
 // local process behind an ExternalName Service instead.
@@ -360,6 +365,16 @@ func (c *Cluster) applyArtifacts(ctx context.Context, client kubernetes.Interfac
 	}
 	if len(objs) == 0 {
 		return fmt.Errorf("no Namespace, ServiceAccount or RBAC manifests under %s", filepath.Join(c.cfg.RepoRoot, "artifacts"))
+	}
+	for _, obj := range objs {
+		if obj.GetKind() == "ClusterRoleBinding" && obj.GetName() == hostedControllersBinding {
+			// The host-process apiserver hosts the controllers (the
+			// chart's controllers.hosted): their rights are its.
+			subject := map[string]any{"kind": "ServiceAccount", "name": KruntimesService, "namespace": KruntimesNamespace}
+			if err := unstructured.SetNestedSlice(obj.Object, []any{subject}, "subjects"); err != nil {
+				return err
+			}
+		}
 	}
 	dyn, err := dynamic.NewForConfig(c.AdminConfig)
 	if err != nil {

@@ -33,6 +33,10 @@ const Tags = "fieldsv1string"
 // APIServer is kruntimes-apiserver with the controllers it hosts.
 var APIServer = Command{Name: "kruntimes-apiserver", Package: "./cmd/kruntimes-apiserver"}
 
+// Controllers is kruntimes-controllers, the controllers apart from the
+// apiserver (the chart's default).
+var Controllers = Command{Name: "kruntimes-controllers", Package: "./cmd/kruntimes-controllers"}
+
 // Path is where Build puts the binary called name.
 func Path(repoRoot, name string) string { return filepath.Join(repoRoot, "bin", name) }
 

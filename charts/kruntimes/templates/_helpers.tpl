@@ -15,6 +15,16 @@ kruntimes installation, and kruntimes-apiserver's default serving name
 {{- define "kruntimes.selectorLabels" -}}
 app.kubernetes.io/name: kruntimes-apiserver
 {{- end }}
+{{- define "kruntimes.controllersName" -}}kruntimes-controllers{{- end }}
+{{- define "kruntimes.controllersSelectorLabels" -}}
+app.kubernetes.io/name: kruntimes-controllers
+{{- end }}
+
+{{/* The ServiceAccount the controllers run as: their own, or the apiserver's
+when it hosts them (controllers.hosted). */}}
+{{- define "kruntimes.controllersServiceAccount" -}}
+{{- if .Values.controllers.hosted }}{{ include "kruntimes.apiserverName" . }}{{ else }}{{ include "kruntimes.controllersName" . }}{{ end }}
+{{- end }}
 
 {{/* Labels of every object the chart renders. */}}
 {{- define "kruntimes.labels" -}}
@@ -81,6 +91,9 @@ wrong values file fails at helm template/install rather than in the cluster.
 {{- end }}
 {{- if and (eq .Values.invokeEndpoint "direct") (eq .Values.tls.type "secret") .Values.apiService.caBundle }}
 {{- fail "invokeEndpoint=direct gives callers the serving Secret's ca.crt, but with tls.type=secret and apiService.caBundle that Secret need not have one: put ca.crt in the Secret and unset apiService.caBundle, or keep invokeEndpoint=aggregated" }}
+{{- end }}
+{{- if and (not .Values.controllers.hosted) (lt (int .Values.controllers.replicas) 1) }}
+{{- fail (printf "controllers.replicas must be at least 1, not %d: without a replica no Runtime gets Pods and no Run is scheduled (or set controllers.hosted: true)" (int .Values.controllers.replicas)) }}
 {{- end }}
 {{- if lt (int .Values.replicas) 1 }}
 {{- fail (printf "replicas must be at least 1, not %d: without a replica the APIService is unavailable and Runs cannot be read" (int .Values.replicas)) }}

@@ -58,8 +58,10 @@ const (
 // Available through the chart's Service endpoint, the embedded store lives
 // in the PVC's own directory, the README quickstart passes through the
 // chart's server, the direct entry point is off and the audit log has the
-// quickstart's writes, an upgrade to a new image tag rolls the Pod and keeps
-// every Run, the server's RBAC suffices (no forbidden in its logs), and
+// quickstart's writes, the controllers run apart with rights the apiserver
+// lacks, an upgrade to a new image tag rolls the Pod and keeps every Run,
+// the server's and the controllers' RBAC suffices (no forbidden in their
+// logs), and
 // uninstalling removes every object the release made but the PVC it keeps.
 func TestChartLifecycle(t *testing.T) {
 	f := framework.Get(t)
@@ -111,6 +113,11 @@ func TestChartLifecycle(t *testing.T) {
 	// its own.
 	ns := f.CreateNamespace(t, "chart-readme")
 	runQuickstart(ctx, t, f, ns)
+
+	// Runs went Ready and answered invocations above with the controllers
+	// in a Deployment of their own; the apiserver has none of their
+	// rights.
+	assertControllersApart(ctx, t, f, ns)
 
 	// The security defaults (docs/deploy.md, "Security model"): the
 	// direct entry point refuses a valid token with a 403 that says why,
@@ -183,8 +190,10 @@ func TestChartLifecycle(t *testing.T) {
 	assert.Contains(t, string(taskOut), "from the chart runtime")
 	assert.Equal(t, newPod.UID, runningApiserverPod(ctx, t, f, "").UID, "enabling a Runtime does not roll the apiserver")
 
-	// Every permission the server used is in the chart's RBAC.
-	assertNoForbidden(t, cluster.Config().StateDir)
+	// Every permission the server and the controllers used is in the
+	// chart's RBAC.
+	assertNoForbidden(t, cluster.Config().StateDir, deploymentName)
+	assertNoForbidden(t, cluster.Config().StateDir, controllersName)
 
 	// Uninstall as the README says: Runs and Runtimes first, while the
 	// controllers still run, then helm uninstall.
@@ -339,14 +348,14 @@ func quickstartCommands(t *testing.T, readme string) []string {
 	return block
 }
 
-// assertNoForbidden checks every log of the chart's apiserver Pods (kept
-// under logs/pods/ after the Pods are gone) for a forbidden answer from
-// kube-apiserver.
-func assertNoForbidden(t *testing.T, stateDir string) {
+// assertNoForbidden checks every log of the Pods of the chart's Deployment
+// name (kept under logs/pods/ after the Pods are gone) for a forbidden
+// answer from kube-apiserver.
+func assertNoForbidden(t *testing.T, stateDir, name string) {
 	t.Helper()
-	dirs, err := filepath.Glob(filepath.Join(stateDir, "logs", "pods", localcluster.KruntimesNamespace+"_"+deploymentName+"-*"))
+	dirs, err := filepath.Glob(filepath.Join(stateDir, "logs", "pods", localcluster.KruntimesNamespace+"_"+name+"-*"))
 	require.NoError(t, err)
-	require.NotEmpty(t, dirs, "the apiserver Pods' logs are kept")
+	require.NotEmpty(t, dirs, "the %s Pods' logs are kept", name)
 	var logs int
 	require.NoError(t, filepath.WalkDir(filepath.Join(stateDir, "logs", "pods"), func(path string, d os.DirEntry, err error) error {
 		if err != nil || d.IsDir() {

@@ -14,6 +14,7 @@ var ImageBinaries = []string{
 	"runtimed",
 	"kruntimes-runtime",
 	"kruntimes-apiserver",
+	"kruntimes-controllers",
 	"krt",
 	"e2e-testserver",
 }
