@@ -71,6 +71,16 @@ const CauseOutcomeEvicted = "InvocationOutcomeEvicted"
 // authentication.
 const ClientCommonName = "kruntimes-apiserver"
 
+// MetricsClientCommonName is the CommonName of the client certificate
+// runtimed's /metrics accepts: a scraper's, issued by the kruntimes CA.
+// It is not ClientCommonName, so a scraper cannot invoke.
+const MetricsClientCommonName = "kruntimes-metrics"
+
+// MetricsServerName is a name every runtimed serving certificate is also
+// made for, so that one scrape configuration verifies the runtimeds of all
+// Runtimes. Invocations verify ServerName, which is per Runtime.
+const MetricsServerName = "metrics.runtimed.kruntimes.io"
+
 // ServerName is the name the serving certificate of the runtimed of a
 // Runtime is made for, and what the apiserver verifies when it dials one of
 // its Pods: a certificate of another Runtime does not pass.

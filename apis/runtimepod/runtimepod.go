@@ -89,8 +89,11 @@ const (
 
 // Ports and the heartbeat of runtimed.
 const (
-	// RuntimedHealthPort serves /healthz, /readyz and /metrics.
+	// RuntimedHealthPort serves /healthz and /readyz over plain HTTP.
 	RuntimedHealthPort = 8080
+	// RuntimedMetricsPort serves /metrics over HTTPS to a scraper's
+	// client certificate (invocation.MetricsClientCommonName).
+	RuntimedMetricsPort = 9444
 	// RuntimedInvokePort serves the apiserver's invocations (gRPC, mutual
 	// TLS) on the Pod IP.
 	RuntimedInvokePort = 9443

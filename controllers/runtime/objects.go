@@ -192,6 +192,9 @@ func podTemplate(rt *v1alpha1.Runtime, opts podOptions) corev1.PodTemplateSpec {
 			"--invoke-client-ca-file="+runtimepod.RuntimedTLSCA)
 		runtimed.Ports = append(runtimed.Ports, corev1.ContainerPort{
 			Name: "invoke", ContainerPort: runtimepod.RuntimedInvokePort, Protocol: corev1.ProtocolTCP,
+		}, corev1.ContainerPort{
+			// /metrics, to a scraper's client certificate of the same CA.
+			Name: "metrics", ContainerPort: runtimepod.RuntimedMetricsPort, Protocol: corev1.ProtocolTCP,
 		})
 	}
 	t.Spec.Volumes = append(t.Spec.Volumes, RuntimedAPIAccessVolume())

@@ -125,5 +125,6 @@ func (c *Controller) needsReissue(rt *v1alpha1.Runtime, s *corev1.Secret) bool {
 	if err != nil || cert.CheckSignatureFrom(c.runtimedTLS.Issuer.Cert) != nil {
 		return true
 	}
-	return !slices.Contains(cert.DNSNames, invocation.ServerName(rt.Namespace, rt.Name)) || c.clock.Now().Add(renewBefore).After(cert.NotAfter)
+	return !slices.Contains(cert.DNSNames, invocation.ServerName(rt.Namespace, rt.Name)) ||
+		!slices.Contains(cert.DNSNames, invocation.MetricsServerName) || c.clock.Now().Add(renewBefore).After(cert.NotAfter)
 }

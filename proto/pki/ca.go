@@ -102,7 +102,12 @@ type Leaf struct {
 // invocation.ServerName(namespace, runtime).
 func (ca *CA) IssueServing(namespace, runtime string, validity time.Duration) (certPEM, keyPEM []byte, err error) {
 	name := invocation.ServerName(namespace, runtime)
-	return ca.Issue(Leaf{CommonName: name, DNSNames: []string{name}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, validity)
+	return ca.Issue(Leaf{CommonName: name, DNSNames: []string{name, invocation.MetricsServerName}, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, validity)
+}
+
+// IssueMetricsClient makes a scraper's client pair for runtimed's /metrics.
+func (ca *CA) IssueMetricsClient(validity time.Duration) (certPEM, keyPEM []byte, err error) {
+	return ca.Issue(Leaf{CommonName: invocation.MetricsClientCommonName, Usages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}, validity)
 }
 
 // IssueClient makes the apiserver's client pair for the invoke hop.

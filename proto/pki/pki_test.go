@@ -108,4 +108,7 @@ func TestInvokeHopTLS(t *testing.T) {
 	assert.NoError(t, dial(clientCert, clientKey, invocation.ServerName("ns", "python")), "the apiserver reaches the Runtime's runtimed")
 	assert.Error(t, dial(clientCert, clientKey, invocation.ServerName("ns", "bash")), "a serving certificate of another Runtime does not pass")
 	assert.Error(t, dial(otherCert, otherKey, invocation.ServerName("ns", "python")), "a client certificate of another CommonName is refused")
+	metricsCert, metricsKey, err := ca.IssueMetricsClient(time.Hour)
+	require.NoError(t, err)
+	assert.Error(t, dial(metricsCert, metricsKey, invocation.ServerName("ns", "python")), "a scraper cannot invoke")
 }

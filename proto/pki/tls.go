@@ -15,34 +15,44 @@ import (
 // ServerTLS is the TLS of a server that serves one client, as runtimed's
 // invoke server serves the apiserver: its serving pair, and the CA whose
 // client certificates of CommonName clientCommonName it accepts. Both are
-// read again whenever their files change, until ctx ends.
+// read again whenever their files change, until ctx ends. It speaks gRPC's
+// HTTP/2 only.
 func ServerTLS(ctx context.Context, certFile, keyFile, clientCAFile, clientCommonName string) (*tls.Config, error) {
-	serving, err := dynamiccertificates.NewDynamicServingContentFromFiles("runtimed-invoke-serving", certFile, keyFile)
+	return serverTLS(ctx, "runtimed-invoke", certFile, keyFile, clientCAFile, clientCommonName, []string{"h2"})
+}
+
+// MetricsServerTLS is ServerTLS for runtimed's /metrics: the same serving
+// pair and CA, the scraper's CommonName, and HTTP/1.1 besides HTTP/2, as
+// scrapers speak either.
+func MetricsServerTLS(ctx context.Context, certFile, keyFile, clientCAFile, clientCommonName string) (*tls.Config, error) {
+	return serverTLS(ctx, "runtimed-metrics", certFile, keyFile, clientCAFile, clientCommonName, []string{"h2", "http/1.1"})
+}
+
+func serverTLS(ctx context.Context, purpose, certFile, keyFile, clientCAFile, clientCommonName string, protos []string) (*tls.Config, error) {
+	serving, err := dynamiccertificates.NewDynamicServingContentFromFiles(purpose+"-serving", certFile, keyFile)
 	if err != nil {
-		return nil, fmt.Errorf("load the invoke serving certificate: %w", err)
+		return nil, fmt.Errorf("load the %s serving certificate: %w", purpose, err)
 	}
-	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile("runtimed-invoke-client-ca", clientCAFile)
+	clientCA, err := dynamiccertificates.NewDynamicCAContentFromFile(purpose+"-client-ca", clientCAFile)
 	if err != nil {
-		return nil, fmt.Errorf("load the invoke client CA: %w", err)
+		return nil, fmt.Errorf("load the %s client CA: %w", purpose, err)
 	}
 	base := &tls.Config{
-		MinVersion: tls.VersionTLS13,
-		ClientAuth: tls.RequireAndVerifyClientCert,
-		// gRPC negotiates HTTP/2 by ALPN; the per-client configs derive
-		// from this one.
-		NextProtos:            []string{"h2"},
+		MinVersion:            tls.VersionTLS13,
+		ClientAuth:            tls.RequireAndVerifyClientCert,
+		NextProtos:            protos,
 		VerifyPeerCertificate: requireCommonName(clientCommonName),
 	}
 	controller := dynamiccertificates.NewDynamicServingCertificateController(base, clientCA, serving, nil, nil)
 	serving.AddListener(controller)
 	clientCA.AddListener(controller)
 	if err := controller.RunOnce(); err != nil {
-		return nil, fmt.Errorf("build the invoke TLS configuration: %w", err)
+		return nil, fmt.Errorf("build the %s TLS configuration: %w", purpose, err)
 	}
 	go serving.Run(ctx, 1)
 	go clientCA.Run(ctx, 1)
 	go controller.Run(1, ctx.Done())
-	return &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{"h2"}, GetConfigForClient: controller.GetConfigForClient}, nil
+	return &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: protos, GetConfigForClient: controller.GetConfigForClient}, nil
 }
 
 // requireCommonName accepts only a verified client certificate of that

@@ -23,12 +23,21 @@ type Check struct {
 // than hanging the kubelet's probe.
 const checkTimeout = 2 * time.Second
 
-// Handler returns the mux with /healthz (liveness), /readyz (readiness) and
-// /metrics.
-func Handler(liveness, readiness []Check) http.Handler {
+// Handler returns the mux with /healthz (liveness) and /readyz
+// (readiness), and with metrics also /metrics.
+func Handler(liveness, readiness []Check, metrics bool) http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/healthz", checksHandler(liveness))
 	mux.Handle("/readyz", checksHandler(readiness))
+	if metrics {
+		mux.Handle("/metrics", legacyregistry.Handler())
+	}
+	return mux
+}
+
+// MetricsHandler returns the mux with /metrics alone.
+func MetricsHandler() http.Handler {
+	mux := http.NewServeMux()
 	mux.Handle("/metrics", legacyregistry.Handler())
 	return mux
 }
@@ -68,9 +77,9 @@ func Serve(ctx context.Context, lis net.Listener, handler http.Handler) error {
 		defer cancel()
 		_ = srv.Shutdown(shutdownCtx)
 	}()
-	klog.FromContext(ctx).Info("Serving health and metrics", "address", lis.Addr().String())
+	klog.FromContext(ctx).Info("Serving health or metrics", "address", lis.Addr().String())
 	if err := srv.Serve(lis); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return fmt.Errorf("serve health and metrics: %w", err)
+		return fmt.Errorf("serve on %s: %w", lis.Addr(), err)
 	}
 	return nil
 }

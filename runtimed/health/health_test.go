@@ -25,7 +25,7 @@ func TestReadyzReportsEveryCheck(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			rec := httptest.NewRecorder()
-			Handler(nil, tc.checks).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+			Handler(nil, tc.checks, false).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 			assert.Equal(t, tc.wantCode, rec.Code)
 			assert.Contains(t, rec.Body.String(), tc.wantBody)
 		})

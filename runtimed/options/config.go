@@ -39,7 +39,8 @@ type Config struct {
 	// Run's env names), Kruntimes the kruntimes.io API (Runs).
 	Kube      kubernetes.Interface
 	Kruntimes versioned.Interface
-	// HealthListener serves /healthz, /readyz and /metrics.
+	// HealthListener serves /healthz and /readyz, and /metrics when
+	// Invoke is nil.
 	HealthListener net.Listener
 	// Invoke serves the apiserver's invocations; nil turns it off.
 	Invoke   *InvokeConfig
@@ -53,6 +54,10 @@ type Config struct {
 type InvokeConfig struct {
 	Listener net.Listener
 	TLS      *tls.Config
+	// MetricsListener serves /metrics with MetricsTLS: the same serving
+	// pair and CA, a scraper's client certificate.
+	MetricsListener net.Listener
+	MetricsTLS      *tls.Config
 	// MaxConcurrentStreams is --invoke-max-concurrent-streams.
 	MaxConcurrentStreams uint32
 	Dedup                invoke.DedupConfig
@@ -108,6 +113,7 @@ func (c *Config) close() {
 	}
 	if c.Invoke != nil {
 		_ = c.Invoke.Listener.Close()
+		_ = c.Invoke.MetricsListener.Close()
 	}
 	if c.HealthListener != nil {
 		_ = c.HealthListener.Close()
@@ -119,12 +125,21 @@ func (o *InvokeOptions) config(ctx context.Context) (*InvokeConfig, error) {
 	if err != nil {
 		return nil, err
 	}
+	metricsTLS, err := pki.MetricsServerTLS(ctx, o.CertFile, o.KeyFile, o.ClientCAFile, invocation.MetricsClientCommonName)
+	if err != nil {
+		return nil, err
+	}
 	lis, err := net.Listen("tcp", o.Address)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s for invocations: %w; pick another --invoke-address", o.Address, err)
 	}
+	metricsLis, err := net.Listen("tcp", o.MetricsAddress)
+	if err != nil {
+		_ = lis.Close()
+		return nil, fmt.Errorf("listen on %s for /metrics: %w; pick another --metrics-address", o.MetricsAddress, err)
+	}
 	d := o.Dedup
-	return &InvokeConfig{Listener: lis, TLS: serverTLS, MaxConcurrentStreams: o.MaxConcurrentStreams,
+	return &InvokeConfig{Listener: lis, TLS: serverTLS, MetricsListener: metricsLis, MetricsTLS: metricsTLS, MaxConcurrentStreams: o.MaxConcurrentStreams,
 		Dedup: invoke.DedupConfig{Window: d.Window, MaxEntries: d.MaxEntries, MaxBytes: d.MaxBytes, MaxPodBytes: d.MaxPodBytes}}, nil
 }
 

@@ -18,6 +18,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register" // --logging-format=json
 	"k8s.io/klog/v2"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes/validation"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/version"
@@ -32,7 +33,8 @@ type Options struct {
 	Client   ClientOptions
 	Invoke   InvokeOptions
 	Shutdown ShutdownOptions
-	// HealthAddress serves /healthz, /readyz and /metrics.
+	// HealthAddress serves /healthz and /readyz, and /metrics when the
+	// invoke server is off.
 	HealthAddress string
 	// MaxProcs is GOMAXPROCS unless $GOMAXPROCS is set; 0 leaves it to Go.
 	MaxProcs int
@@ -76,10 +78,13 @@ type ClientOptions struct {
 // InvokeOptions configure the server of the apiserver's invocations: mutual
 // TLS from the three files, which are off together.
 type InvokeOptions struct {
-	Address      string
-	CertFile     string
-	KeyFile      string
-	ClientCAFile string
+	Address string
+	// MetricsAddress serves /metrics over the same mutual TLS, to a
+	// scraper's client certificate.
+	MetricsAddress string
+	CertFile       string
+	KeyFile        string
+	ClientCAFile   string
 	// MaxConcurrentStreams bounds the calls in flight on one connection
 	// of kruntimes-apiserver's (one per replica): each may hold its input
 	// in runtimed, so it bounds their memory; more wait in the apiserver.
@@ -141,7 +146,8 @@ func NewOptions() *Options {
 			KruntimesAPICA: os.Getenv(runtimepod.EnvKruntimesAPICA),
 		},
 		Invoke: InvokeOptions{
-			Address: net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedInvokePort)),
+			Address:        net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedInvokePort)),
+			MetricsAddress: net.JoinHostPort(host, strconv.Itoa(runtimepod.RuntimedMetricsPort)),
 			// At most 128 MiB of 1 MiB inputs per apiserver replica, under
 			// runtimed's 256Mi memory limit; room for 64 functions busy at
 			// once and as many log follows.
@@ -176,8 +182,9 @@ func NewCommand(ctx context.Context, o *Options) *cobra.Command {
 		Long: `runtimed is the per-Pod daemon of a Runtime Pod. It heartbeats a Lease for
 its Pod, claims the Runs the scheduler assigned to the Pod, executes task Runs
 and registers function Runs on the Runtime Server over a unix socket, and
-records what happened in the Runs' status. It serves /healthz, /readyz and
-/metrics on the health port.`,
+records what happened in the Runs' status. It serves /healthz and /readyz on
+the health port, and /metrics on the metrics port to a scraper's client
+certificate (on the health port when the invoke server is off).`,
 		RunE: func(c *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return fmt.Errorf("runtimed takes no arguments, got %q", args)
@@ -212,7 +219,7 @@ records what happened in the Runs' status. It serves /healthz, /readyz and
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	o.Runtime.AddFlags(fs)
 	o.Pod.AddFlags(fs)
-	fs.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, "Address serving /healthz, /readyz and /metrics; defaults to $"+runtimepod.EnvPodIP+" (or 127.0.0.1) on the health port.")
+	fs.StringVar(&o.HealthAddress, "health-address", o.HealthAddress, "Address serving /healthz and /readyz over plain HTTP (and /metrics when the invoke server is off); defaults to $"+runtimepod.EnvPodIP+" (or 127.0.0.1) on the health port.")
 	o.Client.AddFlags(fs)
 	o.Invoke.AddFlags(fs)
 	// Accepted and ignored for one release, so that a runtimed whose Pod
@@ -254,6 +261,7 @@ func (o *ClientOptions) AddFlags(fs *pflag.FlagSet) {
 // AddFlags registers the invoke server's flags.
 func (o *InvokeOptions) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Address, "invoke-address", o.Address, "Address serving the apiserver's invocations (gRPC with mutual TLS); defaults to $"+runtimepod.EnvPodIP+" (or 127.0.0.1) on the invoke port.")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "Address serving /metrics over HTTPS with the invoke server's certificate, to a client certificate of CommonName "+invocation.MetricsClientCommonName+" signed by --invoke-client-ca-file; defaults to $"+runtimepod.EnvPodIP+" (or 127.0.0.1) on the metrics port. Without the invoke server's files, /metrics is on --health-address instead.")
 	fs.StringVar(&o.CertFile, "invoke-tls-cert-file", o.CertFile, "Serving certificate of the invoke server, reloaded when the file changes; the invoke server is off without it.")
 	fs.StringVar(&o.KeyFile, "invoke-tls-key-file", o.KeyFile, "Key of --invoke-tls-cert-file.")
 	fs.StringVar(&o.ClientCAFile, "invoke-client-ca-file", o.ClientCAFile, "CA whose client certificate for kruntimes-apiserver the invoke server accepts, reloaded when the file changes.")
@@ -342,6 +350,9 @@ func (o *InvokeOptions) Validate() []error {
 	}
 	if _, _, err := net.SplitHostPort(o.Address); err != nil {
 		errs = append(errs, fmt.Errorf("--invoke-address must be host:port: %w", err))
+	}
+	if _, _, err := net.SplitHostPort(o.MetricsAddress); err != nil {
+		errs = append(errs, fmt.Errorf("--metrics-address must be host:port: %w", err))
 	}
 	if o.MaxConcurrentStreams < 1 {
 		errs = append(errs, fmt.Errorf("--invoke-max-concurrent-streams must be at least 1, got %d", o.MaxConcurrentStreams))

@@ -2,7 +2,10 @@ package options
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,8 +19,10 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/proto/pki"
+	"kruntimes.io/kruntimes/runtimed/health"
 	"kruntimes.io/kruntimes/runtimed/invoke"
 	"kruntimes.io/kruntimes/runtimed/workspace"
 )
@@ -167,7 +172,7 @@ func TestConfigBuildsWhatRunNeeds(t *testing.T) {
 		o := NewOptions()
 		o.Pod = PodOptions{Name: "p", Namespace: "ns", UID: "uid", RuntimeName: "bash", Capacity: 2}
 		o.Client.Kubeconfig = kubeconfig
-		o.HealthAddress, o.Invoke.Address = "127.0.0.1:0", "127.0.0.1:0"
+		o.HealthAddress, o.Invoke.Address, o.Invoke.MetricsAddress = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 		return o
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -199,6 +204,53 @@ func TestConfigBuildsWhatRunNeeds(t *testing.T) {
 		assert.Contains(t, c.Invoke.Listener.Addr().String(), "127.0.0.1:")
 		assert.Equal(t, invoke.DedupConfig{Window: time.Minute, MaxEntries: 1000, MaxBytes: 4 << 20, MaxPodBytes: 64 << 20}, c.Invoke.Dedup)
 		assert.Equal(t, uint32(128), c.Invoke.MaxConcurrentStreams, "the invoke server caps the streams of a connection")
+		assert.Contains(t, c.Invoke.MetricsListener.Addr().String(), "127.0.0.1:", "the metrics port is bound")
+	})
+	t.Run("with them /metrics asks a scraper's certificate, and the health port has none", func(t *testing.T) {
+		o := options()
+		o.Invoke.CertFile, o.Invoke.KeyFile, o.Invoke.ClientCAFile = certFile, keyFile, caFile
+		c, err := o.Config(ctx)
+		require.NoError(t, err)
+		t.Cleanup(c.close)
+		go func() {
+			_ = health.Serve(ctx, tls.NewListener(c.Invoke.MetricsListener, c.Invoke.MetricsTLS), health.MetricsHandler())
+		}()
+		go func() { _ = health.Serve(ctx, c.HealthListener, health.Handler(nil, nil, c.Invoke == nil)) }()
+
+		scraperCert, scraperKey, err := ca.IssueMetricsClient(time.Hour)
+		require.NoError(t, err)
+		apiserverCert, apiserverKey, err := ca.IssueClient(time.Hour)
+		require.NoError(t, err)
+		get := func(certPEM, keyPEM []byte) (int, error) {
+			roots := x509.NewCertPool()
+			roots.AppendCertsFromPEM(ca.CertPEM)
+			cfg := &tls.Config{RootCAs: roots, ServerName: invocation.MetricsServerName, MinVersion: tls.VersionTLS13}
+			if certPEM != nil {
+				pair, err := tls.X509KeyPair(certPEM, keyPEM)
+				require.NoError(t, err)
+				cfg.Certificates = []tls.Certificate{pair}
+			}
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+			defer client.CloseIdleConnections()
+			resp, err := client.Get("https://" + c.Invoke.MetricsListener.Addr().String() + "/metrics")
+			if err != nil {
+				return 0, err
+			}
+			_ = resp.Body.Close()
+			return resp.StatusCode, nil
+		}
+		code, err := get(scraperCert, scraperKey)
+		require.NoError(t, err, "a scraper's certificate, verified under the name every runtimed serves /metrics as")
+		assert.Equal(t, http.StatusOK, code)
+		_, err = get(apiserverCert, apiserverKey)
+		assert.Error(t, err, "the apiserver's invoke certificate is no scraper's")
+		_, err = get(nil, nil)
+		assert.Error(t, err, "no certificate, no metrics")
+
+		resp, err := http.Get("http://" + c.HealthListener.Addr().String() + "/metrics")
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusNotFound, resp.StatusCode, "the plain health port serves no metrics")
 	})
 	t.Run("a taken health port says which flag to change", func(t *testing.T) {
 		taken, err := net.Listen("tcp", "127.0.0.1:0")

@@ -2,6 +2,7 @@ package options
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -170,7 +171,16 @@ func (c *Config) Run(signalCtx context.Context) error {
 		stopAll()
 		return nil
 	})
-	g.Go(func() error { return health.Serve(ctx, c.HealthListener, health.Handler(liveness, readiness)) })
+	// With mutual TLS, /metrics asks a scraper's client certificate; the
+	// health port stays plain HTTP for the kubelet's probes.
+	g.Go(func() error {
+		return health.Serve(ctx, c.HealthListener, health.Handler(liveness, readiness, c.Invoke == nil))
+	})
+	if c.Invoke != nil {
+		g.Go(func() error {
+			return health.Serve(ctx, tls.NewListener(c.Invoke.MetricsListener, c.Invoke.MetricsTLS), health.MetricsHandler())
+		})
+	}
 	g.Go(func() error { beat.Run(ctx); return nil })
 	if c.Invoke != nil {
 		server := invoke.NewServer(functionController, functionRuntime, c.RuntimeName).FollowTasks(ctx, runtimeServer, pod.UID).Bound(beat).

@@ -2,8 +2,11 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,10 +27,12 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
+	"kruntimes.io/kruntimes/apis/invocation"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runtimepod"
 	"kruntimes.io/kruntimes/client/clientset/versioned"
+	"kruntimes.io/kruntimes/proto/pki"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 )
@@ -317,7 +322,7 @@ func TestFunctionRuns(t *testing.T) {
 		require.NoError(t, syscall.Kill(python.runtimedPID, syscall.SIGKILL))
 		restarted := waitForNewRuntimed(ctx, t, f, ns, python)
 		err = framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, seen *framework.Observed) (bool, error) {
-			m, err := runtimedMetrics(ctx, python.pod)
+			m, err := runtimedMetrics(ctx, f, python.pod)
 			if seen.Err(err) {
 				return false, nil
 			}
@@ -413,13 +418,19 @@ func waitForNewRuntimed(ctx context.Context, t *testing.T, f *framework.Framewor
 	return pid
 }
 
-// runtimedMetrics reads the kruntimes_runtimed_* metrics of pod.
-func runtimedMetrics(ctx context.Context, pod *corev1.Pod) (map[string]string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+pod.Status.PodIP+":"+strconv.Itoa(runtimepod.RuntimedHealthPort)+"/metrics", nil)
+// runtimedMetrics reads the kruntimes_runtimed_* metrics of pod, a Runtime
+// Pod the runtime controller made: over HTTPS on its metrics port, with a
+// scraper's client certificate of the invoke hop's CA, as Prometheus would.
+func runtimedMetrics(ctx context.Context, f *framework.Framework, pod *corev1.Pod) (map[string]string, error) {
+	client, err := runtimedMetricsClient(f)
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+net.JoinHostPort(pod.Status.PodIP, strconv.Itoa(runtimepod.RuntimedMetricsPort))+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -440,10 +451,42 @@ func runtimedMetrics(ctx context.Context, pod *corev1.Pod) (map[string]string, e
 	return metrics, nil
 }
 
+// runtimedMetricsClient is a scraper of runtimed's /metrics: a client
+// certificate of CommonName kruntimes-metrics issued by the local cluster's
+// invoke CA, verifying runtimed under invocation.MetricsServerName.
+func runtimedMetricsClient(f *framework.Framework) (*http.Client, error) {
+	caCertFile, caKeyFile, _, _ := f.Cluster.InvokePKIFiles()
+	caCert, err := os.ReadFile(caCertFile)
+	if err != nil {
+		return nil, err
+	}
+	caKey, err := os.ReadFile(caKeyFile)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := pki.LoadCA(caCert, caKey)
+	if err != nil {
+		return nil, err
+	}
+	certPEM, keyPEM, err := ca.IssueMetricsClient(time.Hour)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	roots := x509.NewCertPool()
+	roots.AppendCertsFromPEM(caCert)
+	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{
+		MinVersion: tls.VersionTLS13, RootCAs: roots, ServerName: invocation.MetricsServerName, Certificates: []tls.Certificate{pair},
+	}}}, nil
+}
+
 // slotsUsed is the number of pod's slots its runtimed says function Runs hold.
 func slotsUsed(ctx context.Context, t *testing.T, pod *corev1.Pod) int {
 	t.Helper()
-	metrics, err := runtimedMetrics(ctx, pod)
+	metrics, err := runtimedMetrics(ctx, framework.Get(t), pod)
 	require.NoError(t, err)
 	n, err := strconv.Atoi(metrics[`kruntimes_runtimed_slots_used{mode="Function"}`])
 	require.NoError(t, err, "metrics: %v", metrics)

@@ -54,6 +54,10 @@ given (the runtime image: its plain variant has no interpreter). */}}
 {{- define "kruntimes.runtimedClientSecretName" -}}
 {{- if eq (include "kruntimes.runtimedCAType" .) "secret" }}{{ .Values.runtimedCA.secret.clientName }}{{ else }}kruntimes-apiserver-runtimed-client{{ end }}
 {{- end }}
+{{/* The scraper's client pair for runtimed's /metrics (CommonName kruntimes-metrics). */}}
+{{- define "kruntimes.runtimedMetricsClientSecretName" -}}
+{{- if eq (include "kruntimes.runtimedCAType" .) "secret" }}{{ .Values.runtimedCA.secret.metricsClientName }}{{ else }}kruntimes-runtimed-metrics-client{{ end }}
+{{- end }}
 
 {{/*
 validate refuses values that contradict each other or cannot work, so that a
