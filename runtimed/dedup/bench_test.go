@@ -16,7 +16,7 @@ func BenchmarkReplayFromFullTable(b *testing.B) {
 	ids := make([]string, 1000)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%032x", i)
-		l, _ := tab.Begin(context.Background(), ids[i])
+		l, _ := tab.Begin(context.Background(), "", ids[i])
 		l.Run.Finish(fmt.Sprintf(`{"n":%d}`, i), nil, true)
 	}
 	ctx := context.Background()
@@ -32,7 +32,7 @@ func BenchmarkReplayFromFullTable(b *testing.B) {
 	n := 0
 	for i := 0; b.Loop(); i++ {
 		start := time.Now()
-		l, _ := tab.Begin(ctx, ids[i%1000])
+		l, _ := tab.Begin(ctx, "", ids[i%1000])
 		if i < len(took) {
 			took[i] = time.Since(start)
 			n++
@@ -60,7 +60,7 @@ func BenchmarkRunAndRecordOverPodBudget(b *testing.B) {
 	tabs, _, _ := budgeted(4, 1000*11)
 	for i, tab := range tabs[1:] {
 		for n := range 1000 {
-			l, _ := tab.Begin(context.Background(), fmt.Sprintf("other-%d-%d", i, n))
+			l, _ := tab.Begin(context.Background(), "", fmt.Sprintf("other-%d-%d", i, n))
 			l.Run.Finish(`{"ok":true}`, nil, true)
 		}
 	}
@@ -75,7 +75,7 @@ func benchmarkRunAndRecord(b *testing.B, tab *Table[string]) {
 	ctx := context.Background()
 	b.ReportAllocs()
 	for i := 0; b.Loop(); i++ {
-		l, _ := tab.Begin(ctx, ids[i%2000])
+		l, _ := tab.Begin(ctx, "", ids[i%2000])
 		if l.Run == nil {
 			b.Fatal("replayed")
 		}

@@ -13,19 +13,19 @@ import (
 func TestMaxWaitersRefusesOneMore(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Unix(1000, 0))
 	tab := New(Config{Window: time.Minute, MaxEntries: 10, MaxBytes: 1 << 20, Clock: clk, MaxWaiters: 2}, size)
-	first, err := tab.Find("a")
+	first, err := tab.Find("", "a")
 	if err != nil || first.Run == nil {
 		t.Fatalf("Find: %+v, %v; want a turn", first, err)
 	}
 	var waiting []*Waiter[string]
 	for range 2 {
-		l, err := tab.Find("a")
+		l, err := tab.Find("", "a")
 		if err != nil || l.Wait == nil {
 			t.Fatalf("Find: %+v, %v; want a place among the waiters", l, err)
 		}
 		waiting = append(waiting, l.Wait)
 	}
-	if _, err := tab.Find("a"); !errors.Is(err, ErrTooManyWaiters) {
+	if _, err := tab.Find("", "a"); !errors.Is(err, ErrTooManyWaiters) {
 		t.Fatalf("a third waiter: %v; want ErrTooManyWaiters", err)
 	}
 	// One that gives up makes room for another.
@@ -34,7 +34,7 @@ func TestMaxWaitersRefusesOneMore(t *testing.T) {
 	if _, err := waiting[0].Wait(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Wait: %v; want the context's error", err)
 	}
-	l, err := tab.Find("a")
+	l, err := tab.Find("", "a")
 	if err != nil || l.Wait == nil {
 		t.Fatalf("after a waiter left: %+v, %v; want a place", l, err)
 	}
@@ -49,8 +49,8 @@ func TestMaxWaitersRefusesOneMore(t *testing.T) {
 
 func TestWaiterIsToldOfAnUnrecordedRefusal(t *testing.T) {
 	tab, _ := newTable(time.Minute, 10, 1<<20)
-	first, _ := tab.Find("a")
-	l, _ := tab.Find("a")
+	first, _ := tab.Find("", "a")
+	l, _ := tab.Find("", "a")
 	refused := errors.New("busy")
 	first.Run.Finish("", refused, false)
 	out, err := l.Wait.Wait(context.Background())
@@ -60,7 +60,7 @@ func TestWaiterIsToldOfAnUnrecordedRefusal(t *testing.T) {
 }
 
 func tombstoned(tab *Table[string], id string) bool {
-	_, err := tab.Find(id)
+	_, err := tab.Find("", id)
 	return errors.Is(err, ErrEvicted)
 }
 
@@ -121,4 +121,58 @@ func TestTombstonesAreBounded(t *testing.T) {
 	if tombstoned(tab, "a") || !tombstoned(tab, "b") || !tombstoned(tab, "c") {
 		t.Fatal("want the oldest tombstone gone and the two newest kept")
 	}
+}
+
+// recordAs runs and records id for caller, with value as its outcome.
+func recordAs(t *testing.T, tab *Table[string], caller, id, value string) {
+	t.Helper()
+	l, err := tab.Find(caller, id)
+	if err != nil || l.Run == nil {
+		t.Fatalf("Find(%q, %q): %+v, %v; want a turn", caller, id, l, err)
+	}
+	l.Run.Finish(value, nil, true)
+}
+
+func TestAFloodingCallerEvictsItsOwnOutcomes(t *testing.T) {
+	t.Run("over MaxEntries", func(t *testing.T) {
+		tab, _ := newTable(time.Minute, 10, 1<<20)
+		recordAs(t, tab, "alice", "a1", "x")
+		recordAs(t, tab, "alice", "a2", "x")
+		for i := range 100 {
+			recordAs(t, tab, "mallory", "m"+strings.Repeat("x", i), "x")
+		}
+		for _, id := range []string{"a1", "a2"} {
+			if l, err := tab.Find("alice", id); err != nil || !l.Replayed {
+				t.Errorf("alice's %s after mallory's flood: %+v, %v; want it replayed", id, l, err)
+			}
+		}
+		if n := tab.Len(); n != 10 {
+			t.Errorf("Len = %d; want the bound, 10", n)
+		}
+		if l, err := tab.Find("mallory", "m"); err != nil || l.Run == nil {
+			t.Errorf("mallory's oldest: %+v, %v; want it evicted (a new turn, without tombstones)", l, err)
+		}
+	})
+	t.Run("over MaxBytes", func(t *testing.T) {
+		tab, _ := newTable(time.Minute, 1000, 100)
+		recordAs(t, tab, "alice", "a", strings.Repeat("a", 20))
+		for i := range 50 {
+			recordAs(t, tab, "mallory", "m"+strings.Repeat("x", i), strings.Repeat("m", 30))
+		}
+		if l, err := tab.Find("alice", "a"); err != nil || !l.Replayed {
+			t.Errorf("alice's outcome after mallory's flood: %+v, %v; want it replayed", l, err)
+		}
+		if b := tab.Bytes(); b > 100 {
+			t.Errorf("Bytes = %d; want at most 100", b)
+		}
+	})
+	t.Run("the same ID of two callers is two invocations", func(t *testing.T) {
+		tab, _ := newTable(time.Minute, 10, 1<<20)
+		recordAs(t, tab, "alice", "same", "alice's")
+		l, err := tab.Find("bob", "same")
+		if err != nil || l.Run == nil {
+			t.Fatalf("bob's %q: %+v, %v; want his own turn", "same", l, err)
+		}
+		l.Run.Finish("bob's", nil, true)
+	})
 }

@@ -31,7 +31,7 @@ func record(t *testing.T, tab *Table[string], id, value string) {
 }
 
 func replays(tab *Table[string], id string) bool {
-	l, err := tab.Begin(context.Background(), id)
+	l, err := tab.Begin(context.Background(), "", id)
 	if err != nil {
 		return false
 	}
@@ -99,13 +99,13 @@ func TestBudgetGivesBackWhatExpiresOrIsDropped(t *testing.T) {
 func TestDroppedTableStillAnswersItsWaiters(t *testing.T) {
 	tabs, b, _ := budgeted(1, 1000)
 	tab := tabs[0]
-	first, err := tab.Begin(context.Background(), "a")
+	first, err := tab.Begin(context.Background(), "", "a")
 	if err != nil || first.Run == nil {
 		t.Fatalf("Begin: %+v, %v; want a turn", first, err)
 	}
 	waited := make(chan Lookup[string], 1)
 	go func() {
-		l, _ := tab.Begin(context.Background(), "a")
+		l, _ := tab.Begin(context.Background(), "", "a")
 		waited <- l
 	}()
 	// The waiter is in Begin once the entry exists; Drop may come before
@@ -129,7 +129,7 @@ func TestBudgetHoldsUnderConcurrentTables(t *testing.T) {
 			wg.Go(func() {
 				for n := range 200 {
 					id := fmt.Sprintf("t%d-g%d-%d", i, g, n)
-					l, err := tab.Begin(context.Background(), id)
+					l, err := tab.Begin(context.Background(), "", id)
 					if err != nil || l.Run == nil {
 						t.Errorf("Begin(%s): %+v, %v", id, l, err)
 						return

@@ -58,6 +58,9 @@ type Table[T any] struct {
 	// recorded lists the recorded entries, oldest first.
 	recorded list.List
 	bytes    int64
+	// callers holds what each caller's recorded entries take, so that
+	// eviction takes from the caller holding the most.
+	callers map[string]*callerShare
 	// dropped is set by Drop: outcomes finishing later reach only their
 	// waiters.
 	dropped bool
@@ -66,9 +69,18 @@ type Table[T any] struct {
 	seed maphash.Seed
 }
 
+// callerShare is one caller's recorded entries, oldest first, and their
+// bytes.
+type callerShare struct {
+	recorded list.List
+	bytes    int64
+}
+
 type entry[T any] struct {
-	t  *Table[T]
-	id string
+	t *Table[T]
+	// id is the key in entries: the caller and the invocation ID.
+	id     string
+	caller string
 	// done is closed when the outcome is known, recorded or not.
 	done chan struct{}
 	// waiters counts the callers waiting for done.
@@ -80,6 +92,8 @@ type entry[T any] struct {
 	at       time.Time
 	size     int64
 	elem     *list.Element
+	// callerElem is the entry's place in its caller's share.
+	callerElem *list.Element
 	// budgetElem is the entry's place in cfg.Budget while it is recorded.
 	budgetElem *list.Element
 }
@@ -100,7 +114,7 @@ func New[T any](cfg Config, size func(T, error) int64) *Table[T] {
 		cfg.Clock = clock.RealClock{}
 	}
 	cfg.MaxEntries = max(cfg.MaxEntries, 1)
-	return &Table[T]{cfg: cfg, size: size, entries: map[string]*entry[T]{}, seed: maphash.MakeSeed()}
+	return &Table[T]{cfg: cfg, size: size, entries: map[string]*entry[T]{}, callers: map[string]*callerShare{}, seed: maphash.MakeSeed()}
 }
 
 // Lookup is what Find found for an ID: a recorded outcome to replay, the
@@ -143,12 +157,14 @@ type Outcome[T any] struct {
 	Recorded bool
 }
 
-// Find looks id up without waiting. A recorded outcome within the window
-// is replayed; an ID whose outcome was evicted within its window is
-// ErrEvicted; an invocation in flight is the caller's to wait for
-// (Lookup.Wait) unless MaxWaiters already do (ErrTooManyWaiters);
-// otherwise the caller runs it (Lookup.Run).
-func (t *Table[T]) Find(id string) (Lookup[T], error) {
+// Find looks caller's id up without waiting: the IDs of different callers
+// never meet. A recorded outcome within the window is replayed; an ID
+// whose outcome was evicted within its window is ErrEvicted; an invocation
+// in flight is the caller's to wait for (Lookup.Wait) unless MaxWaiters
+// already do (ErrTooManyWaiters); otherwise the caller runs it
+// (Lookup.Run).
+func (t *Table[T]) Find(caller, id string) (Lookup[T], error) {
+	id = caller + "\x00" + id
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.expireLocked()
@@ -157,7 +173,7 @@ func (t *Table[T]) Find(id string) (Lookup[T], error) {
 	case e == nil && t.cfg.Tombstones.has(maphash.String(t.seed, id), t.cfg.Clock.Now().Add(-t.cfg.Window)):
 		return Lookup[T]{}, ErrEvicted
 	case e == nil:
-		e = &entry[T]{t: t, id: id, done: make(chan struct{})}
+		e = &entry[T]{t: t, id: id, caller: caller, done: make(chan struct{})}
 		t.entries[id] = e
 		return Lookup[T]{Run: &Pending[T]{t: t, e: e}}, nil
 	case e.recorded:
@@ -188,9 +204,9 @@ func (w *Waiter[T]) Wait(ctx context.Context) (Outcome[T], error) {
 // Begin is Find for a caller that holds nothing worth letting go of while
 // it waits: it waits for an invocation in flight, until ctx ends, and
 // when that one ends without being recorded, takes its own turn.
-func (t *Table[T]) Begin(ctx context.Context, id string) (Lookup[T], error) {
+func (t *Table[T]) Begin(ctx context.Context, caller, id string) (Lookup[T], error) {
 	for {
-		l, err := t.Find(id)
+		l, err := t.Find(caller, id)
 		if err != nil || l.Wait == nil {
 			return l, err
 		}
@@ -219,6 +235,13 @@ func (p *Pending[T]) Finish(value T, err error, record bool) {
 		e.size = t.size(value, err)
 		e.elem = t.recorded.PushBack(e)
 		t.bytes += e.size
+		share := t.callers[e.caller]
+		if share == nil {
+			share = &callerShare{}
+			t.callers[e.caller] = share
+		}
+		e.callerElem = share.recorded.PushBack(e)
+		share.bytes += e.size
 		if budgeted {
 			e.budgetElem = t.cfg.Budget.add(e, e.size)
 		}
@@ -278,11 +301,25 @@ func (t *Table[T]) expireLocked() {
 	}
 }
 
-// evictLocked drops the oldest outcomes until the bounds hold, or until the
-// newest alone is left.
+// evictLocked drops outcomes until the bounds hold, or until the newest
+// alone is left: each time the oldest of the caller holding the most
+// entries (over MaxEntries) or bytes (over MaxBytes), so that a caller
+// recording a flood evicts its own outcomes, and one holding no more than
+// the others loses none to it.
 func (t *Table[T]) evictLocked() {
-	for t.recorded.Len() > 1 && (t.recorded.Len() > t.cfg.MaxEntries || t.bytes > t.cfg.MaxBytes) {
-		t.evictEntryLocked(t.recorded.Front().Value.(*entry[T]))
+	for t.recorded.Len() > 1 {
+		overEntries := t.recorded.Len() > t.cfg.MaxEntries
+		if !overEntries && t.bytes <= t.cfg.MaxBytes {
+			return
+		}
+		var heaviest *callerShare
+		for _, share := range t.callers {
+			if heaviest == nil || overEntries && share.recorded.Len() > heaviest.recorded.Len() ||
+				!overEntries && share.bytes > heaviest.bytes {
+				heaviest = share
+			}
+		}
+		t.evictEntryLocked(heaviest.recorded.Front().Value.(*entry[T]))
 	}
 }
 
@@ -302,6 +339,15 @@ func (t *Table[T]) removeLocked(e *entry[T]) {
 	t.recorded.Remove(e.elem)
 	e.elem = nil
 	t.bytes -= e.size
+	if e.callerElem != nil {
+		share := t.callers[e.caller]
+		share.recorded.Remove(e.callerElem)
+		share.bytes -= e.size
+		e.callerElem = nil
+		if share.recorded.Len() == 0 {
+			delete(t.callers, e.caller)
+		}
+	}
 	if e.budgetElem != nil {
 		t.cfg.Budget.remove(e.budgetElem, e.size)
 		e.budgetElem = nil

@@ -28,7 +28,7 @@ func newTable(window time.Duration, entries int, bytes int64) (*Table[string], *
 // do runs fn under id unless it is replayed, recording every outcome.
 func do(t *testing.T, tab *Table[string], id string, fn func() (string, error)) (string, error, bool) {
 	t.Helper()
-	l, err := tab.Begin(context.Background(), id)
+	l, err := tab.Begin(context.Background(), "", id)
 	if err != nil {
 		t.Fatalf("Begin(%q): %v", id, err)
 	}
@@ -66,12 +66,12 @@ func TestReplaysRecordedError(t *testing.T) {
 
 func TestUnrecordedOutcomeLetsARepeatRun(t *testing.T) {
 	tab, _ := newTable(time.Minute, 10, 1<<20)
-	l, _ := tab.Begin(context.Background(), "a")
+	l, _ := tab.Begin(context.Background(), "", "a")
 	l.Run.Finish("", errors.New("not started"), false)
 	if tab.Len() != 0 {
 		t.Fatalf("Len = %d after an unrecorded outcome; want 0", tab.Len())
 	}
-	l, _ = tab.Begin(context.Background(), "a")
+	l, _ = tab.Begin(context.Background(), "", "a")
 	if l.Replayed || l.Run == nil {
 		t.Fatalf("repeat after an unrecorded outcome: %+v; want a turn to run", l)
 	}
@@ -151,10 +151,10 @@ func TestKeepsOneOversizeOutcomeAlone(t *testing.T) {
 
 func TestWaiterGetsTheOutcomeInFlight(t *testing.T) {
 	tab, _ := newTable(time.Minute, 10, 1<<20)
-	first, _ := tab.Begin(context.Background(), "a")
+	first, _ := tab.Begin(context.Background(), "", "a")
 	got := make(chan Lookup[string], 1)
 	go func() {
-		l, err := tab.Begin(context.Background(), "a")
+		l, err := tab.Begin(context.Background(), "", "a")
 		if err != nil {
 			t.Error(err)
 		}
@@ -174,10 +174,10 @@ func TestWaiterGetsTheOutcomeInFlight(t *testing.T) {
 
 func TestWaiterRunsWhenTheFirstIsNotRecorded(t *testing.T) {
 	tab, _ := newTable(time.Minute, 10, 1<<20)
-	first, _ := tab.Begin(context.Background(), "a")
+	first, _ := tab.Begin(context.Background(), "", "a")
 	got := make(chan Lookup[string], 1)
 	go func() {
-		l, _ := tab.Begin(context.Background(), "a")
+		l, _ := tab.Begin(context.Background(), "", "a")
 		got <- l
 	}()
 	first.Run.Finish("", errors.New("refused"), false)
@@ -190,14 +190,14 @@ func TestWaiterRunsWhenTheFirstIsNotRecorded(t *testing.T) {
 
 func TestWaiterGivesUp(t *testing.T) {
 	tab, _ := newTable(time.Minute, 10, 1<<20)
-	first, _ := tab.Begin(context.Background(), "a")
+	first, _ := tab.Begin(context.Background(), "", "a")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	if l, err := tab.Begin(ctx, "a"); !errors.Is(err, context.DeadlineExceeded) {
+	if l, err := tab.Begin(ctx, "", "a"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Begin = %+v, %v; want the context's error", l, err)
 	}
 	first.Run.Finish("first", nil, true)
-	if l, _ := tab.Begin(context.Background(), "a"); !l.Replayed || l.Value != "first" {
+	if l, _ := tab.Begin(context.Background(), "", "a"); !l.Replayed || l.Value != "first" {
 		t.Fatalf("after the waiter gave up: %+v; want the first outcome", l)
 	}
 }
@@ -210,7 +210,7 @@ func TestConcurrentRepeatsRunEachIDOnce(t *testing.T) {
 		wg.Go(func() {
 			for i := range 8 {
 				id := fmt.Sprint((i + g) % 8)
-				l, err := tab.Begin(context.Background(), id)
+				l, err := tab.Begin(context.Background(), "", id)
 				if err != nil {
 					t.Error(err)
 					return

@@ -240,7 +240,7 @@ func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest, call
 	// Keyed by the caller too: another identity that sends the same ID
 	// runs its own invocation rather than reading this caller's outcome.
 	// An ID holds no control character, so the NUL splits the key alone.
-	found, err := table.Find(call.GetInvocationId() + "\x00" + req.GetCaller())
+	found, err := table.Find(req.GetCaller(), call.GetInvocationId())
 	switch {
 	case errors.Is(err, dedup.ErrTooManyWaiters):
 		return nil, false, runtimev1.NotStartedError(codes.ResourceExhausted,
