@@ -21,6 +21,7 @@ import (
 	"kruntimes.io/kruntimes/apiserver/invokerouter"
 	"kruntimes.io/kruntimes/apiserver/runtimedrestriction"
 	runregistry "kruntimes.io/kruntimes/registry/run"
+	logstore "kruntimes.io/kruntimes/registry/runlog"
 	runtimeregistry "kruntimes.io/kruntimes/registry/runtime"
 )
 
@@ -33,6 +34,16 @@ type Config struct {
 	// that reached the server directly (--direct-entry-point=false), which
 	// the authenticator marked, are refused.
 	RefuseDirect bool
+	// Logs bound the kept task logs.
+	Logs LogConfig
+}
+
+// LogConfig bounds the kept task logs and sweeps the orphaned ones.
+type LogConfig struct {
+	Limits logstore.Limits
+	// SweepInterval is how often log records no Run holds are deleted and
+	// each namespace's bytes counted again; 0: never.
+	SweepInterval time.Duration
 }
 
 // InvokeConfig configures runs/invoke.
@@ -59,18 +70,19 @@ type CompletedConfig struct {
 	generic      genericapiserver.CompletedConfig
 	invoke       InvokeConfig
 	refuseDirect bool
+	logs         LogConfig
 }
 
 // Complete fills in the defaults of the generic server configuration.
 func (c *Config) Complete() CompletedConfig {
-	return CompletedConfig{generic: c.GenericConfig.Complete(), invoke: c.Invoke, refuseDirect: c.RefuseDirect}
+	return CompletedConfig{generic: c.GenericConfig.Complete(), invoke: c.Invoke, refuseDirect: c.RefuseDirect, logs: c.Logs}
 }
 
 // New builds the server and installs the kruntimes.io API group.
 func (c CompletedConfig) New() (*Server, error) {
 	router := invokerouter.New(c.invoke.Router)
 	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter, router, router,
-		runregistry.InvokeSettings{MaxTimeout: c.invoke.MaxTimeout, WaitForReady: c.invoke.WaitForReady}, c.invoke.Endpoint)
+		runregistry.InvokeSettings{MaxTimeout: c.invoke.MaxTimeout, WaitForReady: c.invoke.WaitForReady}, c.invoke.Endpoint, c.logs.Limits)
 	if err != nil {
 		return nil, fmt.Errorf("building runs storage: %w", err)
 	}
@@ -126,6 +138,14 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil
 	}); err != nil {
 		return nil, err
+	}
+	if c.logs.SweepInterval > 0 {
+		if err := generic.AddPostStartHook("start-runs-log-sweep", func(hookCtx genericapiserver.PostStartHookContext) error {
+			go runs.Log.SweepEvery(hookCtx, c.logs.SweepInterval)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
 	return &Server{GenericAPIServer: generic}, nil
 }

@@ -39,6 +39,9 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&RunLogOptions{},
 		&RunFilesOptions{},
 		&RunLog{},
+		&RunLogUsage{},
+		&RunLogList{},
+		&RunLogUsageList{},
 	)
 	return nil
 }

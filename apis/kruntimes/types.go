@@ -386,6 +386,16 @@ const (
 	RunLogStreamStderr RunLogStream = "Stderr"
 )
 
+// Why the server dropped bytes of a kept log (RunLog.DroppedBy).
+const (
+	// RunLogDroppedByNamespaceLimit: the namespace held its limit of
+	// kept-log bytes (--max-log-bytes-per-namespace).
+	RunLogDroppedByNamespaceLimit = "NamespaceLimit"
+	// RunLogDroppedByRecordLimit: the storage backend takes no larger
+	// record (--max-log-record-bytes).
+	RunLogDroppedByRecordLimit = "RecordLimit"
+)
+
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // RunFilesOptions are the query parameters of runs/files.
@@ -425,6 +435,40 @@ type RunLog struct {
 	Chunks       []RunLogChunk
 	DroppedBytes int64
 	DroppedAfter int32
+	// DroppedBy says, when set, which of the server's limits dropped
+	// bytes (RunLogDroppedBy*); the Runtime Server's own bound when empty.
+	DroppedBy string
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RunLogUsage counts the kept-log bytes of one namespace against the
+// server's limit: a storage record, not a served resource.
+type RunLogUsage struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+
+	Bytes int64
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RunLogList is a page of kept-log records, as the orphan sweep reads them.
+type RunLogList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+
+	Items []RunLog
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RunLogUsageList is a page of per-namespace counts.
+type RunLogUsageList struct {
+	metav1.TypeMeta
+	metav1.ListMeta
+
+	Items []RunLogUsage
 }
 
 // RunLogChunk is one write of the task's program.

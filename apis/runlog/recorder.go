@@ -41,6 +41,9 @@ type Log struct {
 	Chunks       []Chunk
 	DroppedBytes int64
 	DroppedAfter int
+	// DroppedBy names the server's limit that dropped bytes
+	// (kruntimes.RunLogDroppedBy*); the Runtime Server's bound when empty.
+	DroppedBy string
 }
 
 // Recorder keeps a bounded log of both streams of one program. It is safe

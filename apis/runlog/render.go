@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"time"
+
+	"kruntimes.io/kruntimes/apis/kruntimes"
 )
 
 // RenderOptions choose what Render writes; they mirror runs/log's query.
@@ -26,6 +28,23 @@ type RenderOptions struct {
 // its tail.
 func Marker(dropped int64) string {
 	return fmt.Sprintf("[kruntimes: %d bytes of this log were dropped here; the first and the last bytes are kept]\n", dropped)
+}
+
+// LimitMarker is the marker line of a log the server cut, by the limit
+// by names (kruntimes.RunLogDroppedBy*): it says why bytes are missing.
+func LimitMarker(by string) func(dropped int64) string {
+	var why string
+	switch by {
+	case kruntimes.RunLogDroppedByNamespaceLimit:
+		why = "its namespace held its limit of kept-log bytes"
+	case kruntimes.RunLogDroppedByRecordLimit:
+		why = "the storage backend keeps logs of a bounded size"
+	default:
+		return Marker
+	}
+	return func(dropped int64) string {
+		return fmt.Sprintf("[kruntimes: %d bytes of this log were dropped here (%s); the first and the last bytes are kept]\n", dropped, why)
+	}
 }
 
 // FunctionMarker is the line that stands for bytes of a function's log a
@@ -73,6 +92,7 @@ func RenderTo(w io.Writer, l Log, opts RenderOptions) error {
 // were dropped, stamped with the time of the first tail chunk.
 func render(w io.Writer, l Log, opts RenderOptions) error {
 	lw := NewLiveWriter(w, RenderOptions{Stream: opts.Stream, Timestamps: opts.Timestamps})
+	lw.marker = LimitMarker(l.DroppedBy)
 	marker := func() error {
 		var t time.Time
 		if l.DroppedAfter < len(l.Chunks) {

@@ -353,7 +353,10 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1alpha1.RunList{}.OpenAPIModelName():                      schema_kruntimes_apis_kruntimes_v1alpha1_RunList(ref),
 		v1alpha1.RunLog{}.OpenAPIModelName():                       schema_kruntimes_apis_kruntimes_v1alpha1_RunLog(ref),
 		v1alpha1.RunLogChunk{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_RunLogChunk(ref),
+		v1alpha1.RunLogList{}.OpenAPIModelName():                   schema_kruntimes_apis_kruntimes_v1alpha1_RunLogList(ref),
 		v1alpha1.RunLogOptions{}.OpenAPIModelName():                schema_kruntimes_apis_kruntimes_v1alpha1_RunLogOptions(ref),
+		v1alpha1.RunLogUsage{}.OpenAPIModelName():                  schema_kruntimes_apis_kruntimes_v1alpha1_RunLogUsage(ref),
+		v1alpha1.RunLogUsageList{}.OpenAPIModelName():              schema_kruntimes_apis_kruntimes_v1alpha1_RunLogUsageList(ref),
 		v1alpha1.RunMode{}.OpenAPIModelName():                      schema_kruntimes_apis_kruntimes_v1alpha1_RunMode(ref),
 		v1alpha1.RunSource{}.OpenAPIModelName():                    schema_kruntimes_apis_kruntimes_v1alpha1_RunSource(ref),
 		v1alpha1.RunSpec{}.OpenAPIModelName():                      schema_kruntimes_apis_kruntimes_v1alpha1_RunSpec(ref),
@@ -18032,6 +18035,13 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunLog(ref common.ReferenceCallbac
 							Format:      "int32",
 						},
 					},
+					"droppedBy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DroppedBy says, when set, which of the server's limits dropped bytes: NamespaceLimit (the namespace held its limit of kept-log bytes) or RecordLimit (the storage backend takes no larger record); the Runtime Server's own bound when empty. Set by the server.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},
@@ -18074,6 +18084,54 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunLogChunk(ref common.ReferenceCa
 				Required: []string{"stream", "unixNano", "data"},
 			},
 		},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_RunLogList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RunLogList is a page of kept-log records, as the server's orphan sweep reads them from storage; never served.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.RunLog{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			metav1.ListMeta{}.OpenAPIModelName(), v1alpha1.RunLog{}.OpenAPIModelName()},
 	}
 }
 
@@ -18150,6 +18208,98 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunLogOptions(ref common.Reference
 				},
 			},
 		},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_RunLogUsage(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RunLogUsage counts the kept-log bytes of one namespace against kruntimes-apiserver's --max-log-bytes-per-namespace. It is a storage record, never served.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"bytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Bytes are the namespace's kept-log bytes, as runlog.Size counts them.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"bytes"},
+			},
+		},
+		Dependencies: []string{
+			metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_kruntimes_apis_kruntimes_v1alpha1_RunLogUsageList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "RunLogUsageList is a page of per-namespace counts of kept-log bytes; never served.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1alpha1.RunLogUsage{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			metav1.ListMeta{}.OpenAPIModelName(), v1alpha1.RunLogUsage{}.OpenAPIModelName()},
 	}
 }
 

@@ -44,6 +44,7 @@ type ServerOptions struct {
 	Controllers              *HostedControllersOptions
 	Invoke                   *InvokeOptions
 	Shutdown                 *ShutdownOptions
+	Logs                     *LogOptions
 	ComponentGlobalsRegistry basecompatibility.ComponentGlobalsRegistry
 
 	// AlternateDNS are extra names for the self-signed serving certificate,
@@ -69,6 +70,7 @@ func NewServerOptions(out, errOut io.Writer) *ServerOptions {
 		Controllers:              NewHostedControllersOptions(),
 		Invoke:                   NewInvokeOptions(),
 		Shutdown:                 NewShutdownOptions(),
+		Logs:                     NewLogOptions(),
 		ComponentGlobalsRegistry: basecompatibility.NewComponentGlobalsRegistry(),
 		AlternateDNS:             []string{"kruntimes-apiserver.kruntimes-system.svc"},
 		GoMemoryLimit:            memlimit.Auto,
@@ -127,6 +129,7 @@ func (o *ServerOptions) AddFlags(fs *pflag.FlagSet) {
 	o.Controllers.AddFlags(fs)
 	o.Invoke.AddFlags(fs)
 	o.Shutdown.AddFlags(fs)
+	o.Logs.AddFlags(fs)
 	o.ComponentGlobalsRegistry.AddFlags(fs)
 	fs.StringSliceVar(&o.AlternateDNS, "alternate-dns", o.AlternateDNS,
 		"Extra DNS names of the self-signed serving certificate; include <service>.<namespace>.svc so the aggregator can verify it.")
@@ -167,6 +170,7 @@ func (o *ServerOptions) Validate(args []string) error {
 	errs = append(errs, o.Invoke.Validate()...)
 	errs = append(errs, o.Controllers.Validate()...)
 	errs = append(errs, o.Shutdown.Validate()...)
+	errs = append(errs, o.Logs.Validate()...)
 	if !o.DirectEntryPoint && o.Standalone.Enabled {
 		errs = append(errs, fmt.Errorf("--direct-entry-point=false refuses every request that kube-apiserver did not proxy, and --standalone has no kube-apiserver: drop one of them"))
 	}
@@ -242,7 +246,7 @@ func (o *ServerOptions) Config() (*apiserver.Config, func(), error) {
 			return nil, nil, err
 		}
 	}
-	return &apiserver.Config{GenericConfig: serverConfig, RefuseDirect: !o.DirectEntryPoint}, closeStorage, nil
+	return &apiserver.Config{GenericConfig: serverConfig, RefuseDirect: !o.DirectEntryPoint, Logs: o.Logs.Config(o.Storage.Backend())}, closeStorage, nil
 }
 
 // Run starts the server and blocks until ctx is done.

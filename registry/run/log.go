@@ -12,10 +12,12 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/warning"
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
@@ -55,6 +57,8 @@ type LogREST struct {
 	router LogRouter
 	runs   *genericregistry.Store
 	logs   *logstore.Store
+	// limits are the log store's, for the words of a warning.
+	limits logstore.Limits
 	// codecs decode a hand-over's body.
 	codecs serializer.CodecFactory
 }
@@ -248,9 +252,16 @@ func (r *LogREST) save(req *http.Request, namespace string, run *kruntimes.Run, 
 		return
 	}
 	ctx := req.Context()
-	if err := r.logs.Save(ctx, namespace, run.Name, run.UID, *o.Attempt, log); err != nil {
+	kept, err := r.logs.Save(ctx, namespace, run.Name, run.UID, *o.Attempt, log)
+	if err != nil {
 		responder.Error(apierrors.NewInternalError(fmt.Errorf("keep the log of attempt %d of Run %s: %w", *o.Attempt, run.Name, err)))
 		return
+	}
+	if dropped := kept.DroppedBytes - log.DroppedBytes; kept.DroppedBy != "" && dropped > 0 {
+		// Kept all the same: the hand-over succeeded, and the log says
+		// where and why bytes are missing; runtimed logs the warning.
+		logDroppedBytes.WithLabelValues(kept.DroppedBy).Add(float64(dropped))
+		warning.AddWarning(ctx, "", droppedWarning(run, *o.Attempt, kept.DroppedBy, dropped, r.limits))
 	}
 	// A delete of the Run that raced this hand-over removed its logs
 	// before this one was written: read the Run again, from storage, and
@@ -286,7 +297,7 @@ func (r *LogREST) stillThere(ctx context.Context, run *kruntimes.Run) error {
 
 // logOf is a stored record as apis/runlog renders it.
 func logOf(record *kruntimes.RunLog) runlog.Log {
-	l := runlog.Log{Chunks: make([]runlog.Chunk, len(record.Chunks)), DroppedBytes: record.DroppedBytes, DroppedAfter: int(record.DroppedAfter)}
+	l := runlog.Log{Chunks: make([]runlog.Chunk, len(record.Chunks)), DroppedBytes: record.DroppedBytes, DroppedAfter: int(record.DroppedAfter), DroppedBy: record.DroppedBy}
 	for i, c := range record.Chunks {
 		l.Chunks[i] = runlog.Chunk{Stream: runlog.Stream(c.Stream), Time: time.Unix(0, c.UnixNano), Data: c.Data}
 	}
@@ -307,4 +318,53 @@ func deleteLogs(logs *logstore.Store) genericregistry.AfterDeleteFunc {
 			klog.Background().Error(err, "The logs of a deleted Run were left behind; they are never served for a later Run of the name", "run", klog.KObj(run), "runUID", run.UID)
 		}
 	}
+}
+
+// droppedWarning says why a hand-over's log was kept cut.
+func droppedWarning(run *kruntimes.Run, attempt int32, by string, dropped int64, limits logstore.Limits) string {
+	if by == kruntimes.RunLogDroppedByNamespaceLimit {
+		return fmt.Sprintf("%d bytes of the log of attempt %d of Run %s were not kept: namespace %s holds its limit of %d bytes of kept logs; delete finished Runs (or set ttlSecondsAfterFinished) to keep more",
+			dropped, attempt, run.Name, run.Namespace, limits.NamespaceBytes)
+	}
+	return fmt.Sprintf("%d bytes of the log of attempt %d of Run %s were not kept: the storage backend keeps at most %d bytes of a log", dropped, attempt, run.Name, limits.RecordBytes)
+}
+
+// SweepEvery sweeps the kept logs (logstore.Store.Sweep) at start and then
+// every interval until ctx ends. Every replica sweeps: a sweep is safe to
+// run twice, and concurrently.
+func (r *LogREST) SweepEvery(ctx context.Context, interval time.Duration) {
+	wait.JitterUntilWithContext(ctx, func(ctx context.Context) { _, _ = r.Sweep(ctx) }, interval, 0.1, true)
+}
+
+// Sweep deletes the log records no Run holds any more and counts each
+// namespace's kept-log bytes again.
+func (r *LogREST) Sweep(ctx context.Context) (logstore.SweepResult, error) {
+	logger := klog.FromContext(ctx)
+	result, err := r.logs.Sweep(ctx, KeptAttempts, r.runState)
+	logSweptRecords.Add(float64(result.Deleted))
+	if result.Deleted > 0 {
+		logger.Info("Deleted log records whose Run is gone", "records", result.Deleted, "bytes", result.FreedBytes)
+	}
+	if err != nil {
+		logger.Error(err, "The sweep of kept logs did not finish; the next one tries again")
+	}
+	return result, err
+}
+
+// runState reads the Run a log record names: from the watch cache, or
+// from storage when fresh.
+func (r *LogREST) runState(ctx context.Context, namespace, name string, fresh bool) (logstore.RunState, error) {
+	opts := &metav1.GetOptions{ResourceVersion: "0"}
+	if fresh {
+		opts = &metav1.GetOptions{}
+	}
+	obj, err := r.runs.Get(genericapirequest.WithNamespace(ctx, namespace), name, opts)
+	if apierrors.IsNotFound(err) {
+		return logstore.RunState{}, nil
+	}
+	if err != nil {
+		return logstore.RunState{}, err
+	}
+	run := obj.(*kruntimes.Run)
+	return logstore.RunState{Found: true, UID: run.UID, Attempt: run.Status.Attempt}, nil
 }

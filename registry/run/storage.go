@@ -34,8 +34,8 @@ type REST struct {
 // NewStorage builds the runs and runs/status storage over the backend that
 // optsGetter selects, runs/invoke over router within invoke's bounds, and
 // runs/log's follows and runs/files over logs; endpoint is what Ready function Runs
-// advertise in status.endpoint.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, logs LogRouter, invoke InvokeSettings, endpoint Endpoint) (Storage, error) {
+// advertise in status.endpoint; logLimits bound the kept logs.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, logs LogRouter, invoke InvokeSettings, endpoint Endpoint, logLimits logstore.Limits) (Storage, error) {
 	strategy := NewStrategy(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &kruntimes.Run{} },
@@ -60,17 +60,18 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 	if err := store.CompleteWithOptions(options); err != nil {
 		return Storage{}, err
 	}
-	kept, err := logstore.NewStore(optsGetter)
+	kept, err := logstore.NewStore(optsGetter, logLimits)
 	if err != nil {
 		return Storage{}, err
 	}
 	store.AfterDelete = deleteLogs(kept)
+	registerLogMetrics()
 
 	return Storage{
 		Run:    &REST{store},
 		Status: statusrest.New(store, NewStatusStrategy(strategy, endpoint)),
 		Invoke: newInvokeREST(router, invoke),
-		Log:    &LogREST{router: logs, runs: store, logs: kept, codecs: serializer.NewCodecFactory(scheme)},
+		Log:    &LogREST{router: logs, runs: store, logs: kept, limits: logLimits, codecs: serializer.NewCodecFactory(scheme)},
 		Files:  &FilesREST{router: logs, runs: store},
 	}, nil
 }

@@ -2,20 +2,28 @@ package integration
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/client-go/rest"
 
+	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apiserver"
@@ -48,7 +56,7 @@ func TestRunLogKeptOnEveryBackend(t *testing.T) {
 				backend, err := embedded.Open(dir, embedded.Options{})
 				require.NoError(t, err)
 				defer backend.Close()
-				store, err := logstore.NewStore(backend.RESTOptionsGetter(*storagebackend.NewDefaultConfig("/registry/kruntimes.io", apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion))))
+				store, err := logstore.NewStore(backend.RESTOptionsGetter(*storagebackend.NewDefaultConfig("/registry/kruntimes.io", apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion))), logstore.Limits{})
 				require.NoError(t, err)
 				defer store.Destroy()
 				record, err := store.Get(context.Background(), namespace, run, uid, attempt)
@@ -241,4 +249,138 @@ func testRunLog(t *testing.T, b logBackend) {
 	require.NoError(t, s.client.KruntimesV1alpha1().Runs(namespace).Delete(ctx, "printer", metav1.DeleteOptions{}))
 	s.stop()
 	assert.False(t, b.stored(t, "printer", run.UID, 1), "the log is gone from storage with its Run")
+}
+
+// TestRunLogNamespaceLimit: past --max-log-bytes-per-namespace a hand-over
+// still succeeds, with a Warning, and the log is kept cut around a marker
+// that says why; the logs kept before stay whole, and a deleted Run's
+// bytes make room again. On both backends.
+func TestRunLogNamespaceLimit(t *testing.T) {
+	cfg := testserver.NewTestConfig(t)
+	etcd := testserver.RunEtcd(t, cfg)
+	const limit = "--max-log-bytes-per-namespace=8192"
+	for name, start := range map[string]func(t *testing.T) *testServer{
+		"embedded": func(t *testing.T) *testServer { return startServer(t, "", limit) },
+		"etcd3": func(t *testing.T) *testServer {
+			return startServer(t, "", limit, "--storage-backend=etcd3", "--etcd-servers="+strings.Join(etcd.Endpoints(), ","), "--etcd-prefix=/limit")
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ctx := context.Background()
+			s := start(t)
+			runs := s.client.KruntimesV1alpha1().Runs(namespace)
+			running := func(name string) {
+				run, err := runs.Create(ctx, taskRun(name), metav1.CreateOptions{})
+				require.NoError(t, err)
+				for _, step := range steps(scheduled, running) {
+					step(&run.Status)
+					run, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+					require.NoError(t, err)
+				}
+			}
+			handOver := func(name string, data string) (int, string) {
+				body := fmt.Sprintf(`{"chunks":[{"stream":"Stdout","unixNano":1,"data":%q}]}`, base64.StdEncoding.EncodeToString([]byte(data)))
+				httpClient, err := rest.HTTPClientFor(s.config)
+				require.NoError(t, err)
+				resp, err := httpClient.Post(s.config.Host+"/apis/kruntimes.io/v1alpha1/namespaces/"+namespace+"/runs/"+name+"/log?attempt=1", "application/json", strings.NewReader(body))
+				require.NoError(t, err)
+				defer resp.Body.Close()
+				return resp.StatusCode, resp.Header.Get("Warning")
+			}
+			read := func(name string) string {
+				b, err := runs.GetLogs(name, &v1alpha1.RunLogOptions{}).DoRaw(ctx)
+				require.NoError(t, err)
+				return string(b)
+			}
+			first := strings.Repeat("1", 5000) + "\n"
+			running("first")
+			code, warning := handOver("first", first)
+			require.Equal(t, http.StatusCreated, code)
+			assert.Empty(t, warning, "within the limit")
+
+			second := strings.Repeat("2", 2000) + "\n" + strings.Repeat("3", 3000) + "\n"
+			running("second")
+			code, warning = handOver("second", second)
+			require.Equal(t, http.StatusCreated, code, "over the limit the hand-over succeeds all the same")
+			assert.Contains(t, warning, "holds its limit of 8192 bytes of kept logs")
+			got := read("second")
+			head, tail, found := strings.Cut(got, "[kruntimes: ")
+			require.True(t, found, "a marker line: %q", got)
+			marker, tail, _ := strings.Cut(tail, "\n")
+			assert.Contains(t, marker, "its namespace held its limit of kept-log bytes")
+			// The marker starts a line of its own: a head cut mid-line
+			// is ended for it.
+			head = strings.TrimSuffix(head, "\n")
+			assert.True(t, strings.HasPrefix(second, head), "the first bytes are kept")
+			assert.True(t, strings.HasSuffix(second, tail), "the last bytes are kept")
+			dropped := len(second) - len(head) - len(tail)
+			assert.Contains(t, marker, fmt.Sprintf("%d bytes of this log were dropped here", dropped), "every byte not kept is told")
+			assert.LessOrEqual(t, len(first)+len(head)+len(tail), 8192)
+			assert.Equal(t, first, read("first"), "a log kept before stays whole")
+
+			require.NoError(t, runs.Delete(ctx, "first", metav1.DeleteOptions{}))
+			running("third")
+			code, warning = handOver("third", first)
+			require.Equal(t, http.StatusCreated, code)
+			assert.Empty(t, warning, "a deleted Run's bytes make room")
+			assert.Equal(t, first, read("third"))
+		})
+	}
+}
+
+// TestRunLogOrphansSwept: a log record whose Run is gone (a crash between
+// the Run's delete and its hook) is deleted by the sweep kruntimes-apiserver
+// runs at start, and the record of a Run that stays is not.
+func TestRunLogOrphansSwept(t *testing.T) {
+	ctx := context.Background()
+	cfg := testserver.NewTestConfig(t)
+	etcd := testserver.RunEtcd(t, cfg)
+	args := []string{"--storage-backend=etcd3", "--etcd-servers=" + strings.Join(etcd.Endpoints(), ",")}
+	s := startServer(t, "", args...)
+	runs := s.client.KruntimesV1alpha1().Runs(namespace)
+	run, err := runs.Create(ctx, taskRun("stays"), metav1.CreateOptions{})
+	require.NoError(t, err)
+	for _, step := range steps(scheduled, running) {
+		step(&run.Status)
+		run, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+	require.NoError(t, runs.SaveLog(ctx, "stays", 1, &v1alpha1.RunLog{Chunks: []v1alpha1.RunLogChunk{{Stream: v1alpha1.RunLogStreamStdout, UnixNano: 1, Data: []byte("kept\n")}}}))
+	s.stop()
+
+	// Left behind by a Run that no longer exists, as the server keeps it.
+	config := storagebackend.NewDefaultConfig("/registry/kruntimes.io", apiserver.Codecs.LegacyCodec(v1alpha1.SchemeGroupVersion))
+	config.Transport.ServerList = etcd.Endpoints()
+	store, err := logstore.NewStore(etcdRESTOptions{config: *config}, logstore.Limits{})
+	require.NoError(t, err)
+	defer store.Destroy()
+	orphan := &kruntimes.RunLog{Chunks: []kruntimes.RunLogChunk{{Stream: kruntimes.RunLogStreamStdout, UnixNano: 1, Data: []byte("orphan\n")}}}
+	_, err = store.Save(ctx, namespace, "gone", "uid-gone", 1, orphan)
+	require.NoError(t, err)
+	stored := func(key string) bool {
+		resp, err := etcd.KV.Get(ctx, "/registry/kruntimes.io/kruntimes.io/runlogs/"+namespace+"/"+key, clientv3.WithCountOnly())
+		require.NoError(t, err)
+		return resp.Count > 0
+	}
+	require.True(t, stored("gone/1"))
+
+	s = startServer(t, "", args...)
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, wait.ForeverTestTimeout, true, func(context.Context) (bool, error) {
+		return !stored("gone/1"), nil
+	}), "the orphan is swept")
+	assert.True(t, stored("stays/1"), "the log of a Run that stays is kept")
+	b, err := s.client.KruntimesV1alpha1().Runs(namespace).GetLogs("stays", &v1alpha1.RunLogOptions{}).DoRaw(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, "kept\n", string(b))
+	used, err := store.Usage(ctx, namespace)
+	require.NoError(t, err)
+	assert.Equal(t, int64(len("kept\n"))+logstore.ChunkOverhead, used, "the namespace counts the bytes of the log that stays, not the orphan's")
+}
+
+// etcdRESTOptions is the etcd3 backend without a watch cache, as the log
+// store gets it from kruntimes-apiserver.
+type etcdRESTOptions struct{ config storagebackend.Config }
+
+func (g etcdRESTOptions) GetRESTOptions(gr schema.GroupResource, _ k8sruntime.Object) (generic.RESTOptions, error) {
+	return generic.RESTOptions{StorageConfig: g.config.ForResource(gr), Decorator: generic.UndecoratedStorage, ResourcePrefix: gr.Group + "/" + gr.Resource}, nil
 }

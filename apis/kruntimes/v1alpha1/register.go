@@ -41,6 +41,9 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&RunLogOptions{},
 		&RunFilesOptions{},
 		&RunLog{},
+		&RunLogUsage{},
+		&RunLogList{},
+		&RunLogUsageList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -525,6 +525,50 @@ type RunLog struct {
 	// DroppedAfter is the number of head chunks.
 	// +optional
 	DroppedAfter int32 `json:"droppedAfter,omitempty" protobuf:"varint,6,opt,name=droppedAfter"`
+	// DroppedBy says, when set, which of the server's limits dropped bytes:
+	// NamespaceLimit (the namespace held its limit of kept-log bytes) or
+	// RecordLimit (the storage backend takes no larger record); the
+	// Runtime Server's own bound when empty. Set by the server.
+	// +optional
+	DroppedBy string `json:"droppedBy,omitempty" protobuf:"bytes,7,opt,name=droppedBy"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RunLogUsage counts the kept-log bytes of one namespace against
+// kruntimes-apiserver's --max-log-bytes-per-namespace. It is a storage
+// record, never served.
+type RunLogUsage struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	// Bytes are the namespace's kept-log bytes, as runlog.Size counts them.
+	Bytes int64 `json:"bytes" protobuf:"varint,2,opt,name=bytes"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RunLogList is a page of kept-log records, as the server's orphan sweep
+// reads them from storage; never served.
+type RunLogList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	Items []RunLog `json:"items" protobuf:"bytes,2,rep,name=items"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// RunLogUsageList is a page of per-namespace counts of kept-log bytes;
+// never served.
+type RunLogUsageList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+
+	Items []RunLogUsage `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // RunLogChunk is one write of the task's program.

@@ -102,8 +102,23 @@ func (in RunLogChunk) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RunLogList) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.RunLogList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in RunLogOptions) OpenAPIModelName() string {
 	return "io.kruntimes.v1alpha1.RunLogOptions"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RunLogUsage) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.RunLogUsage"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in RunLogUsageList) OpenAPIModelName() string {
+	return "io.kruntimes.v1alpha1.RunLogUsageList"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
