@@ -43,6 +43,7 @@ func Run(args []string, streams genericiooptions.IOStreams) int {
 	root.AddCommand(newCmdRun(flags, streams, &code))
 	root.AddCommand(newCmdCancel(flags, streams, &code))
 	root.AddCommand(newCmdExec(flags, streams, &code))
+	root.AddCommand(newCmdCp(flags, streams, &code))
 	root.AddCommand(failsWith(mcpserver.NewCmdMCP(flags, streams), &code, ExitError))
 	root.SetArgs(args)
 	root.SetIn(streams.In)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -51,6 +52,47 @@ type RunExpansion interface {
 	// sent once: client-go's retries of answers with Retry-After are off,
 	// because a retried invocation would run again.
 	Invoke(ctx context.Context, name string, input []byte, opts InvokeOptions) (*kruntimesv1alpha1.InvokeResult, error)
+	// GetFile returns the request for a file of the sandbox name's
+	// workspace (runs/files): Stream(ctx) reads it as it comes.
+	GetFile(name, path string) *rest.Request
+	// PutFile replaces the file path of the sandbox name's workspace with
+	// what body reads, streamed, atomically, and returns the bytes
+	// written. It is sent once: body is read as it goes.
+	PutFile(ctx context.Context, name, path string, body io.Reader) (int64, error)
+}
+
+// GetFile implements RunExpansion.
+func (c *runs) GetFile(name, path string) *rest.Request {
+	return c.GetClient().Get().
+		Namespace(c.GetNamespace()).
+		Resource("runs").
+		Name(name).
+		SubResource("files").
+		VersionedParams(&kruntimesv1alpha1.RunFilesOptions{Path: path}, scheme.ParameterCodec)
+}
+
+// PutFile implements RunExpansion.
+func (c *runs) PutFile(ctx context.Context, name, path string, body io.Reader) (int64, error) {
+	raw, err := c.GetClient().Put().
+		Namespace(c.GetNamespace()).
+		Resource("runs").
+		Name(name).
+		SubResource("files").
+		VersionedParams(&kruntimesv1alpha1.RunFilesOptions{Path: path}, scheme.ParameterCodec).
+		SetHeader("Content-Type", "application/octet-stream").
+		Body(body).
+		MaxRetries(0).
+		Do(ctx).Raw()
+	if err != nil {
+		return 0, err
+	}
+	var written struct {
+		Size int64 `json:"size"`
+	}
+	if err := json.Unmarshal(raw, &written); err != nil {
+		return 0, fmt.Errorf("read the answer of PUT runs/%s/files: %w", name, err)
+	}
+	return written.Size, nil
 }
 
 // GetLogs implements RunExpansion.

@@ -56,3 +56,36 @@ func (c *fakeRuns) SaveLog(ctx context.Context, name string, attempt int32, log 
 	_, err := c.Fake.Invokes(action, log)
 	return err
 }
+
+// GetFile records a get of runs/files and returns a request that answers
+// "fake file".
+func (c *fakeRuns) GetFile(name, path string) *rest.Request {
+	action := testing.GenericActionImpl{}
+	action.Verb = "get"
+	action.Namespace = c.Namespace()
+	action.Resource = runsResource()
+	action.Subresource = "files"
+	action.Value = &kruntimesv1alpha1.RunFilesOptions{Path: path}
+	_, _ = c.Fake.Invokes(action, &kruntimesv1alpha1.Run{})
+	client := &fakerest.RESTClient{
+		Client: fakerest.CreateHTTPClient(func(*http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("fake file"))}, nil
+		}),
+	}
+	return client.Request()
+}
+
+// PutFile records an update of runs/files and reads body whole, as the
+// server would.
+func (c *fakeRuns) PutFile(ctx context.Context, name, path string, body io.Reader) (int64, error) {
+	action := testing.GenericActionImpl{}
+	action.Verb = "update"
+	action.Namespace = c.Namespace()
+	action.Resource = runsResource()
+	action.Subresource = "files"
+	action.Value = &kruntimesv1alpha1.RunFilesOptions{Path: path}
+	if _, err := c.Fake.Invokes(action, &kruntimesv1alpha1.Run{}); err != nil {
+		return 0, err
+	}
+	return io.Copy(io.Discard, body)
+}
