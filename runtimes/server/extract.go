@@ -48,6 +48,12 @@ func (s *Server) extractTar(stream runtimev1.FunctionRuntime_WriteFileServer, re
 		return status.Errorf(codes.Internal, "open the workspace of Run %s: %v", reg.runUID, err)
 	}
 	defer func() { _ = root.Close() }()
+	// A link to a directory inside the workspace is extracted into, as
+	// tar -C does.
+	if dirName, err = followFinalLink(root, reg.workingDir, dirName, p); err != nil {
+		return err
+	}
+	dirName = filepath.Clean(dirName)
 	switch fi, err := root.Stat(dirName); {
 	case err == nil && !fi.IsDir():
 		return status.Errorf(codes.InvalidArgument, "%q is not a directory; an archive is extracted into a directory", p)

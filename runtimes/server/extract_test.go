@@ -184,6 +184,16 @@ func TestExtractTar(t *testing.T) {
 		assert.FileExists(t, filepath.Join(h.workDir, "abs", "f"))
 	})
 
+	t.Run("through a link to a directory inside", func(t *testing.T) {
+		require.NoError(t, os.Symlink("proj/docs", filepath.Join(h.workDir, "docs-link")))
+		_, err := h.extract(ctx, reg, "docs-link", archive(t, file("b.md", "b")), 1<<10)
+		require.NoError(t, err)
+		assert.FileExists(t, filepath.Join(h.workDir, "proj/docs/b.md"))
+		fi, err := os.Lstat(filepath.Join(h.workDir, "docs-link"))
+		require.NoError(t, err)
+		assert.Equal(t, fs.ModeSymlink, fi.Mode().Type(), "the link stays a link")
+	})
+
 	t.Run("an empty archive makes the directory", func(t *testing.T) {
 		resp, err := h.extract(ctx, reg, "a/b/empty", archive(t), 1<<10)
 		require.NoError(t, err)
