@@ -402,8 +402,19 @@ const (
 type RunFilesOptions struct {
 	metav1.TypeMeta
 
-	Path string
+	Path    string
+	Extract RunFilesExtract
 }
+
+// RunFilesExtract says how a PUT of runs/files takes its body.
+type RunFilesExtract string
+
+// RunFilesExtracts.
+const (
+	// RunFilesExtractTar: the body is a tar archive (gzip-compressed or
+	// not), extracted into the directory Path names.
+	RunFilesExtractTar RunFilesExtract = "tar"
+)
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 

@@ -17865,6 +17865,13 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunFilesOptions(ref common.Referen
 							Format:      "",
 						},
 					},
+					"extract": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Extract, on PUT only, takes the body as an archive extracted into the directory Path names (made when missing) rather than as a file's bytes: \"tar\" for a tar archive, gzip-compressed or not. (A plain string: query parameters are simple types in OpenAPI.)",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"path"},
 			},

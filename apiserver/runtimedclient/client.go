@@ -37,6 +37,10 @@ type Interface interface {
 	// WriteFile replaces the file path of the sandbox key names with
 	// body, and returns its size; on any error nothing was written.
 	WriteFile(ctx context.Context, key FileKey, path string, body io.Reader) (int64, error)
+	// ExtractTar extracts the tar archive body (gzip-compressed or not)
+	// into the directory dir of the sandbox key names, made when missing.
+	// On any error nothing was extracted; the errors are WriteFile's.
+	ExtractTar(ctx context.Context, key FileKey, dir string, body io.Reader) (Extracted, error)
 }
 
 // Invocation is one invocation of a Ready function Run, with the fencing

@@ -88,14 +88,39 @@ func (r *fileReader) WriteTo(w io.Writer) (int64, error) {
 // once body ended (io.EOF). A body that breaks off cancels the call, and
 // nothing is written.
 func (c *Client) WriteFile(ctx context.Context, key FileKey, path string, body io.Reader) (int64, error) {
+	resp, err := c.writeFile(ctx, key, &runtimev1.WriteFileRequest{Path: path}, body)
+	return resp.GetSize(), err
+}
+
+// Extracted is what ExtractTar extracted: the regular files (hard links
+// included) and their bytes.
+type Extracted struct {
+	Files int64
+	Bytes int64
+}
+
+// ExtractTar implements Interface: as WriteFile, and the Runtime Server
+// extracts what it receives.
+func (c *Client) ExtractTar(ctx context.Context, key FileKey, dir string, body io.Reader) (Extracted, error) {
+	resp, err := c.writeFile(ctx, key, &runtimev1.WriteFileRequest{Path: dir, Extract: runtimev1.Extract_EXTRACT_TAR}, body)
+	if err != nil {
+		return Extracted{}, err
+	}
+	return Extracted{Files: resp.GetFiles(), Bytes: resp.GetSize()}, nil
+}
+
+// writeFile streams body to runtimed after first, the request that names
+// the file (or the directory of an archive).
+func (c *Client) writeFile(ctx context.Context, key FileKey, first *runtimev1.WriteFileRequest, body io.Reader) (*runtimev1.WriteFileResponse, error) {
+	path := first.GetPath()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := c.rpc.WriteFile(ctx)
 	if err != nil {
-		return 0, fileError(err, path)
+		return nil, fileError(err, path)
 	}
 	msg := &runtimedv1.WriteFileRequest{RunUid: string(key.RunUID), Attempt: key.Attempt, PodUid: string(key.PodUID), Caller: key.Caller,
-		File: &runtimev1.WriteFileRequest{Path: path}}
+		File: first}
 	read := int64(0)
 	for {
 		// A buffer per message: gRPC may hold a sent message after Send
@@ -107,7 +132,7 @@ func (c *Client) WriteFile(ctx context.Context, key FileKey, path string, body i
 		ended := errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF)
 		if rerr != nil && !ended {
 			cancel()
-			return 0, apierrors.NewBadRequest(fmt.Sprintf("the upload of %q broke off after %d bytes: %v; nothing was written", path, read, rerr))
+			return nil, apierrors.NewBadRequest(fmt.Sprintf("the upload of %q broke off after %d bytes: %v; nothing was written", path, read, rerr))
 		}
 		if n > 0 || msg.RunUid != "" {
 			if err := stream.Send(msg); err != nil {
@@ -121,9 +146,9 @@ func (c *Client) WriteFile(ctx context.Context, key FileKey, path string, body i
 	}
 	resp, err := stream.CloseAndRecv()
 	if err != nil {
-		return 0, fileError(err, path)
+		return nil, fileError(err, path)
 	}
-	return resp.GetSize(), nil
+	return resp, nil
 }
 
 // fileError is the API error of a file call's gRPC error.

@@ -82,6 +82,17 @@ func (w *wire) seen() ([]*runtimedv1.InvokeRequest, []*runtimedv1.InvokeResponse
 // request before anything ran.
 func runtimed(t *testing.T, rs *echoRuntimeServer, olderRelease bool) (*runtimedclient.Client, *wire) {
 	t.Helper()
+	return runtimedOf(t, rs, olderRelease)
+}
+
+// runtimedWith is runtimed in front of any Runtime Server.
+func runtimedWith(t *testing.T, rs runtimev1.FunctionRuntimeServer) (*runtimedclient.Client, *wire) {
+	t.Helper()
+	return runtimedOf(t, rs, false)
+}
+
+func runtimedOf(t *testing.T, rs runtimev1.FunctionRuntimeServer, olderRelease bool) (*runtimedclient.Client, *wire) {
+	t.Helper()
 	sock := filepath.Join(t.TempDir(), "runtime.sock")
 	rsLis, err := net.Listen("unix", sock)
 	require.NoError(t, err)

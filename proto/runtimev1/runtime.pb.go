@@ -28,6 +28,56 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Extract says how WriteFile takes the bytes it receives.
+type Extract int32
+
+const (
+	// The bytes are the file's.
+	Extract_EXTRACT_NONE Extract = 0
+	// The bytes are a tar archive, extracted into the directory the path
+	// names.
+	Extract_EXTRACT_TAR Extract = 1
+)
+
+// Enum value maps for Extract.
+var (
+	Extract_name = map[int32]string{
+		0: "EXTRACT_NONE",
+		1: "EXTRACT_TAR",
+	}
+	Extract_value = map[string]int32{
+		"EXTRACT_NONE": 0,
+		"EXTRACT_TAR":  1,
+	}
+)
+
+func (x Extract) Enum() *Extract {
+	p := new(Extract)
+	*p = x
+	return p
+}
+
+func (x Extract) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Extract) Descriptor() protoreflect.EnumDescriptor {
+	return file_runtime_proto_enumTypes[0].Descriptor()
+}
+
+func (Extract) Type() protoreflect.EnumType {
+	return &file_runtime_proto_enumTypes[0]
+}
+
+func (x Extract) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Extract.Descriptor instead.
+func (Extract) EnumDescriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{0}
+}
+
 type TaskState int32
 
 const (
@@ -72,11 +122,11 @@ func (x TaskState) String() string {
 }
 
 func (TaskState) Descriptor() protoreflect.EnumDescriptor {
-	return file_runtime_proto_enumTypes[0].Descriptor()
+	return file_runtime_proto_enumTypes[1].Descriptor()
 }
 
 func (TaskState) Type() protoreflect.EnumType {
-	return &file_runtime_proto_enumTypes[0]
+	return &file_runtime_proto_enumTypes[1]
 }
 
 func (x TaskState) Number() protoreflect.EnumNumber {
@@ -85,7 +135,7 @@ func (x TaskState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaskState.Descriptor instead.
 func (TaskState) EnumDescriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{0}
+	return file_runtime_proto_rawDescGZIP(), []int{1}
 }
 
 // Which output stream a log chunk was written to.
@@ -122,11 +172,11 @@ func (x LogStream) String() string {
 }
 
 func (LogStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_runtime_proto_enumTypes[1].Descriptor()
+	return file_runtime_proto_enumTypes[2].Descriptor()
 }
 
 func (LogStream) Type() protoreflect.EnumType {
-	return &file_runtime_proto_enumTypes[1]
+	return &file_runtime_proto_enumTypes[2]
 }
 
 func (x LogStream) Number() protoreflect.EnumNumber {
@@ -135,7 +185,7 @@ func (x LogStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LogStream.Descriptor instead.
 func (LogStream) EnumDescriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{1}
+	return file_runtime_proto_rawDescGZIP(), []int{2}
 }
 
 type FunctionState int32
@@ -179,11 +229,11 @@ func (x FunctionState) String() string {
 }
 
 func (FunctionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_runtime_proto_enumTypes[2].Descriptor()
+	return file_runtime_proto_enumTypes[3].Descriptor()
 }
 
 func (FunctionState) Type() protoreflect.EnumType {
-	return &file_runtime_proto_enumTypes[2]
+	return &file_runtime_proto_enumTypes[3]
 }
 
 func (x FunctionState) Number() protoreflect.EnumNumber {
@@ -192,7 +242,7 @@ func (x FunctionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FunctionState.Descriptor instead.
 func (FunctionState) EnumDescriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{2}
+	return file_runtime_proto_rawDescGZIP(), []int{3}
 }
 
 type ReadFileRequest struct {
@@ -308,8 +358,10 @@ type WriteFileRequest struct {
 	RegistrationId string `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
 	Path           string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
 	Data           []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// What the bytes are; in the first message only.
+	Extract       Extract `protobuf:"varint,5,opt,name=extract,proto3,enum=kruntimes.runtime.v1.Extract" json:"extract,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *WriteFileRequest) Reset() {
@@ -370,11 +422,21 @@ func (x *WriteFileRequest) GetData() []byte {
 	return nil
 }
 
+func (x *WriteFileRequest) GetExtract() Extract {
+	if x != nil {
+		return x.Extract
+	}
+	return Extract_EXTRACT_NONE
+}
+
 type WriteFileResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// The path as the request gave it, and the size written.
-	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Size          int64  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// The path as the request gave it, and the size written: of the file,
+	// or, for an archive, of the regular files extracted.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Size int64  `protobuf:"varint,2,opt,name=size,proto3" json:"size,omitempty"`
+	// For an archive: the regular files (hard links included) extracted.
+	Files         int64 `protobuf:"varint,3,opt,name=files,proto3" json:"files,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -419,6 +481,13 @@ func (x *WriteFileResponse) GetPath() string {
 func (x *WriteFileResponse) GetSize() int64 {
 	if x != nil {
 		return x.Size
+	}
+	return 0
+}
+
+func (x *WriteFileResponse) GetFiles() int64 {
+	if x != nil {
+		return x.Files
 	}
 	return 0
 }
@@ -2385,15 +2454,17 @@ const file_runtime_proto_rawDesc = "" +
 	"\x0fregistration_id\x18\x02 \x01(\tR\x0eregistrationId\x12\x12\n" +
 	"\x04path\x18\x03 \x01(\tR\x04path\"\x1f\n" +
 	"\tFileChunk\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"|\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xb5\x01\n" +
 	"\x10WriteFileRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12'\n" +
 	"\x0fregistration_id\x18\x02 \x01(\tR\x0eregistrationId\x12\x12\n" +
 	"\x04path\x18\x03 \x01(\tR\x04path\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\";\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x127\n" +
+	"\aextract\x18\x05 \x01(\x0e2\x1d.kruntimes.runtime.v1.ExtractR\aextract\"Q\n" +
 	"\x11WriteFileResponse\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04size\x18\x02 \x01(\x03R\x04size\"2\n" +
+	"\x04size\x18\x02 \x01(\x03R\x04size\x12\x14\n" +
+	"\x05files\x18\x03 \x01(\x03R\x05files\"2\n" +
 	"\x06EnvVar\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value\"\x8a\x02\n" +
@@ -2537,7 +2608,10 @@ const file_runtime_proto_rawDesc = "" +
 	"\x15ListFunctionsResponse\x12N\n" +
 	"\rregistrations\x18\x01 \x03(\v2(.kruntimes.runtime.v1.RegistrationStatusR\rregistrations\"\f\n" +
 	"\n" +
-	"NotStarted*\xa4\x01\n" +
+	"NotStarted*,\n" +
+	"\aExtract\x12\x10\n" +
+	"\fEXTRACT_NONE\x10\x00\x12\x0f\n" +
+	"\vEXTRACT_TAR\x10\x01*\xa4\x01\n" +
 	"\tTaskState\x12\x1a\n" +
 	"\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x16\n" +
 	"\x12TASK_STATE_RUNNING\x10\x01\x12\x18\n" +
@@ -2586,101 +2660,103 @@ func file_runtime_proto_rawDescGZIP() []byte {
 	return file_runtime_proto_rawDescData
 }
 
-var file_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
 var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_runtime_proto_goTypes = []any{
-	(TaskState)(0),                     // 0: kruntimes.runtime.v1.TaskState
-	(LogStream)(0),                     // 1: kruntimes.runtime.v1.LogStream
-	(FunctionState)(0),                 // 2: kruntimes.runtime.v1.FunctionState
-	(*ReadFileRequest)(nil),            // 3: kruntimes.runtime.v1.ReadFileRequest
-	(*FileChunk)(nil),                  // 4: kruntimes.runtime.v1.FileChunk
-	(*WriteFileRequest)(nil),           // 5: kruntimes.runtime.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),          // 6: kruntimes.runtime.v1.WriteFileResponse
-	(*EnvVar)(nil),                     // 7: kruntimes.runtime.v1.EnvVar
-	(*ExecuteRequest)(nil),             // 8: kruntimes.runtime.v1.ExecuteRequest
-	(*Entrypoint)(nil),                 // 9: kruntimes.runtime.v1.Entrypoint
-	(*WaitRequest)(nil),                // 10: kruntimes.runtime.v1.WaitRequest
-	(*StatusRequest)(nil),              // 11: kruntimes.runtime.v1.StatusRequest
-	(*TaskStatus)(nil),                 // 12: kruntimes.runtime.v1.TaskStatus
-	(*LogChunk)(nil),                   // 13: kruntimes.runtime.v1.LogChunk
-	(*TaskLog)(nil),                    // 14: kruntimes.runtime.v1.TaskLog
-	(*FollowLogRequest)(nil),           // 15: kruntimes.runtime.v1.FollowLogRequest
-	(*FollowLogResponse)(nil),          // 16: kruntimes.runtime.v1.FollowLogResponse
-	(*CancelRequest)(nil),              // 17: kruntimes.runtime.v1.CancelRequest
-	(*CancelResponse)(nil),             // 18: kruntimes.runtime.v1.CancelResponse
-	(*ForgetRequest)(nil),              // 19: kruntimes.runtime.v1.ForgetRequest
-	(*ForgetResponse)(nil),             // 20: kruntimes.runtime.v1.ForgetResponse
-	(*ListRequest)(nil),                // 21: kruntimes.runtime.v1.ListRequest
-	(*ListResponse)(nil),               // 22: kruntimes.runtime.v1.ListResponse
-	(*HealthRequest)(nil),              // 23: kruntimes.runtime.v1.HealthRequest
-	(*HealthResponse)(nil),             // 24: kruntimes.runtime.v1.HealthResponse
-	(*RegisterFunctionRequest)(nil),    // 25: kruntimes.runtime.v1.RegisterFunctionRequest
-	(*FunctionStatusRequest)(nil),      // 26: kruntimes.runtime.v1.FunctionStatusRequest
-	(*RegistrationStatus)(nil),         // 27: kruntimes.runtime.v1.RegistrationStatus
-	(*InvokeFunctionRequest)(nil),      // 28: kruntimes.runtime.v1.InvokeFunctionRequest
-	(*FunctionError)(nil),              // 29: kruntimes.runtime.v1.FunctionError
-	(*InvokeFunctionResponse)(nil),     // 30: kruntimes.runtime.v1.InvokeFunctionResponse
-	(*UnregisterFunctionRequest)(nil),  // 31: kruntimes.runtime.v1.UnregisterFunctionRequest
-	(*UnregisterFunctionResponse)(nil), // 32: kruntimes.runtime.v1.UnregisterFunctionResponse
-	(*FollowFunctionLogRequest)(nil),   // 33: kruntimes.runtime.v1.FollowFunctionLogRequest
-	(*ListFunctionsRequest)(nil),       // 34: kruntimes.runtime.v1.ListFunctionsRequest
-	(*ListFunctionsResponse)(nil),      // 35: kruntimes.runtime.v1.ListFunctionsResponse
-	(*NotStarted)(nil),                 // 36: kruntimes.runtime.v1.NotStarted
-	nil,                                // 37: kruntimes.runtime.v1.TaskStatus.OutputsEntry
-	nil,                                // 38: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	(Extract)(0),                       // 0: kruntimes.runtime.v1.Extract
+	(TaskState)(0),                     // 1: kruntimes.runtime.v1.TaskState
+	(LogStream)(0),                     // 2: kruntimes.runtime.v1.LogStream
+	(FunctionState)(0),                 // 3: kruntimes.runtime.v1.FunctionState
+	(*ReadFileRequest)(nil),            // 4: kruntimes.runtime.v1.ReadFileRequest
+	(*FileChunk)(nil),                  // 5: kruntimes.runtime.v1.FileChunk
+	(*WriteFileRequest)(nil),           // 6: kruntimes.runtime.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),          // 7: kruntimes.runtime.v1.WriteFileResponse
+	(*EnvVar)(nil),                     // 8: kruntimes.runtime.v1.EnvVar
+	(*ExecuteRequest)(nil),             // 9: kruntimes.runtime.v1.ExecuteRequest
+	(*Entrypoint)(nil),                 // 10: kruntimes.runtime.v1.Entrypoint
+	(*WaitRequest)(nil),                // 11: kruntimes.runtime.v1.WaitRequest
+	(*StatusRequest)(nil),              // 12: kruntimes.runtime.v1.StatusRequest
+	(*TaskStatus)(nil),                 // 13: kruntimes.runtime.v1.TaskStatus
+	(*LogChunk)(nil),                   // 14: kruntimes.runtime.v1.LogChunk
+	(*TaskLog)(nil),                    // 15: kruntimes.runtime.v1.TaskLog
+	(*FollowLogRequest)(nil),           // 16: kruntimes.runtime.v1.FollowLogRequest
+	(*FollowLogResponse)(nil),          // 17: kruntimes.runtime.v1.FollowLogResponse
+	(*CancelRequest)(nil),              // 18: kruntimes.runtime.v1.CancelRequest
+	(*CancelResponse)(nil),             // 19: kruntimes.runtime.v1.CancelResponse
+	(*ForgetRequest)(nil),              // 20: kruntimes.runtime.v1.ForgetRequest
+	(*ForgetResponse)(nil),             // 21: kruntimes.runtime.v1.ForgetResponse
+	(*ListRequest)(nil),                // 22: kruntimes.runtime.v1.ListRequest
+	(*ListResponse)(nil),               // 23: kruntimes.runtime.v1.ListResponse
+	(*HealthRequest)(nil),              // 24: kruntimes.runtime.v1.HealthRequest
+	(*HealthResponse)(nil),             // 25: kruntimes.runtime.v1.HealthResponse
+	(*RegisterFunctionRequest)(nil),    // 26: kruntimes.runtime.v1.RegisterFunctionRequest
+	(*FunctionStatusRequest)(nil),      // 27: kruntimes.runtime.v1.FunctionStatusRequest
+	(*RegistrationStatus)(nil),         // 28: kruntimes.runtime.v1.RegistrationStatus
+	(*InvokeFunctionRequest)(nil),      // 29: kruntimes.runtime.v1.InvokeFunctionRequest
+	(*FunctionError)(nil),              // 30: kruntimes.runtime.v1.FunctionError
+	(*InvokeFunctionResponse)(nil),     // 31: kruntimes.runtime.v1.InvokeFunctionResponse
+	(*UnregisterFunctionRequest)(nil),  // 32: kruntimes.runtime.v1.UnregisterFunctionRequest
+	(*UnregisterFunctionResponse)(nil), // 33: kruntimes.runtime.v1.UnregisterFunctionResponse
+	(*FollowFunctionLogRequest)(nil),   // 34: kruntimes.runtime.v1.FollowFunctionLogRequest
+	(*ListFunctionsRequest)(nil),       // 35: kruntimes.runtime.v1.ListFunctionsRequest
+	(*ListFunctionsResponse)(nil),      // 36: kruntimes.runtime.v1.ListFunctionsResponse
+	(*NotStarted)(nil),                 // 37: kruntimes.runtime.v1.NotStarted
+	nil,                                // 38: kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	nil,                                // 39: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
 }
 var file_runtime_proto_depIdxs = []int32{
-	9,  // 0: kruntimes.runtime.v1.ExecuteRequest.entrypoint:type_name -> kruntimes.runtime.v1.Entrypoint
-	7,  // 1: kruntimes.runtime.v1.ExecuteRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
-	0,  // 2: kruntimes.runtime.v1.TaskStatus.state:type_name -> kruntimes.runtime.v1.TaskState
-	37, // 3: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
-	14, // 4: kruntimes.runtime.v1.TaskStatus.log:type_name -> kruntimes.runtime.v1.TaskLog
-	1,  // 5: kruntimes.runtime.v1.LogChunk.stream:type_name -> kruntimes.runtime.v1.LogStream
-	13, // 6: kruntimes.runtime.v1.TaskLog.chunks:type_name -> kruntimes.runtime.v1.LogChunk
-	13, // 7: kruntimes.runtime.v1.FollowLogResponse.chunks:type_name -> kruntimes.runtime.v1.LogChunk
-	12, // 8: kruntimes.runtime.v1.ListResponse.tasks:type_name -> kruntimes.runtime.v1.TaskStatus
-	7,  // 9: kruntimes.runtime.v1.RegisterFunctionRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
-	2,  // 10: kruntimes.runtime.v1.RegistrationStatus.state:type_name -> kruntimes.runtime.v1.FunctionState
-	38, // 11: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
-	29, // 12: kruntimes.runtime.v1.InvokeFunctionResponse.error:type_name -> kruntimes.runtime.v1.FunctionError
-	27, // 13: kruntimes.runtime.v1.ListFunctionsResponse.registrations:type_name -> kruntimes.runtime.v1.RegistrationStatus
-	8,  // 14: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
-	10, // 15: kruntimes.runtime.v1.Runtime.Wait:input_type -> kruntimes.runtime.v1.WaitRequest
-	11, // 16: kruntimes.runtime.v1.Runtime.Status:input_type -> kruntimes.runtime.v1.StatusRequest
-	17, // 17: kruntimes.runtime.v1.Runtime.Cancel:input_type -> kruntimes.runtime.v1.CancelRequest
-	19, // 18: kruntimes.runtime.v1.Runtime.Forget:input_type -> kruntimes.runtime.v1.ForgetRequest
-	21, // 19: kruntimes.runtime.v1.Runtime.List:input_type -> kruntimes.runtime.v1.ListRequest
-	15, // 20: kruntimes.runtime.v1.Runtime.FollowLog:input_type -> kruntimes.runtime.v1.FollowLogRequest
-	23, // 21: kruntimes.runtime.v1.Runtime.Health:input_type -> kruntimes.runtime.v1.HealthRequest
-	25, // 22: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:input_type -> kruntimes.runtime.v1.RegisterFunctionRequest
-	26, // 23: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:input_type -> kruntimes.runtime.v1.FunctionStatusRequest
-	28, // 24: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:input_type -> kruntimes.runtime.v1.InvokeFunctionRequest
-	31, // 25: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:input_type -> kruntimes.runtime.v1.UnregisterFunctionRequest
-	34, // 26: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:input_type -> kruntimes.runtime.v1.ListFunctionsRequest
-	33, // 27: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:input_type -> kruntimes.runtime.v1.FollowFunctionLogRequest
-	3,  // 28: kruntimes.runtime.v1.FunctionRuntime.ReadFile:input_type -> kruntimes.runtime.v1.ReadFileRequest
-	5,  // 29: kruntimes.runtime.v1.FunctionRuntime.WriteFile:input_type -> kruntimes.runtime.v1.WriteFileRequest
-	12, // 30: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
-	12, // 31: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
-	12, // 32: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
-	18, // 33: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
-	20, // 34: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
-	22, // 35: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
-	16, // 36: kruntimes.runtime.v1.Runtime.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
-	24, // 37: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
-	27, // 38: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	27, // 39: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	30, // 40: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
-	32, // 41: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
-	35, // 42: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:output_type -> kruntimes.runtime.v1.ListFunctionsResponse
-	16, // 43: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
-	4,  // 44: kruntimes.runtime.v1.FunctionRuntime.ReadFile:output_type -> kruntimes.runtime.v1.FileChunk
-	6,  // 45: kruntimes.runtime.v1.FunctionRuntime.WriteFile:output_type -> kruntimes.runtime.v1.WriteFileResponse
-	30, // [30:46] is the sub-list for method output_type
-	14, // [14:30] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	0,  // 0: kruntimes.runtime.v1.WriteFileRequest.extract:type_name -> kruntimes.runtime.v1.Extract
+	10, // 1: kruntimes.runtime.v1.ExecuteRequest.entrypoint:type_name -> kruntimes.runtime.v1.Entrypoint
+	8,  // 2: kruntimes.runtime.v1.ExecuteRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
+	1,  // 3: kruntimes.runtime.v1.TaskStatus.state:type_name -> kruntimes.runtime.v1.TaskState
+	38, // 4: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	15, // 5: kruntimes.runtime.v1.TaskStatus.log:type_name -> kruntimes.runtime.v1.TaskLog
+	2,  // 6: kruntimes.runtime.v1.LogChunk.stream:type_name -> kruntimes.runtime.v1.LogStream
+	14, // 7: kruntimes.runtime.v1.TaskLog.chunks:type_name -> kruntimes.runtime.v1.LogChunk
+	14, // 8: kruntimes.runtime.v1.FollowLogResponse.chunks:type_name -> kruntimes.runtime.v1.LogChunk
+	13, // 9: kruntimes.runtime.v1.ListResponse.tasks:type_name -> kruntimes.runtime.v1.TaskStatus
+	8,  // 10: kruntimes.runtime.v1.RegisterFunctionRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
+	3,  // 11: kruntimes.runtime.v1.RegistrationStatus.state:type_name -> kruntimes.runtime.v1.FunctionState
+	39, // 12: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	30, // 13: kruntimes.runtime.v1.InvokeFunctionResponse.error:type_name -> kruntimes.runtime.v1.FunctionError
+	28, // 14: kruntimes.runtime.v1.ListFunctionsResponse.registrations:type_name -> kruntimes.runtime.v1.RegistrationStatus
+	9,  // 15: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
+	11, // 16: kruntimes.runtime.v1.Runtime.Wait:input_type -> kruntimes.runtime.v1.WaitRequest
+	12, // 17: kruntimes.runtime.v1.Runtime.Status:input_type -> kruntimes.runtime.v1.StatusRequest
+	18, // 18: kruntimes.runtime.v1.Runtime.Cancel:input_type -> kruntimes.runtime.v1.CancelRequest
+	20, // 19: kruntimes.runtime.v1.Runtime.Forget:input_type -> kruntimes.runtime.v1.ForgetRequest
+	22, // 20: kruntimes.runtime.v1.Runtime.List:input_type -> kruntimes.runtime.v1.ListRequest
+	16, // 21: kruntimes.runtime.v1.Runtime.FollowLog:input_type -> kruntimes.runtime.v1.FollowLogRequest
+	24, // 22: kruntimes.runtime.v1.Runtime.Health:input_type -> kruntimes.runtime.v1.HealthRequest
+	26, // 23: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:input_type -> kruntimes.runtime.v1.RegisterFunctionRequest
+	27, // 24: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:input_type -> kruntimes.runtime.v1.FunctionStatusRequest
+	29, // 25: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:input_type -> kruntimes.runtime.v1.InvokeFunctionRequest
+	32, // 26: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:input_type -> kruntimes.runtime.v1.UnregisterFunctionRequest
+	35, // 27: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:input_type -> kruntimes.runtime.v1.ListFunctionsRequest
+	34, // 28: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:input_type -> kruntimes.runtime.v1.FollowFunctionLogRequest
+	4,  // 29: kruntimes.runtime.v1.FunctionRuntime.ReadFile:input_type -> kruntimes.runtime.v1.ReadFileRequest
+	6,  // 30: kruntimes.runtime.v1.FunctionRuntime.WriteFile:input_type -> kruntimes.runtime.v1.WriteFileRequest
+	13, // 31: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
+	13, // 32: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
+	13, // 33: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
+	19, // 34: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
+	21, // 35: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
+	23, // 36: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
+	17, // 37: kruntimes.runtime.v1.Runtime.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	25, // 38: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
+	28, // 39: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	28, // 40: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	31, // 41: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
+	33, // 42: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
+	36, // 43: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:output_type -> kruntimes.runtime.v1.ListFunctionsResponse
+	17, // 44: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	5,  // 45: kruntimes.runtime.v1.FunctionRuntime.ReadFile:output_type -> kruntimes.runtime.v1.FileChunk
+	7,  // 46: kruntimes.runtime.v1.FunctionRuntime.WriteFile:output_type -> kruntimes.runtime.v1.WriteFileResponse
+	31, // [31:47] is the sub-list for method output_type
+	15, // [15:31] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_runtime_proto_init() }
@@ -2697,7 +2773,7 @@ func file_runtime_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtime_proto_rawDesc), len(file_runtime_proto_rawDesc)),
-			NumEnums:      3,
+			NumEnums:      4,
 			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,

@@ -519,6 +519,16 @@ type FunctionRuntimeClient interface {
 	// over it once the client closed its side: a reader never sees a
 	// partial file, and a stream that ends in an error (a cancelled upload)
 	// leaves the old file, and nothing else, behind.
+	//
+	// With extract EXTRACT_TAR the stream is a tar archive (gzip-compressed
+	// or not), extracted into the directory path names (made when missing):
+	// first into a temporary directory beside it, which is merged into the
+	// directory only once the client closed its side, so that an archive
+	// refused or cut short leaves nothing behind. Only regular files,
+	// directories, symbolic links and hard links whose names and targets
+	// stay inside the workspace are extracted; any other entry refuses the
+	// archive (InvalidArgument), as does an entry that would replace a
+	// directory with something else or the reverse.
 	WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteFileRequest, WriteFileResponse], error)
 }
 
@@ -694,6 +704,16 @@ type FunctionRuntimeServer interface {
 	// over it once the client closed its side: a reader never sees a
 	// partial file, and a stream that ends in an error (a cancelled upload)
 	// leaves the old file, and nothing else, behind.
+	//
+	// With extract EXTRACT_TAR the stream is a tar archive (gzip-compressed
+	// or not), extracted into the directory path names (made when missing):
+	// first into a temporary directory beside it, which is merged into the
+	// directory only once the client closed its side, so that an archive
+	// refused or cut short leaves nothing behind. Only regular files,
+	// directories, symbolic links and hard links whose names and targets
+	// stay inside the workspace are extracted; any other entry refuses the
+	// archive (InvalidArgument), as does an entry that would replace a
+	// directory with something else or the reverse.
 	WriteFile(grpc.ClientStreamingServer[WriteFileRequest, WriteFileResponse]) error
 	mustEmbedUnimplementedFunctionRuntimeServer()
 }

@@ -23,7 +23,8 @@ import (
 // FilesREST serves runs/files: the files of a sandbox's workspace, of any
 // size, streamed from and to its Runtime Server through its runtimed.
 // GET answers a file's bytes (verb get); PUT replaces a file with the
-// request's body, atomically (verb update). Neither holds more of a file
+// request's body, atomically (verb update), or with extract=tar extracts
+// the body, a tar archive, into a directory. Neither holds more of a file
 // than a chunk or two.
 type FilesREST struct {
 	router PodRouter
@@ -61,6 +62,14 @@ type FileWritten struct {
 	Size int64  `json:"size"`
 }
 
+// ArchiveExtracted is the answer of a PUT with extract=tar: the regular
+// files (hard links included) extracted into Path, and their bytes.
+type ArchiveExtracted struct {
+	Path  string `json:"path"`
+	Files int64  `json:"files"`
+	Bytes int64  `json:"bytes"`
+}
+
 // Connect implements rest.Connecter.
 func (r *FilesREST) Connect(ctx context.Context, name string, opts runtime.Object, responder rest.Responder) (http.Handler, error) {
 	o, _ := opts.(*kruntimes.RunFilesOptions)
@@ -69,6 +78,11 @@ func (r *FilesREST) Connect(ctx context.Context, name string, opts runtime.Objec
 	}
 	if len(o.Path) > sandboxfile.MaxPathBytes {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("a path is at most %d bytes", sandboxfile.MaxPathBytes))
+	}
+	switch o.Extract {
+	case "", kruntimes.RunFilesExtractTar:
+	default:
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("extract=%q is not an archive format runs/files extracts: use extract=%s (gzip-compressed or not)", o.Extract, kruntimes.RunFilesExtractTar))
 	}
 	obj, err := r.runs.Get(ctx, name, &metav1.GetOptions{})
 	if err != nil {
@@ -97,8 +111,15 @@ func (r *FilesREST) Connect(ctx context.Context, name string, opts runtime.Objec
 		return nil, err
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if req.Method == http.MethodPut {
+		switch {
+		case req.Method == http.MethodPut && o.Extract == kruntimes.RunFilesExtractTar:
+			extractTar(w, req, client, key, o.Path, responder)
+			return
+		case req.Method == http.MethodPut:
 			writeFile(w, req, client, key, o.Path, responder)
+			return
+		case o.Extract != "":
+			responder.Error(apierrors.NewBadRequest("extract applies to PUT only: GET reads one file"))
 			return
 		}
 		readFile(w, req, client, key, o.Path, responder)
@@ -132,4 +153,15 @@ func writeFile(w http.ResponseWriter, req *http.Request, client runtimedclient.I
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_ = json.NewEncoder(w).Encode(FileWritten{Path: path, Size: size})
+}
+
+func extractTar(w http.ResponseWriter, req *http.Request, client runtimedclient.Interface, key runtimedclient.FileKey, dir string, responder rest.Responder) {
+	extracted, err := client.ExtractTar(req.Context(), key, dir, req.Body)
+	if err != nil {
+		responder.Error(err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_ = json.NewEncoder(w).Encode(ArchiveExtracted{Path: dir, Files: extracted.Files, Bytes: extracted.Bytes})
 }

@@ -63,8 +63,12 @@ func (s *Server) WriteFile(stream runtimedv1.Runtimed_WriteFileServer) (err erro
 	if err != nil {
 		return err
 	}
+	op := "write"
+	if first.GetFile().GetExtract() == runtimev1.Extract_EXTRACT_TAR {
+		op = "extract"
+	}
 	defer func() {
-		s.fileLine(stream.Context(), "write", first.GetRunUid(), first.GetAttempt(), first.GetCaller(), written, started, err)
+		s.fileLine(stream.Context(), op, first.GetRunUid(), first.GetAttempt(), first.GetCaller(), written, started, err)
 	}()
 	id, err := s.admitFile(first.GetRunUid(), first.GetAttempt(), first.GetPodUid())
 	if err != nil {

@@ -20,7 +20,10 @@ const (
 	// SandboxMaxResultBytes bounds the JSON of run_code's result; a larger
 	// value comes back as its repr, cut to this size.
 	SandboxMaxResultBytes = 64 << 10
-	// SandboxMaxListEntries bounds the entries list_files returns.
+	// SandboxMaxListEntries bounds the entries list_files returns (a
+	// request's max_entries above it is this); past it the answer says
+	// "truncated". With 64 KiB of names at most, escaped, the answer fits
+	// an invocation's output.
 	SandboxMaxListEntries = 1000
 	// SandboxMaxRunningCommands bounds the background commands
 	// (start_command) running at once; one more is refused.

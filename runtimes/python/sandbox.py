@@ -18,6 +18,7 @@
 import ast
 import base64
 import builtins
+import errno
 import json
 import linecache
 import os
@@ -669,47 +670,106 @@ class Sandbox:
             raise SandboxFileTooLarge("%r grew past %d bytes while being read" % (event["path"], self.max_file))
         return {"data_b64": base64.b64encode(data).decode("ascii")}
 
+    def stat_path(self, event, context):
+        """What the entry at path is: the entry itself, as lstat sees it (a
+        symbolic link is a "symlink" with its "target")."""
+        given = self._field(event, "path", str)
+        path = self.resolve(given, follow=False)
+        st = os.lstat(path)
+        answer = {"path": given, "name": os.path.basename(path) if path != self.workspace else "."}
+        answer.update(_entry(st))
+        if stat.S_ISLNK(st.st_mode):
+            answer["target"] = os.readlink(path)
+        return answer
+
     def list_files(self, event, context):
+        """The entries of a directory; with recursive, of its whole tree,
+        depth first: each directory's entries by name, a directory followed
+        by its own. Names are relative to the directory listed. Links are
+        listed, never followed. At most max_entries entries (and 64 KiB of
+        names) come back, else "truncated": which entries made it in a
+        directory whose entries did not all fit is unspecified."""
         path = self.resolve(self._field(event, "path", str, required=False, default="."))
-        entries, names_bytes, truncated = [], 0, False
-        with os.scandir(path) as it:
-            for entry in it:
-                if len(entries) >= self.max_entries or names_bytes > 64 * 1024:
-                    truncated = True
-                    break
-                try:
-                    st = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                if stat.S_ISLNK(st.st_mode):
-                    kind = "symlink"
-                elif stat.S_ISDIR(st.st_mode):
-                    kind = "dir"
-                elif stat.S_ISREG(st.st_mode):
-                    kind = "file"
-                else:
-                    kind = "other"
-                entries.append({"name": entry.name, "type": kind, "size": st.st_size})
-                names_bytes += len(entry.name)
-        entries.sort(key=lambda e: e["name"])
-        answer = {"entries": entries}
-        if truncated:
+        recursive = self._field(event, "recursive", bool, required=False, default=False)
+        limit = self._field(event, "max_entries", int, required=False, default=self.max_entries)
+        if isinstance(limit, bool) or limit < 1:
+            raise SandboxRequestError("'max_entries' must be a positive integer")
+        limit = min(limit, self.max_entries)
+        timeout = self._timeout(event, context)
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        if not os.path.isdir(path):
+            # What os.scandir would raise, with the path as the caller gave it.
+            if os.path.lexists(path):
+                raise NotADirectoryError("%r is not a directory" % event.get("path", "."))
+            raise FileNotFoundError("no directory %r in the workspace" % event.get("path", "."))
+        listing = _Listing(limit, _MAX_NAMES_BYTES, deadline)
+        listing.walk(path, "", recursive)
+        answer = {"entries": listing.entries}
+        if listing.truncated:
             answer["truncated"] = True
         return answer
+
+    def mkdir(self, event, context):
+        """Makes the directory path; with parents, the missing ones on the
+        way; with exist_ok, a directory already there is not an error."""
+        given = self._field(event, "path", str)
+        parents = self._field(event, "parents", bool, required=False, default=False)
+        exist_ok = self._field(event, "exist_ok", bool, required=False, default=False)
+        path = self.resolve(given)
+        if os.path.isdir(path):
+            if not exist_ok:
+                raise FileExistsError("%r already exists" % given)
+            return {"created": False}
+        if parents:
+            os.makedirs(path, exist_ok=False)
+        else:
+            os.mkdir(path)
+        return {"created": True}
+
+    def move(self, event, context):
+        """Renames src to dst, both in the workspace, as rename(2) does: a
+        file (or link) at dst is replaced atomically; a directory at dst is
+        refused, as is moving a directory into itself. Links are moved, not
+        followed. dst's parent must exist."""
+        src_given = self._field(event, "src", str)
+        dst_given = self._field(event, "dst", str)
+        src = self.resolve(src_given, follow=False)
+        dst = self.resolve(dst_given, follow=False)
+        if src == self.workspace or dst == self.workspace:
+            raise SandboxPathError("the workspace itself cannot be moved or replaced")
+        os.lstat(src)  # FileNotFoundError for a missing src
+        if os.path.isdir(dst) and not os.path.islink(dst):
+            if src == dst:
+                return {}
+            raise IsADirectoryError("%r is a directory: move refuses to replace one; name a path inside it, or remove it first" % dst_given)
+        os.replace(src, dst)
+        return {}
 
     def exists(self, event, context):
         path = self.resolve(self._field(event, "path", str), follow=False)
         return {"exists": os.path.lexists(path)}
 
     def remove(self, event, context):
-        path = self.resolve(self._field(event, "path", str), follow=False)
+        """Removes the file, link or directory path (a link itself, never
+        what it points to). A directory goes with its contents unless
+        recursive is false, which removes only an empty one."""
+        given = self._field(event, "path", str)
+        recursive = self._field(event, "recursive", bool, required=False, default=True)
+        path = self.resolve(given, follow=False)
         if path == self.workspace:
             raise SandboxPathError("the workspace itself cannot be removed")
         st = os.lstat(path)
-        if stat.S_ISDIR(st.st_mode):
+        if not stat.S_ISDIR(st.st_mode):
+            os.unlink(path)
+        elif recursive:
             shutil.rmtree(path)
         else:
-            os.unlink(path)
+            try:
+                os.rmdir(path)
+            except OSError as e:
+                if e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise OSError(e.errno, "%r is a directory that is not empty: pass \"recursive\": true to remove it with its contents" % given) from None
+                raise
         return {}
 
     @staticmethod
@@ -730,6 +790,9 @@ class Sandbox:
         "write_file": write_file,
         "read_file": read_file,
         "list_files": list_files,
+        "stat": stat_path,
+        "mkdir": mkdir,
+        "move": move,
         "exists": exists,
         "remove": remove,
     }
@@ -781,6 +844,74 @@ def _signal_number(value):
 
 def _within(path, root):
     return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+
+# How many bytes of names one list_files answers at most: with the JSON of
+# the entries, well within an invocation's output even when every byte of
+# a name is escaped.
+_MAX_NAMES_BYTES = 64 * 1024
+
+
+def _entry(st):
+    """The type, size, permission bits and modification time of an entry."""
+    if stat.S_ISLNK(st.st_mode):
+        kind = "symlink"
+    elif stat.S_ISDIR(st.st_mode):
+        kind = "dir"
+    elif stat.S_ISREG(st.st_mode):
+        kind = "file"
+    else:
+        kind = "other"
+    return {"type": kind, "size": st.st_size, "mode": stat.S_IMODE(st.st_mode), "mtime": st.st_mtime}
+
+
+class _Listing:
+    """The entries list_files gathers, within its bounds: it holds at most
+    the entries it answers, and of each directory on the way down at most
+    as many as it still has room for."""
+
+    def __init__(self, limit, names_limit, deadline):
+        self.entries = []
+        self.limit = limit
+        self.names_left = names_limit
+        self.deadline = deadline
+        self.truncated = False
+
+    def walk(self, directory, prefix, recursive):
+        """Adds the entries of directory (names prefixed with prefix), and
+        with recursive those below it; False once the bounds stopped it."""
+        room = self.limit - len(self.entries)
+        found = []
+        try:
+            with os.scandir(directory) as it:
+                for entry in it:
+                    if len(found) > room:
+                        break
+                    try:
+                        found.append((entry.name, entry.stat(follow_symlinks=False)))
+                    except OSError:
+                        continue  # removed meanwhile
+        except OSError:
+            if prefix == "":
+                raise
+            return True  # a directory below that went away or may not be read
+        found.sort(key=lambda e: e[0])
+        for name, st in found:
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                self.truncated = True
+                return False
+            rel = prefix + name
+            self.names_left -= len(rel.encode("utf-8", "surrogateescape"))
+            if len(self.entries) >= self.limit or self.names_left < 0:
+                self.truncated = True
+                return False
+            entry = {"name": rel}
+            entry.update(_entry(st))
+            self.entries.append(entry)
+            if recursive and stat.S_ISDIR(st.st_mode):
+                if not self.walk(os.path.join(directory, name), rel + "/", True):
+                    return False
+        return True
 
 
 def _raise_timeout(seconds):

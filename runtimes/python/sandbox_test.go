@@ -216,6 +216,16 @@ func TestSandboxPathsStayInTheWorkspace(t *testing.T) {
 		{"op": "list_files", "path": "out"},
 		{"op": "remove", "path": "out/secret"},
 		{"op": "remove", "path": "."},
+		{"op": "stat", "path": "/etc/passwd"},
+		{"op": "stat", "path": "out/secret"},
+		{"op": "stat", "path": "secret-link"},
+		{"op": "list_files", "path": "out", "recursive": true},
+		{"op": "mkdir", "path": "out/new", "parents": true},
+		{"op": "mkdir", "path": "../new"},
+		{"op": "move", "src": "secret-link", "dst": "mine"},
+		{"op": "move", "src": "out/secret", "dst": "mine"},
+		{"op": "move", "src": "inside-link", "dst": "out/new"},
+		{"op": "move", "src": "inside-link", "dst": "../new"},
 	}
 	for _, req := range refused {
 		_, ferr := s.call(req)
@@ -255,11 +265,16 @@ func TestSandboxFilesRoundTrip(t *testing.T) {
 	s.ok(map[string]any{"op": "run_command", "cmd": "mkdir -p data/sub && printf hi > data/note.txt"})
 
 	out = s.ok(map[string]any{"op": "list_files", "path": "data"})
+	var listed []any
+	for _, e := range out["entries"].([]any) {
+		e := e.(map[string]any)
+		listed = append(listed, map[string]any{"name": e["name"], "type": e["type"], "size": e["size"]})
+	}
 	assert.Equal(t, []any{
 		map[string]any{"name": "blob.bin", "type": "file", "size": float64(len(payload))},
 		map[string]any{"name": "note.txt", "type": "file", "size": 2.0},
 		map[string]any{"name": "sub", "type": "dir", "size": out["entries"].([]any)[2].(map[string]any)["size"]},
-	}, out["entries"])
+	}, listed)
 
 	assert.Equal(t, true, s.ok(map[string]any{"op": "exists", "path": "data/note.txt"})["exists"])
 	assert.Equal(t, map[string]any{}, s.ok(map[string]any{"op": "remove", "path": "data/note.txt"}))
@@ -298,4 +313,225 @@ func TestSandboxRefusesUnknownRequests(t *testing.T) {
 	_, ferr := s.call(map[string]any{"op": "nope"})
 	assert.Contains(t, ferr.Message, "run_code", "the error names the ops there are")
 	assert.Equal(t, 2.0, s.code("1 + 1")["result"], "the sandbox still serves")
+}
+
+func TestSandboxStat(t *testing.T) {
+	s := loadSandbox(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(s.dir, "d"), 0o750))
+	require.NoError(t, os.WriteFile(filepath.Join(s.dir, "d", "f.sh"), []byte("echo hi"), 0o755))
+	require.NoError(t, os.Symlink("d/f.sh", filepath.Join(s.dir, "link")))
+	mtime := time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC)
+	require.NoError(t, os.Chtimes(filepath.Join(s.dir, "d", "f.sh"), mtime, mtime))
+
+	out := s.ok(map[string]any{"op": "stat", "path": "d/f.sh"})
+	assert.Equal(t, map[string]any{"path": "d/f.sh", "name": "f.sh", "type": "file", "size": 7.0, "mode": float64(0o755),
+		"mtime": float64(mtime.Unix())}, out)
+
+	out = s.ok(map[string]any{"op": "stat", "path": "d"})
+	assert.Equal(t, "dir", out["type"])
+	assert.Equal(t, float64(0o750), out["mode"])
+
+	out = s.ok(map[string]any{"op": "stat", "path": "link"})
+	assert.Equal(t, "symlink", out["type"], "a link is stat'ed as itself")
+	assert.Equal(t, "d/f.sh", out["target"])
+
+	out = s.ok(map[string]any{"op": "stat", "path": "."})
+	assert.Equal(t, "dir", out["type"], "the workspace itself")
+
+	_, ferr := s.call(map[string]any{"op": "stat", "path": "d/missing"})
+	require.NotNil(t, ferr)
+	assert.Equal(t, "FileNotFoundError", ferr.Type, "a missing path is the operating system's own error, as read_file's")
+}
+
+func TestSandboxListFilesRecursive(t *testing.T) {
+	s := loadSandbox(t)
+	outside := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644))
+	for _, f := range []string{"src/b.py", "src/a.py", "src/pkg/z.txt", "README", "src/pkg/deep/x"} {
+		require.NoError(t, os.MkdirAll(filepath.Join(s.dir, filepath.Dir(f)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(s.dir, f), []byte(f), 0o644))
+	}
+	require.NoError(t, os.Symlink("src", filepath.Join(s.dir, "src-link")))
+	require.NoError(t, os.Symlink(outside, filepath.Join(s.dir, "src", "out")))
+
+	names := func(out map[string]any) []string {
+		var ns []string
+		for _, e := range out["entries"].([]any) {
+			ns = append(ns, e.(map[string]any)["name"].(string))
+		}
+		return ns
+	}
+	out := s.ok(map[string]any{"op": "list_files", "recursive": true})
+	assert.Equal(t, []string{"README", "src", "src/a.py", "src/b.py", "src/out", "src/pkg", "src/pkg/deep", "src/pkg/deep/x", "src/pkg/z.txt", "src-link"},
+		names(out), "depth first, each directory by name, links listed and not followed")
+	assert.NotContains(t, out, "truncated")
+	entry := out["entries"].([]any)[2].(map[string]any)
+	assert.Equal(t, "file", entry["type"])
+	assert.Equal(t, float64(len("src/a.py")), entry["size"])
+	assert.Equal(t, float64(0o644), entry["mode"])
+	assert.Contains(t, entry, "mtime")
+
+	out = s.ok(map[string]any{"op": "list_files", "path": "src/pkg", "recursive": true})
+	assert.Equal(t, []string{"deep", "deep/x", "z.txt"}, names(out), "names are relative to the directory listed")
+
+	out = s.ok(map[string]any{"op": "list_files", "path": "src"})
+	assert.Equal(t, []string{"a.py", "b.py", "out", "pkg"}, names(out), "not recursive by default")
+
+	out = s.ok(map[string]any{"op": "list_files", "recursive": true, "max_entries": 3})
+	assert.Len(t, out["entries"], 3)
+	assert.Equal(t, true, out["truncated"], "more entries than max_entries: the answer says it is cut")
+	out = s.ok(map[string]any{"op": "list_files", "recursive": true, "max_entries": 10})
+	assert.Len(t, out["entries"], 10)
+	assert.NotContains(t, out, "truncated", "exactly max_entries entries is not truncated")
+	out = s.ok(map[string]any{"op": "list_files", "recursive": true, "max_entries": SandboxMaxListEntries * 10})
+	assert.Len(t, out["entries"], 10, "a max_entries over the server's bound is the server's bound")
+
+	for _, req := range []map[string]any{
+		{"op": "list_files", "max_entries": 0},
+		{"op": "list_files", "max_entries": "3"},
+		{"op": "list_files", "recursive": "yes"},
+	} {
+		_, ferr := s.call(req)
+		if assert.NotNil(t, ferr, "%v", req) {
+			assert.Equal(t, "SandboxRequestError", ferr.Type, "%v: %s", req, ferr.Message)
+		}
+	}
+	_, ferr := s.call(map[string]any{"op": "list_files", "path": "README"})
+	require.NotNil(t, ferr)
+	assert.Equal(t, "NotADirectoryError", ferr.Type)
+	_, ferr = s.call(map[string]any{"op": "list_files", "path": "nope", "recursive": true})
+	require.NotNil(t, ferr)
+	assert.Equal(t, "FileNotFoundError", ferr.Type)
+}
+
+func TestSandboxListFilesBoundsAManyEntriesTree(t *testing.T) {
+	s := loadSandbox(t)
+	for d := range 3 {
+		dir := filepath.Join(s.dir, "d"+strconv.Itoa(d))
+		require.NoError(t, os.Mkdir(dir, 0o755))
+		for f := range SandboxMaxListEntries {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, strconv.Itoa(f)), nil, 0o644))
+		}
+	}
+	out := s.ok(map[string]any{"op": "list_files", "recursive": true})
+	assert.Len(t, out["entries"], SandboxMaxListEntries)
+	assert.Equal(t, true, out["truncated"])
+	assert.Equal(t, "d0", out["entries"].([]any)[0].(map[string]any)["name"], "the walk starts at the top, by name")
+}
+
+func TestSandboxMkdir(t *testing.T) {
+	s := loadSandbox(t)
+	require.NoError(t, os.WriteFile(filepath.Join(s.dir, "file"), nil, 0o644))
+	for _, tc := range []struct {
+		name    string
+		req     map[string]any
+		errType string
+		created any
+	}{
+		{"a directory in the workspace is made", map[string]any{"path": "a"}, "", true},
+		{"one already there is an error by default", map[string]any{"path": "a"}, "FileExistsError", nil},
+		{"and none with exist_ok", map[string]any{"path": "a", "exist_ok": true}, "", false},
+		{"a missing parent is an error by default", map[string]any{"path": "b/c/d"}, "FileNotFoundError", nil},
+		{"parents makes the missing ones", map[string]any{"path": "b/c/d", "parents": true}, "", true},
+		{"a file in the way is an error even with exist_ok", map[string]any{"path": "file", "exist_ok": true, "parents": true}, "FileExistsError", nil},
+		{"the workspace itself exists", map[string]any{"path": ".", "exist_ok": true}, "", false},
+		{"a path outside is refused", map[string]any{"path": "../escape", "parents": true}, "SandboxPathError", nil},
+		{"a mistyped flag is refused", map[string]any{"path": "x", "parents": "yes"}, "SandboxRequestError", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := map[string]any{"op": "mkdir"}
+			for k, v := range tc.req {
+				req[k] = v
+			}
+			out, ferr := s.call(req)
+			if tc.errType != "" {
+				require.NotNil(t, ferr)
+				assert.Equal(t, tc.errType, ferr.Type, ferr.Message)
+				return
+			}
+			require.Nil(t, ferr, "%+v", ferr)
+			assert.Equal(t, tc.created, out["created"])
+			fi, err := os.Stat(filepath.Join(s.dir, req["path"].(string)))
+			require.NoError(t, err)
+			assert.True(t, fi.IsDir())
+		})
+	}
+	_, err := os.Stat(filepath.Join(s.dir, "..", "escape"))
+	assert.True(t, os.IsNotExist(err), "nothing made outside")
+}
+
+func TestSandboxMove(t *testing.T) {
+	s := loadSandbox(t)
+	outside := t.TempDir()
+	write := func(name, data string) {
+		require.NoError(t, os.MkdirAll(filepath.Join(s.dir, filepath.Dir(name)), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(s.dir, name), []byte(data), 0o644))
+	}
+	read := func(name string) string {
+		b, err := os.ReadFile(filepath.Join(s.dir, name))
+		require.NoError(t, err)
+		return string(b)
+	}
+	moveErr := func(src, dst string) *language.FunctionError {
+		_, ferr := s.call(map[string]any{"op": "move", "src": src, "dst": dst})
+		require.NotNil(t, ferr, "move %s %s must fail", src, dst)
+		return ferr
+	}
+
+	write("a.txt", "A")
+	s.ok(map[string]any{"op": "move", "src": "a.txt", "dst": "b.txt"})
+	assert.Equal(t, "A", read("b.txt"))
+	assert.NoFileExists(t, filepath.Join(s.dir, "a.txt"))
+
+	write("c.txt", "C")
+	s.ok(map[string]any{"op": "move", "src": "c.txt", "dst": "b.txt"})
+	assert.Equal(t, "C", read("b.txt"), "a file at dst is replaced")
+
+	write("dir/x", "X")
+	s.ok(map[string]any{"op": "move", "src": "dir", "dst": "moved"})
+	assert.Equal(t, "X", read("moved/x"), "a directory moves with its contents")
+
+	write("keep/y", "Y")
+	write("z.txt", "Z")
+	assert.Equal(t, "IsADirectoryError", moveErr("z.txt", "keep").Type, "a directory at dst is never replaced")
+	assert.Equal(t, "IsADirectoryError", moveErr("moved", "keep").Type)
+	assert.Equal(t, "Y", read("keep/y"))
+	assert.Equal(t, "FileNotFoundError", moveErr("missing", "m2").Type)
+	assert.Equal(t, "FileNotFoundError", moveErr("z.txt", "no/such/dir/z").Type, "dst's parent must exist")
+
+	require.NoError(t, os.Symlink(outside, filepath.Join(s.dir, "out")))
+	for _, pair := range [][2]string{{"z.txt", "../z.txt"}, {"z.txt", "out/z.txt"}, {"z.txt", filepath.Join(outside, "z")}, {"../x", "x"}, {".", "w"}, {"z.txt", "."}} {
+		assert.Equal(t, "SandboxPathError", moveErr(pair[0], pair[1]).Type, "move %s → %s", pair[0], pair[1])
+	}
+	assert.Equal(t, "Z", read("z.txt"), "a refused move leaves src")
+	entries, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing moved outside")
+
+	require.NoError(t, os.Symlink("keep", filepath.Join(s.dir, "keep-link")))
+	s.ok(map[string]any{"op": "move", "src": "keep-link", "dst": "renamed-link"})
+	target, err := os.Readlink(filepath.Join(s.dir, "renamed-link"))
+	require.NoError(t, err)
+	assert.Equal(t, "keep", target, "a link is moved itself, not what it points to")
+	assert.Equal(t, "Y", read("keep/y"))
+}
+
+func TestSandboxRemoveRecursiveFlag(t *testing.T) {
+	s := loadSandbox(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(s.dir, "full", "sub"), 0o755))
+	require.NoError(t, os.Mkdir(filepath.Join(s.dir, "empty"), 0o755))
+
+	_, ferr := s.call(map[string]any{"op": "remove", "path": "full", "recursive": false})
+	require.NotNil(t, ferr)
+	assert.Equal(t, "OSError", ferr.Type)
+	assert.Contains(t, ferr.Message, "recursive")
+	assert.DirExists(t, filepath.Join(s.dir, "full", "sub"), "a refused remove leaves the tree")
+
+	s.ok(map[string]any{"op": "remove", "path": "empty", "recursive": false})
+	assert.NoDirExists(t, filepath.Join(s.dir, "empty"))
+	s.ok(map[string]any{"op": "remove", "path": "full", "recursive": true})
+	assert.NoDirExists(t, filepath.Join(s.dir, "full"))
+	_, ferr = s.call(map[string]any{"op": "remove", "path": "full"})
+	require.NotNil(t, ferr)
+	assert.Equal(t, "FileNotFoundError", ferr.Type)
 }

@@ -91,6 +91,13 @@ func (s *Server) WriteFile(stream runtimev1.FunctionRuntime_WriteFileServer) err
 	if err != nil {
 		return err
 	}
+	switch first.GetExtract() {
+	case runtimev1.Extract_EXTRACT_NONE:
+	case runtimev1.Extract_EXTRACT_TAR:
+		return s.extractTar(stream, reg, first)
+	default:
+		return status.Errorf(codes.InvalidArgument, "extract %v is not one this Runtime Server knows: it extracts tar archives", first.GetExtract())
+	}
 	p := first.GetPath()
 	name, err := workspaceName(reg.workingDir, p)
 	if err != nil {

@@ -649,8 +649,8 @@ func TestKrtMCPSandbox(t *testing.T) {
 	var name string
 	t.Run("create_sandbox makes a sandbox Run as the caller", func(t *testing.T) {
 		names, _ := toolNames(ctx, t, coder)
-		assert.Equal(t, []string{"command_output", "create_sandbox", "delete_sandbox", "kill_command", "list_files", "read_file", "run_code", "run_command",
-			"start_command", "write_file", "write_stdin"}, names)
+		assert.Equal(t, []string{"command_output", "create_sandbox", "delete_sandbox", "kill_command", "list_files", "make_dir", "move_file", "read_file", "run_code", "run_command",
+			"start_command", "stat_file", "write_file", "write_stdin"}, names)
 		out := callJSON(ctx, t, coder, "create_sandbox", map[string]any{"idle_timeout_seconds": 300})
 		name, _ = out["sandbox"].(string)
 		require.NotEmpty(t, name)
@@ -723,6 +723,20 @@ func TestKrtMCPSandbox(t *testing.T) {
 			listed = append(listed, e.(map[string]any)["name"].(string))
 		}
 		assert.Equal(t, []string{"b.bin", "in.txt"}, listed)
+
+		callJSON(ctx, t, coder, "make_dir", map[string]any{"sandbox": name, "path": "data/sub/deeper"})
+		callJSON(ctx, t, coder, "move_file", map[string]any{"sandbox": name, "src": "data/in.txt", "dst": "data/sub/in.txt"})
+		out = callJSON(ctx, t, coder, "stat_file", map[string]any{"sandbox": name, "path": "data/sub/in.txt"})
+		assert.Equal(t, "file", out["type"])
+		assert.EqualValues(t, len("hello ☃"), out["size"])
+		out = callJSON(ctx, t, coder, "list_files", map[string]any{"sandbox": name, "path": "data", "recursive": true, "max_entries": 3})
+		entries, _ = out["entries"].([]any)
+		listed = nil
+		for _, e := range entries {
+			listed = append(listed, e.(map[string]any)["name"].(string))
+		}
+		assert.Equal(t, []string{"b.bin", "sub", "sub/deeper"}, listed)
+		assert.Equal(t, true, out["truncated"], "sub/in.txt did not fit")
 
 		text := callError(ctx, t, coder, "read_file", map[string]any{"sandbox": name, "path": "/etc/passwd"})
 		assert.Contains(t, text, "SandboxPathError")

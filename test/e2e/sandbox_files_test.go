@@ -1,9 +1,12 @@
 package e2e
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -21,6 +24,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
 	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/test/e2e/framework"
 	"kruntimes.io/kruntimes/test/localcluster/nodeagent"
@@ -175,6 +179,140 @@ func TestSandboxFilesThroughAggregation(t *testing.T) {
 	})
 }
 
+// TestSandboxTarUploadThroughAggregation: a tar archive, made as it is
+// sent, goes into a sandbox with PUT runs/files?extract=tar through
+// kube-apiserver's aggregation and is extracted into a directory; the
+// sandbox's stat and list_files (recursive, bounded) then see the tree. An
+// archive with an entry that leaves the workspace is 400 and leaves
+// nothing; extract on a GET, or an unknown format, is 400.
+func TestSandboxTarUploadThroughAggregation(t *testing.T) {
+	f := framework.Get(t)
+	client := controllersClient(t, f)
+	ns := f.CreateNamespace(t, "sandbox-tar")
+	ctx := framework.Context(t, 6*time.Minute)
+	_, err := client.KruntimesV1alpha1().Runtimes(ns).Create(ctx, functionRuntime("python", "python", 1), metav1.CreateOptions{})
+	require.NoError(t, err)
+	createRun(ctx, t, client, ns, functionRun("box", "python", "", "", "kruntimes.sandbox"))
+	waitForRun(ctx, t, client, ns, "box", functionTimeout, "Ready", inPhase(lifecycle.Ready))
+	admin := newFileClient(t, f.AdminConfig, ns, "box")
+	invoker := newInvoker(t, f.AdminConfig)
+	call := func(t *testing.T, req map[string]any) (map[string]any, *v1alpha1.InvokeError) {
+		t.Helper()
+		body, err := json.Marshal(req)
+		require.NoError(t, err)
+		r := invoker.post(ctx, t, invokePath(ns, "box"), body, nil).result(t)
+		if r.Error != nil {
+			return nil, r.Error
+		}
+		var out map[string]any
+		require.NoError(t, json.Unmarshal(r.Output.Raw, &out), "%s", r.Output.Raw)
+		return out, nil
+	}
+	names := func(out map[string]any) []string {
+		var ns []string
+		for _, e := range out["entries"].([]any) {
+			ns = append(ns, e.(map[string]any)["name"].(string))
+		}
+		return ns
+	}
+
+	const bigBytes = 24 << 20
+	mtime := time.Date(2024, 1, 2, 3, 4, 5, 0, time.UTC)
+	t.Run("an archive streamed in is extracted; stat and a recursive list see it", func(t *testing.T) {
+		archive, w := io.Pipe()
+		go func() {
+			tw := tar.NewWriter(w)
+			write := func(h *tar.Header, body io.Reader) error {
+				h.ModTime = mtime
+				if err := tw.WriteHeader(h); err != nil {
+					return err
+				}
+				if body != nil {
+					_, err := io.Copy(tw, body)
+					return err
+				}
+				return nil
+			}
+			err := errors.Join(
+				write(&tar.Header{Name: "src/", Typeflag: tar.TypeDir, Mode: 0o755}, nil),
+				write(&tar.Header{Name: "src/main.py", Typeflag: tar.TypeReg, Mode: 0o755, Size: 12}, strings.NewReader("print('hi')\n")),
+				write(&tar.Header{Name: "src/data/big.bin", Typeflag: tar.TypeReg, Mode: 0o644, Size: bigBytes}, io.LimitReader(rand.NewChaCha8([32]byte{3}), bigBytes)),
+				write(&tar.Header{Name: "latest", Typeflag: tar.TypeSymlink, Linkname: "src/main.py"}, nil),
+				tw.Close(),
+			)
+			_ = w.CloseWithError(err)
+		}()
+		code, body := admin.putExtract(ctx, t, "work/proj", "tar", archive)
+		require.Equal(t, http.StatusOK, code, "%s", body)
+		var extracted struct {
+			Path  string `json:"path"`
+			Files int64  `json:"files"`
+			Bytes int64  `json:"bytes"`
+		}
+		require.NoError(t, json.Unmarshal(body, &extracted), "%s", body)
+		assert.Equal(t, "work/proj", extracted.Path)
+		assert.Equal(t, int64(2), extracted.Files)
+		assert.Equal(t, int64(12+bigBytes), extracted.Bytes)
+
+		out, ferr := call(t, map[string]any{"op": "stat", "path": "work/proj/src/data/big.bin"})
+		require.Nil(t, ferr)
+		assert.Equal(t, "file", out["type"])
+		assert.EqualValues(t, bigBytes, out["size"])
+		assert.EqualValues(t, 0o644, out["mode"])
+		assert.EqualValues(t, mtime.Unix(), out["mtime"], "modification times come from the archive")
+		out, ferr = call(t, map[string]any{"op": "stat", "path": "work/proj/latest"})
+		require.Nil(t, ferr)
+		assert.Equal(t, "symlink", out["type"])
+		assert.Equal(t, "src/main.py", out["target"])
+		_, ferr = call(t, map[string]any{"op": "stat", "path": "work/proj/nope"})
+		require.NotNil(t, ferr)
+		assert.Equal(t, "FileNotFoundError", ferr.Type)
+
+		out, ferr = call(t, map[string]any{"op": "list_files", "path": "work", "recursive": true})
+		require.Nil(t, ferr)
+		assert.Equal(t, []string{"proj", "proj/latest", "proj/src", "proj/src/data", "proj/src/data/big.bin", "proj/src/main.py"}, names(out))
+		assert.NotContains(t, out, "truncated")
+		out, ferr = call(t, map[string]any{"op": "list_files", "path": "work", "recursive": true, "max_entries": 3})
+		require.Nil(t, ferr)
+		assert.Equal(t, []string{"proj", "proj/latest", "proj/src"}, names(out))
+		assert.Equal(t, true, out["truncated"])
+
+		out, ferr = call(t, map[string]any{"op": "run_command", "cmd": "python3 work/proj/latest"})
+		require.Nil(t, ferr)
+		assert.Equal(t, "hi\n", out["stdout"], "the sandbox's code runs what was extracted")
+	})
+
+	t.Run("an archive with an entry out of the workspace is 400 and leaves nothing", func(t *testing.T) {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		for _, name := range []string{"fine.txt", "../../escape.txt"} {
+			require.NoError(t, tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: 1}))
+			_, err := tw.Write([]byte("x"))
+			require.NoError(t, err)
+		}
+		require.NoError(t, tw.Close())
+		code, body := admin.putExtract(ctx, t, "in", "tar", &buf)
+		assert.Equal(t, http.StatusBadRequest, code, "%s", body)
+		assert.Contains(t, string(body), "leaves the directory it is extracted into")
+		out, ferr := call(t, map[string]any{"op": "exists", "path": "in"})
+		require.Nil(t, ferr)
+		assert.Equal(t, false, out["exists"], "nothing of it was extracted")
+	})
+
+	t.Run("extract on a GET, or an unknown format, is 400", func(t *testing.T) {
+		code, body := admin.putExtract(ctx, t, "in", "zip", strings.NewReader("PK"))
+		assert.Equal(t, http.StatusBadRequest, code, "%s", body)
+		assert.Contains(t, string(body), "extract=tar")
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin.base+url.QueryEscape("work/proj/src/main.py")+"&extract=tar", nil)
+		require.NoError(t, err)
+		resp, err := admin.client.Do(req)
+		require.NoError(t, err)
+		body, _ = io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", body)
+	})
+}
+
 // fileClient reads and writes the files of one sandbox through runs/files.
 type fileClient struct {
 	config *rest.Config
@@ -194,6 +332,21 @@ func newFileClient(t *testing.T, config *rest.Config, ns, run string) *fileClien
 func (c *fileClient) put(ctx context.Context, t *testing.T, path string, body io.Reader) (int, []byte) {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+url.QueryEscape(path), io.NopCloser(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.client.Do(req)
+	require.NoError(t, err)
+	defer func() { _ = resp.Body.Close() }()
+	out, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, out
+}
+
+// putExtract sends body, an archive of format extract, to be extracted
+// into the directory dir, streamed; and returns the answer's code and body.
+func (c *fileClient) putExtract(ctx context.Context, t *testing.T, dir, extract string, body io.Reader) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, c.base+url.QueryEscape(dir)+"&extract="+url.QueryEscape(extract), io.NopCloser(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err := c.client.Do(req)

@@ -658,6 +658,11 @@ func (m *RunFilesOptions) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.Extract)
+	copy(dAtA[i:], m.Extract)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Extract)))
+	i--
+	dAtA[i] = 0x12
 	i -= len(m.Path)
 	copy(dAtA[i:], m.Path)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Path)))
@@ -1892,6 +1897,8 @@ func (m *RunFilesOptions) Size() (n int) {
 	_ = l
 	l = len(m.Path)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.Extract)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -2419,6 +2426,7 @@ func (this *RunFilesOptions) String() string {
 	}
 	s := strings.Join([]string{`&RunFilesOptions{`,
 		`Path:` + fmt.Sprintf("%v", this.Path) + `,`,
+		`Extract:` + fmt.Sprintf("%v", this.Extract) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -4500,6 +4508,38 @@ func (m *RunFilesOptions) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Path = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 2:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Extract", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Extract = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

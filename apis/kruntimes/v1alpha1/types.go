@@ -454,7 +454,23 @@ type RunFilesOptions struct {
 	// absolute inside it. A path that leaves the workspace (by "..", or a
 	// symbolic link that resolves outside it) is refused.
 	Path string `json:"path" protobuf:"bytes,1,opt,name=path"`
+	// Extract, on PUT only, takes the body as an archive extracted into
+	// the directory Path names (made when missing) rather than as a
+	// file's bytes: "tar" for a tar archive, gzip-compressed or not.
+	// +optional
+	// (A plain string: query parameters are simple types in OpenAPI.)
+	Extract string `json:"extract,omitempty" protobuf:"bytes,2,opt,name=extract"`
 }
+
+// RunFilesExtract says how a PUT of runs/files takes its body.
+type RunFilesExtract string
+
+// RunFilesExtracts.
+const (
+	// RunFilesExtractTar: the body is a tar archive (gzip-compressed or
+	// not), extracted into the directory Path names.
+	RunFilesExtractTar RunFilesExtract = "tar"
+)
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 // +k8s:conversion-gen:explicit-from=net/url.Values

@@ -619,6 +619,7 @@ func Convert_kruntimes_RunEndpoint_To_v1alpha1_RunEndpoint(in *kruntimes.RunEndp
 
 func autoConvert_v1alpha1_RunFilesOptions_To_kruntimes_RunFilesOptions(in *RunFilesOptions, out *kruntimes.RunFilesOptions, s conversion.Scope) error {
 	out.Path = in.Path
+	out.Extract = kruntimes.RunFilesExtract(in.Extract)
 	return nil
 }
 
@@ -629,6 +630,7 @@ func Convert_v1alpha1_RunFilesOptions_To_kruntimes_RunFilesOptions(in *RunFilesO
 
 func autoConvert_kruntimes_RunFilesOptions_To_v1alpha1_RunFilesOptions(in *kruntimes.RunFilesOptions, out *RunFilesOptions, s conversion.Scope) error {
 	out.Path = in.Path
+	out.Extract = string(in.Extract)
 	return nil
 }
 
@@ -646,6 +648,13 @@ func autoConvert_url_Values_To_v1alpha1_RunFilesOptions(in *url.Values, out *Run
 		}
 	} else {
 		out.Path = ""
+	}
+	if values, ok := map[string][]string(*in)["extract"]; ok && len(values) > 0 {
+		if err := runtime.Convert_Slice_string_To_string(&values, &out.Extract, s); err != nil {
+			return err
+		}
+	} else {
+		out.Extract = ""
 	}
 	return nil
 }

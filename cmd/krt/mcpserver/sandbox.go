@@ -130,8 +130,21 @@ type pathIn struct {
 }
 
 type listFilesIn struct {
+	Sandbox    string `json:"sandbox" jsonschema:"the sandbox's name, as create_sandbox answered it"`
+	Path       string `json:"path,omitempty" jsonschema:"a directory in the sandbox's workspace (default: the workspace)"`
+	Recursive  bool   `json:"recursive,omitempty" jsonschema:"list the whole tree below path, depth first, names relative to path (links are not followed)"`
+	MaxEntries int    `json:"max_entries,omitempty" jsonschema:"answer at most this many entries (default and at most 1000); truncated says there were more"`
+}
+
+type makeDirIn struct {
 	Sandbox string `json:"sandbox" jsonschema:"the sandbox's name, as create_sandbox answered it"`
-	Path    string `json:"path,omitempty" jsonschema:"a directory in the sandbox's workspace (default: the workspace)"`
+	Path    string `json:"path" jsonschema:"the directory to make in the sandbox's workspace, with its missing parents (a directory already there is fine)"`
+}
+
+type moveFileIn struct {
+	Sandbox string `json:"sandbox" jsonschema:"the sandbox's name, as create_sandbox answered it"`
+	Src     string `json:"src" jsonschema:"the file, link or directory to move, in the sandbox's workspace"`
+	Dst     string `json:"dst" jsonschema:"its new path in the workspace: a file there is replaced, a directory there is refused; its directory must exist"`
 }
 
 // addSandboxTools adds the sandbox tools to server.
@@ -218,13 +231,34 @@ func addSandboxTools(server *mcp.Server, sb *sandboxes) {
 	})
 	mcp.AddTool(server, &mcp.Tool{
 		Name:        "list_files",
-		Description: "Lists a directory of a sandbox's workspace: entries with name, type (file, dir, symlink, other) and size.",
+		Description: "Lists a directory of a sandbox's workspace, or with recursive its whole tree: entries with name, type (file, dir, symlink, other), size, mode and mtime; truncated when there were more than max_entries.",
 	}, func(ctx context.Context, _ *mcp.CallToolRequest, in listFilesIn) (*mcp.CallToolResult, any, error) {
-		op := map[string]any{"op": "list_files"}
+		op := map[string]any{"op": "list_files", "recursive": in.Recursive}
 		if in.Path != "" {
 			op["path"] = in.Path
 		}
+		if in.MaxEntries != 0 {
+			op["max_entries"] = in.MaxEntries
+		}
 		return sb.invoke(ctx, in.Sandbox, op, 0), nil, nil
+	})
+	mcp.AddTool(server, &mcp.Tool{
+		Name:        "stat_file",
+		Description: "Says what a path of a sandbox's workspace is: type (file, dir, symlink, other), size, mode, mtime, and a link's target. A missing path is a FileNotFoundError.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in pathIn) (*mcp.CallToolResult, any, error) {
+		return sb.invoke(ctx, in.Sandbox, map[string]any{"op": "stat", "path": in.Path}, 0), nil, nil
+	})
+	mcp.AddTool(server, &mcp.Tool{
+		Name:        "make_dir",
+		Description: "Makes a directory in a sandbox's workspace, as mkdir -p. Answers created: false when it was already there.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in makeDirIn) (*mcp.CallToolResult, any, error) {
+		return sb.invoke(ctx, in.Sandbox, map[string]any{"op": "mkdir", "path": in.Path, "parents": true, "exist_ok": true}, 0), nil, nil
+	})
+	mcp.AddTool(server, &mcp.Tool{
+		Name:        "move_file",
+		Description: "Moves (renames) a file, link or directory within a sandbox's workspace, atomically; a file at dst is replaced, a directory at dst is refused.",
+	}, func(ctx context.Context, _ *mcp.CallToolRequest, in moveFileIn) (*mcp.CallToolResult, any, error) {
+		return sb.invoke(ctx, in.Sandbox, map[string]any{"op": "move", "src": in.Src, "dst": in.Dst}, 0), nil, nil
 	})
 	mcp.AddTool(server, &mcp.Tool{
 		Name:        "delete_sandbox",

@@ -203,3 +203,60 @@ def test_files_upload_and_download_stream_any_size(client: kruntimes.Client, san
         with pytest.raises(kruntimes.NotFound):
             sb.files.download("no/such/file", tmp_path / "missing.bin")
         assert not (tmp_path / "missing.bin").exists(), "a failed download leaves no local file"
+
+
+def test_files_tree_operations_and_archives(client: kruntimes.Client, sandbox_runtime: str,
+                                             tmp_path: pathlib.Path) -> None:
+    from kruntimes.sandbox import SandboxFileNotFound
+
+    local = tmp_path / "proj"
+    (local / "src" / "pkg").mkdir(parents=True)
+    (local / "src" / "main.py").write_text("print('hi')\n")
+    (local / "src" / "pkg" / "data.bin").write_bytes(b"\0" * (3 << 20))
+    (local / "latest").symlink_to("src/main.py")
+
+    with client.sandbox(sandbox_runtime, idle_timeout=600, ready_timeout=180) as sb:
+        # A local directory, tarred as it is sent, extracted in the workspace.
+        got = sb.files.upload_dir(local, "work/proj")
+        assert (got.files, got.bytes) == (2, len("print('hi')\n") + (3 << 20))
+        tree = sb.files.list("work", recursive=True)
+        assert [e.name for e in tree] == ["proj", "proj/latest", "proj/src", "proj/src/main.py", "proj/src/pkg",
+                                          "proj/src/pkg/data.bin"]
+        assert not tree.truncated
+        assert sb.commands.run("python3 work/proj/latest").stdout == "hi\n", "links arrive as links"
+        cut = sb.files.list("work", recursive=True, max_entries=2)
+        assert len(cut) == 2 and cut.truncated
+
+        info = sb.files.stat("work/proj/src/pkg/data.bin")
+        assert (info.type, info.size) == ("file", 3 << 20)
+        assert sb.files.stat("work/proj/latest").target == "src/main.py"
+        with pytest.raises(SandboxFileNotFound):
+            sb.files.stat("work/nope")
+
+        assert sb.files.mkdir("a/b/c") is True
+        assert sb.files.mkdir("a/b/c") is False, "already there, as mkdir -p"
+        sb.files.move("work/proj/src/main.py", "a/b/c/main.py")
+        assert sb.files.exists("a/b/c/main.py") and not sb.files.exists("work/proj/src/main.py")
+        with pytest.raises(kruntimes.FunctionError) as refused:
+            sb.files.move("a/b/c/main.py", "work")
+        assert refused.value.type == "IsADirectoryError"
+        with pytest.raises(kruntimes.FunctionError):
+            sb.files.remove("a", recursive=False)
+        assert sb.files.exists("a/b/c/main.py"), "a directory that is not empty stays"
+        sb.files.remove("a")
+        assert not sb.files.exists("a")
+
+        # An archive with an entry out of the workspace is refused whole.
+        import io
+        import tarfile
+        buf = io.BytesIO()
+        with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+            for name in ("fine.txt", "../../escape.txt"):
+                data = b"x"
+                member = tarfile.TarInfo(name)
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+        with pytest.raises(kruntimes.KruntimesError, match="leaves the directory") as e:
+            sb.files.upload_tar("in", buf.getvalue())
+        assert e.value.code == 400
+        assert not sb.files.exists("in"), "nothing of it was extracted"

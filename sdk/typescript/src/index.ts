@@ -34,6 +34,7 @@ export {
   MAX_FILE_BYTES,
   SANDBOX_HANDLER,
   Sandbox,
+  SandboxFileNotFound,
   SandboxPathError,
   SharedRuntime,
   type CommandInfo,
@@ -41,6 +42,8 @@ export {
   type CreateSandboxOptions,
   type StartOptions,
   type EntryInfo,
+  type EntryList,
+  type ListOptions,
   type Execution,
   type ExecutionError,
 } from './sandbox.js';

@@ -31,6 +31,12 @@ export class SandboxPathError extends FunctionError {
   override name = 'SandboxPathError';
 }
 
+/** A file operation named a path that does not exist in the sandbox's
+ * workspace (the sandbox's FileNotFoundError). */
+export class SandboxFileNotFound extends FunctionError {
+  override name = 'SandboxFileNotFound';
+}
+
 /** An exception raised by code in {@link Sandbox.runCode}. */
 export interface ExecutionError {
   name: string;
@@ -61,11 +67,29 @@ export interface CommandResult {
   stderrTruncated: boolean;
 }
 
-/** One entry of files.list: type is file, dir, symlink or other. */
+/** One entry of files.list (`name` relative to the directory listed) or
+ * what files.stat found (`name` the path asked): type is file, dir, symlink
+ * or other; `mode` the permission bits (0o644), `mtime` the modification
+ * time in seconds since the epoch, `target` a symbolic link's (from stat). */
 export interface EntryInfo {
   name: string;
   type: string;
   size: number;
+  mode?: number;
+  mtime?: number;
+  target?: string;
+}
+
+/** What files.list answers: `truncated` says there were more entries than
+ * it answered (`maxEntries`, at most 1000). */
+export type EntryList = EntryInfo[] & { truncated: boolean };
+
+/** How files.list lists. */
+export interface ListOptions extends OpOptions {
+  /** The whole tree, depth first; names relative to the directory listed. */
+  recursive?: boolean;
+  /** At most this many entries (the server answers 1000 at most). */
+  maxEntries?: number;
 }
 
 export interface CreateSandboxOptions {
@@ -206,6 +230,9 @@ export class Sandbox {
     } catch (e) {
       if (e instanceof FunctionError && e.type === 'SandboxPathError') {
         throw new SandboxPathError(e.type, e.errorMessage, e.result, { code: e.code, run: e.run, invocationId: e.invocationId });
+      }
+      if (e instanceof FunctionError && e.type === 'FileNotFoundError') {
+        throw new SandboxFileNotFound(e.type, e.errorMessage, e.result, { code: e.code, run: e.run, invocationId: e.invocationId });
       }
       throw e;
     }
@@ -475,10 +502,22 @@ export class Files {
     return Buffer.from(out.data_b64 ?? '', 'base64');
   }
 
-  /** The entries of the directory `path`, by name. */
-  async list(path = '.', opts: OpOptions = {}): Promise<EntryInfo[]> {
-    const out = await this.sandbox.call({ op: 'list_files', path }, opts);
-    return (out.entries ?? []).map((e: any) => ({ name: e.name, type: e.type, size: Number(e.size ?? 0) }));
+  /** The entries of the directory `path`, by name; with `recursive`, of its
+   * whole tree, depth first (a directory followed by its own entries; links
+   * are listed, not followed). */
+  async list(path = '.', opts: ListOptions = {}): Promise<EntryList> {
+    const request: Record<string, unknown> = { op: 'list_files', path, recursive: Boolean(opts.recursive) };
+    if (opts.maxEntries !== undefined) request.max_entries = opts.maxEntries;
+    const out = await this.sandbox.call(request, opts);
+    const entries = (out.entries ?? []).map((e: any) => entryInfo(e)) as EntryList;
+    entries.truncated = Boolean(out.truncated);
+    return entries;
+  }
+
+  /** What `path` is (a symbolic link as itself, with its `target`); throws
+   * {@link SandboxFileNotFound} when it does not exist. */
+  async stat(path: string, opts: OpOptions = {}): Promise<EntryInfo> {
+    return entryInfo(await this.sandbox.call({ op: 'stat', path }, opts), path);
   }
 
   /** Whether `path` exists (a symbolic link counts as itself). */
@@ -486,8 +525,31 @@ export class Files {
     return Boolean((await this.sandbox.call({ op: 'exists', path }, opts)).exists);
   }
 
-  /** Removes the file, link or directory (with its contents) `path`. */
-  async remove(path: string, opts: OpOptions = {}): Promise<void> {
-    await this.sandbox.call({ op: 'remove', path }, opts);
+  /** Makes the directory `path`, by default as `mkdir -p` (missing parents
+   * too, one already there is fine); resolves with whether it made it. */
+  async mkdir(path: string, opts: OpOptions & { parents?: boolean; existOk?: boolean } = {}): Promise<boolean> {
+    const out = await this.sandbox.call({ op: 'mkdir', path, parents: opts.parents ?? true, exist_ok: opts.existOk ?? true }, opts);
+    return Boolean(out.created);
   }
+
+  /** Renames `src` to `dst` in the workspace, atomically: a file or link at
+   * `dst` is replaced, a directory there is refused (IsADirectoryError);
+   * links are moved, not followed; `dst`'s directory must exist. */
+  async move(src: string, dst: string, opts: OpOptions = {}): Promise<void> {
+    await this.sandbox.call({ op: 'move', src, dst }, opts);
+  }
+
+  /** Removes the file, link or directory `path`: a directory with its
+   * contents, or, with `recursive: false`, only when it is empty. */
+  async remove(path: string, opts: OpOptions & { recursive?: boolean } = {}): Promise<void> {
+    await this.sandbox.call({ op: 'remove', path, recursive: opts.recursive ?? true }, opts);
+  }
+}
+
+function entryInfo(e: any, name?: string): EntryInfo {
+  const info: EntryInfo = { name: name ?? e.name, type: e.type, size: Number(e.size ?? 0) };
+  if (e.mode !== undefined) info.mode = Number(e.mode);
+  if (e.mtime !== undefined) info.mtime = Number(e.mtime);
+  if (typeof e.target === 'string') info.target = e.target;
+  return info;
 }

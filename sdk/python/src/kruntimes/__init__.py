@@ -32,7 +32,20 @@ from .errors import (
 )
 from .functions import Function, Functions, InvokeResult, Logs, SecretKeyRef
 from .retry import Retry
-from .sandbox import CommandHandle, CommandInfo, CommandResult, EntryInfo, Execution, ExecutionError, Sandbox, SandboxPathError, SharedRuntime
+from .sandbox import (
+    CommandHandle,
+    CommandInfo,
+    CommandResult,
+    EntryInfo,
+    EntryList,
+    Execution,
+    ExecutionError,
+    Extracted,
+    Sandbox,
+    SandboxFileNotFound,
+    SandboxPathError,
+    SharedRuntime,
+)
 from .tasks import Task, TaskResult, Tasks
 
 __version__ = "0.1.0"
@@ -48,8 +61,10 @@ __all__ = [
     "OutcomeEvicted",
     "ConnectFailed",
     "EntryInfo",
+    "EntryList",
     "Execution",
     "ExecutionError",
+    "Extracted",
     "Forbidden",
     "Function",
     "FunctionError",
@@ -65,6 +80,7 @@ __all__ = [
     "Retry",
     "RunEnded",
     "Sandbox",
+    "SandboxFileNotFound",
     "SandboxPathError",
     "SecretKeyRef",
     "SharedRuntime",

@@ -20,7 +20,7 @@ from . import sandbox as sync_sandbox
 from . import tasks as sync_tasks
 from .functions import InvokeResult
 from .retry import Retry
-from .sandbox import CommandInfo, CommandResult, EntryInfo, Execution
+from .sandbox import CommandInfo, CommandResult, EntryInfo, EntryList, Execution, Extracted
 from .tasks import TaskResult
 
 
@@ -213,14 +213,31 @@ class Files:
         """As :meth:`kruntimes.sandbox.Files.download`, in a worker thread."""
         return await asyncio.to_thread(self._sync.download, path, dst, timeout=timeout)
 
-    async def list(self, path: str = ".") -> list[EntryInfo]:
-        return await asyncio.to_thread(self._sync.list, path)
+    async def upload_tar(self, path: str, src: Any, *, timeout: float | None = None) -> Extracted:
+        """As :meth:`kruntimes.sandbox.Files.upload_tar`, in a worker thread."""
+        return await asyncio.to_thread(self._sync.upload_tar, path, src, timeout=timeout)
+
+    async def upload_dir(self, local_dir: Any, path: str, *, timeout: float | None = None) -> Extracted:
+        """As :meth:`kruntimes.sandbox.Files.upload_dir`, in a worker thread."""
+        return await asyncio.to_thread(self._sync.upload_dir, local_dir, path, timeout=timeout)
+
+    async def list(self, path: str = ".", *, recursive: bool = False, max_entries: int | None = None) -> EntryList:
+        return await asyncio.to_thread(self._sync.list, path, recursive=recursive, max_entries=max_entries)
+
+    async def stat(self, path: str) -> EntryInfo:
+        return await asyncio.to_thread(self._sync.stat, path)
 
     async def exists(self, path: str) -> bool:
         return await asyncio.to_thread(self._sync.exists, path)
 
-    async def remove(self, path: str) -> None:
-        await asyncio.to_thread(self._sync.remove, path)
+    async def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> bool:
+        return await asyncio.to_thread(self._sync.mkdir, path, parents=parents, exist_ok=exist_ok)
+
+    async def move(self, src: str, dst: str) -> None:
+        await asyncio.to_thread(self._sync.move, src, dst)
+
+    async def remove(self, path: str, *, recursive: bool = True) -> None:
+        await asyncio.to_thread(self._sync.remove, path, recursive=recursive)
 
 
 class Client:

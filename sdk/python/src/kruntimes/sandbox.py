@@ -23,9 +23,10 @@ from __future__ import annotations
 import base64
 import json
 import os
+import tarfile
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO, Callable, Iterable, Iterator, Mapping, Sequence, Union
 from urllib.parse import quote
 
@@ -62,6 +63,11 @@ class SharedRuntime(errors.KruntimesError):
 class SandboxPathError(errors.FunctionError):
     """The sandbox refused a path that leaves its workspace (``..``, an
     absolute path elsewhere, or a symbolic link pointing out)."""
+
+
+class SandboxFileNotFound(errors.FunctionError):
+    """A file operation named a path that does not exist in the sandbox's
+    workspace (the sandbox's ``FileNotFoundError``)."""
 
 
 @dataclass(frozen=True)
@@ -243,12 +249,42 @@ def _lines(resp: Any) -> Iterator[str]:
 
 @dataclass(frozen=True)
 class EntryInfo:
-    """One entry of :meth:`Files.list`: ``type`` is ``file``, ``dir``,
-    ``symlink`` or ``other``."""
+    """One entry of :meth:`Files.list` (``name`` relative to the directory
+    listed) or what :meth:`Files.stat` found (``name`` the path asked).
+    ``type`` is ``file``, ``dir``, ``symlink`` or ``other``; ``mode`` the
+    permission bits (``0o644``); ``mtime`` the modification time in seconds
+    since the epoch; ``target`` a symbolic link's target (from
+    :meth:`Files.stat`). Equality compares name, type and size."""
 
     name: str
     type: str
     size: int
+    mode: int = field(default=0, compare=False)
+    mtime: float = field(default=0.0, compare=False)
+    target: str | None = field(default=None, compare=False)
+
+
+class EntryList(list):  # type: ignore[type-arg]
+    """The entries :meth:`Files.list` answers; ``truncated`` says there were
+    more than it answered (``max_entries``, at most 1000)."""
+
+    truncated: bool = False
+
+
+@dataclass(frozen=True)
+class Extracted:
+    """What :meth:`Files.upload_tar` and :meth:`Files.upload_dir` extracted
+    into ``path``: the regular files (hard links included) and their
+    bytes."""
+
+    path: str
+    files: int
+    bytes: int
+
+
+def _entry(e: Mapping[str, Any], name: str | None = None) -> EntryInfo:
+    return EntryInfo(name if name is not None else e["name"], e["type"], int(e.get("size", 0)),
+                     mode=int(e.get("mode", 0)), mtime=float(e.get("mtime", 0.0)), target=e.get("target"))
 
 
 def runtimes_path(namespace: str, name: str | None = None) -> str:
@@ -403,9 +439,10 @@ class Sandbox:
         try:
             result = self.function.invoke(request, timeout=None if timeout is None else timeout + _ANSWER_MARGIN)
         except errors.FunctionError as e:
-            if e.type == "SandboxPathError":
-                raise SandboxPathError(e.type, e.error_message, result=e.result, code=e.code, run=e.run,
-                                       invocation_id=e.invocation_id) from None
+            typed = {"SandboxPathError": SandboxPathError, "FileNotFoundError": SandboxFileNotFound}.get(e.type)
+            if typed is not None:
+                raise typed(e.type, e.error_message, result=e.result, code=e.code, run=e.run,
+                            invocation_id=e.invocation_id) from None
             raise
         return result.output if isinstance(result.output, dict) else {}
 
@@ -513,6 +550,10 @@ class Files:
         made, and the file is replaced only once all of it arrived: an
         upload that fails leaves the old file. ``timeout`` bounds the wait
         for each read of the answer (none by default)."""
+        return int(self._put(path, src, timeout=timeout).get("size", 0))
+
+    def _put(self, path: str, src: FileSource, *, timeout: float | None, extract: str | None = None) -> dict[str, Any]:
+        """PUTs src to runs/NAME/files, streamed, and returns the answer."""
         sb = self._sandbox
         if isinstance(src, str):
             src = src.encode()
@@ -525,17 +566,79 @@ class Files:
         elif hasattr(src, "read"):
             opened = None
             chunks = _file_chunks(src)
+        elif hasattr(src, "__next__"):
+            opened = None  # upload_dir's archive, as it is made
+            chunks = src
         else:
             raise TypeError(f"upload takes bytes, str, a path-like or a binary file object, not {type(src).__name__}")
         try:
-            resp = self._send("PUT", path, body=chunks, timeout=timeout,
+            resp = self._send("PUT", path, body=chunks, timeout=timeout, extract=extract,
                               headers={"Content-Type": "application/octet-stream"})
         finally:
             if opened is not None:
                 opened.close()
         if resp.code >= 300:
             raise errors.error_for(resp.code, resp.headers, resp.status(), run=sb.name)
-        return int(resp.json().get("size", 0))
+        return resp.json()
+
+    def upload_tar(self, path: str, src: FileSource, *, timeout: float | None = None) -> Extracted:
+        """Streams the tar archive ``src`` (gzip-compressed or not: bytes, a
+        path-like naming a local file, or a binary file object) into the
+        sandbox, which extracts it into the directory ``path`` (made when
+        missing; ``"."`` is the workspace) as ``tar -x -C path`` would:
+        merged with what is there, files of the same name replaced
+        (``PUT runs/NAME/files?extract=tar``, ``update runs/files``).
+
+        The archive is extracted aside and moved in only once all of it
+        arrived: an archive that is refused (an entry that leaves the
+        workspace by ``..``, an absolute name or a link, a device, a
+        directory where ``path`` has a file) or breaks off leaves nothing."""
+        out = self._put(path, src, timeout=timeout, extract="tar")
+        return Extracted(str(out.get("path", path)), int(out.get("files", 0)), int(out.get("bytes", 0)))
+
+    def upload_dir(self, local_dir: str | os.PathLike[str], path: str, *, timeout: float | None = None) -> Extracted:
+        """Uploads the local directory ``local_dir``'s contents into the
+        directory ``path`` of the sandbox, as :meth:`upload_tar`: tarred on
+        the fly and streamed, never held whole. Symbolic links are sent as
+        links: one that leads outside the sandbox's workspace refuses the
+        upload."""
+        local = os.fspath(local_dir)
+        if not os.path.isdir(local):
+            raise NotADirectoryError(f"{local} is not a local directory")
+        r, w = os.pipe()
+        failure: list[BaseException] = []
+
+        def produce() -> None:
+            try:
+                with os.fdopen(w, "wb") as out, tarfile.open(fileobj=out, mode="w|", format=tarfile.PAX_FORMAT) as tar:
+                    tar.add(local, arcname=".")
+            except BrokenPipeError:
+                pass  # the upload ended first; its error is the one to raise
+            except BaseException as e:  # noqa: B902 -- handed to the caller
+                failure.append(e)
+
+        producer = threading.Thread(target=produce, name="kruntimes-upload-dir", daemon=True)
+        reader = os.fdopen(r, "rb")
+        producer.start()
+        try:
+
+            def chunks() -> Iterator[bytes]:
+                yield from _file_chunks(reader)
+                # The archive must be whole: a local error is the caller's,
+                # and breaking the stream makes the sandbox drop it.
+                producer.join()
+                if failure:
+                    raise failure[0]
+
+            try:
+                return self.upload_tar(path, chunks(), timeout=timeout)  # type: ignore[arg-type]
+            except Exception as e:
+                if failure:
+                    raise failure[0] from e
+                raise
+        finally:
+            reader.close()
+            producer.join()
 
     def download(self, path: str, dst: FileDestination | None = None, *, timeout: float | None = None) -> bytes | int:
         """The file ``path``, of any size (``GET runs/NAME/files``, authorized
@@ -579,9 +682,11 @@ class Files:
         if sb._closed:
             raise errors.KruntimesError(f"sandbox {sb.name} is closed", run=sb.name)
         timeout = kw.pop("timeout", None)
+        extract = kw.pop("extract", None)
         transport = sb.function._client._transport
         try:
-            return transport.send(method, runs_path(sb.namespace, sb.name, "files"), query={"path": path},
+            return transport.send(method, runs_path(sb.namespace, sb.name, "files"),
+                                  query={"path": path, "extract": extract},
                                   timeout=urllib3.Timeout(connect=30, read=timeout), **kw)
         except _NOT_SENT as e:
             raise errors.ConnectFailed(f"cannot connect to {transport.host}: {e}", run=sb.name) from e
@@ -590,18 +695,51 @@ class Files:
             err.not_run = False
             raise err from e
 
-    def list(self, path: str = ".") -> list[EntryInfo]:
-        """The entries of the directory ``path``, by name."""
-        out = self._sandbox._call({"op": "list_files", "path": path})
-        return [EntryInfo(e["name"], e["type"], int(e.get("size", 0))) for e in out.get("entries") or []]
+    def list(self, path: str = ".", *, recursive: bool = False, max_entries: int | None = None) -> EntryList:
+        """The entries of the directory ``path``, by name; with
+        ``recursive``, of its whole tree, depth first (a directory followed
+        by its own entries, names relative to ``path``; links are listed,
+        not followed). At most ``max_entries`` (and never more than 1000)
+        come back: the list's ``truncated`` then says there were more."""
+        request: dict[str, Any] = {"op": "list_files", "path": path, "recursive": recursive}
+        if max_entries is not None:
+            request["max_entries"] = max_entries
+        out = self._sandbox._call(request)
+        entries = EntryList(_entry(e) for e in out.get("entries") or [])
+        entries.truncated = bool(out.get("truncated"))
+        return entries
+
+    def stat(self, path: str) -> EntryInfo:
+        """What ``path`` is (a symbolic link as itself, with its
+        ``target``); :class:`SandboxFileNotFound` when it does not exist."""
+        out = self._sandbox._call({"op": "stat", "path": path})
+        return _entry(out, name=path)
 
     def exists(self, path: str) -> bool:
         """Whether ``path`` exists (a symbolic link counts as itself)."""
         return bool(self._sandbox._call({"op": "exists", "path": path}).get("exists"))
 
-    def remove(self, path: str) -> None:
-        """Removes the file, link or directory (with its contents) ``path``."""
-        self._sandbox._call({"op": "remove", "path": path})
+    def mkdir(self, path: str, *, parents: bool = True, exist_ok: bool = True) -> bool:
+        """Makes the directory ``path`` (by default as ``mkdir -p``: missing
+        parents too, one already there is fine) and says whether it made
+        it. Without ``parents`` a missing parent raises
+        :class:`SandboxFileNotFound`; without ``exist_ok`` an existing one
+        raises a ``FileExistsError`` :class:`kruntimes.FunctionError`."""
+        out = self._sandbox._call({"op": "mkdir", "path": path, "parents": parents, "exist_ok": exist_ok})
+        return bool(out.get("created"))
+
+    def move(self, src: str, dst: str) -> None:
+        """Renames ``src`` to ``dst`` in the workspace, atomically: a file
+        or link at ``dst`` is replaced, a directory there is refused
+        (``IsADirectoryError``); links are moved, not followed; ``dst``'s
+        directory must exist."""
+        self._sandbox._call({"op": "move", "src": src, "dst": dst})
+
+    def remove(self, path: str, *, recursive: bool = True) -> None:
+        """Removes the file, link or directory ``path``: a directory with
+        its contents, or, with ``recursive=False``, only when it is empty."""
+        self._sandbox._call({"op": "remove", "path": path, "recursive": recursive})
+
 
 # A chunk of an upload or a download: what the client holds of a file.
 _CHUNK_BYTES = 256 << 10

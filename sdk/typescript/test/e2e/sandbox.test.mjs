@@ -32,11 +32,28 @@ test('sandbox: code with state, commands, files, and the workspace’s bounds', 
 
   await sb.files.write('data/d.csv', 'a,b\n1,2\n');
   assert.equal((await sb.files.read('data/d.csv')).toString(), 'a,b\n1,2\n');
-  assert.deepEqual(await sb.files.list('data'), [{ name: 'd.csv', type: 'file', size: 8 }]);
+  const listed = await sb.files.list('data');
+  assert.deepEqual(listed.map(({ name, type, size }) => ({ name, type, size })), [{ name: 'd.csv', type: 'file', size: 8 }]);
+  assert.equal(listed.truncated, false);
+  assert.equal(listed[0].mode, 0o644);
   assert.equal(await sb.files.exists('data/d.csv'), true);
   assert.equal((await sb.runCode("open('data/d.csv').read()")).result, 'a,b\n1,2\n', 'code sees the files');
+  // The tree: mkdir -p, move, a recursive and a bounded list, stat, remove.
+  assert.equal(await sb.files.mkdir('data/sub/deeper'), true);
+  assert.equal(await sb.files.mkdir('data/sub/deeper'), false);
+  await sb.files.move('data/d.csv', 'data/sub/d.csv');
+  const tree = await sb.files.list('data', { recursive: true });
+  assert.deepEqual(tree.map((e) => e.name), ['sub', 'sub/d.csv', 'sub/deeper']);
+  const cut = await sb.files.list('data', { recursive: true, maxEntries: 1 });
+  assert.equal(cut.length, 1);
+  assert.equal(cut.truncated, true);
+  const info = await sb.files.stat('data/sub/d.csv');
+  assert.deepEqual({ name: info.name, type: info.type, size: info.size }, { name: 'data/sub/d.csv', type: 'file', size: 8 });
+  await assert.rejects(sb.files.stat('data/nope'), sdk.SandboxFileNotFound);
+  await assert.rejects(sb.files.move('data/sub/d.csv', 'data/sub/deeper'), (e) => e instanceof sdk.FunctionError && e.type === 'IsADirectoryError');
+  await assert.rejects(sb.files.remove('data', { recursive: false }), sdk.FunctionError);
   await sb.files.remove('data');
-  assert.equal(await sb.files.exists('data/d.csv'), false);
+  assert.equal(await sb.files.exists('data/sub/d.csv'), false);
   await assert.rejects(sb.files.read('../../etc/passwd'), sdk.SandboxPathError);
 
   const name = sb.name;
