@@ -272,7 +272,9 @@ test('sandbox: runCode, commands and files are invocations of the sandbox handle
   assert.equal(cmd.exitCode, 3);
   await sb.files.write('d.csv', 'a,b\n');
   assert.equal((await sb.files.read('d.csv')).toString(), 'a,b\n');
-  assert.deepEqual(await sb.files.list(), [{ name: 'd.csv', type: 'file', size: 4 }]);
+  const listed = await sb.files.list();
+  assert.deepEqual([...listed], [{ name: 'd.csv', type: 'file', size: 4 }]);
+  assert.equal(listed.truncated, false);
   assert.equal(await sb.files.exists('d.csv'), true);
   await sb.files.remove('d.csv');
   await assert.rejects(sb.files.read('../etc'), sdk.SandboxPathError);
