@@ -157,6 +157,12 @@ func (x *extraction) entry(tr *tar.Reader, hdr *tar.Header) error {
 		return status.Errorf(codes.InvalidArgument, "the archive's entry %q "+format+"; nothing was extracted", append([]any{hdr.Name}, args...)...)
 	}
 	if parent := filepath.Dir(name); parent != "." {
+		// A link the archive made is not a directory to extract into:
+		// through one, an entry would land elsewhere than its name says,
+		// and a link's target would be checked from the wrong place.
+		if link := x.linkOnTheWay(parent); link != "" {
+			return refuse("goes through the archive's symbolic link %q", filepath.ToSlash(link))
+		}
 		if err := x.tmp.MkdirAll(parent, 0o755); err != nil {
 			return refuse("cannot be placed: %v", unwrapPath(err))
 		}
@@ -215,6 +221,23 @@ func (x *extraction) entry(tr *tar.Reader, hdr *tar.Header) error {
 		return refuse("is of type %q: only regular files, directories, symbolic links and hard links are extracted", string(hdr.Typeflag))
 	}
 	return nil
+}
+
+// linkOnTheWay is the first of dir and its parents that is a symbolic
+// link in the extraction, or "".
+func (x *extraction) linkOnTheWay(dir string) string {
+	prefix := ""
+	for _, part := range strings.Split(dir, string(filepath.Separator)) {
+		prefix = filepath.Join(prefix, part)
+		fi, err := x.tmp.Lstat(prefix)
+		if err != nil {
+			return "" // not made yet: MkdirAll makes directories
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return prefix
+		}
+	}
+	return ""
 }
 
 // entryName is an entry's name, cleaned, relative to the archive's root;

@@ -230,6 +230,7 @@ func TestExtractTarRefusesHostileArchives(t *testing.T) {
 		{"a symbolic link out, then a write through it", "target", archive(t, ok, symlink("l", outside), file("l/pwned", "x")), codes.InvalidArgument},
 		{"a link inside, then a write through it that climbs out", ".", archive(t, ok, symlink("l", "target"), file("l/../../evil", "x")), codes.InvalidArgument},
 		{"a link in the archive that a later entry writes through, out of the extraction", "target", archive(t, ok, symlink("l", "../plain"), file("l/x", "x")), codes.InvalidArgument},
+		{"a link to its own directory, then a link through it that climbs out", "target", archive(t, ok, symlink("sub2", "."), symlink("sub2/l", "../../x")), codes.InvalidArgument},
 		{"a hard link to a file outside", "target", archive(t, ok, hardlink("h", "../../"+filepath.Base(outside)+"/secret")), codes.InvalidArgument},
 		{"a hard link to an absolute path", "target", archive(t, ok, hardlink("h", filepath.Join(outside, "secret"))), codes.InvalidArgument},
 		{"a hard link to a file of the workspace not in the archive", "target", archive(t, ok, hardlink("h", "file")), codes.InvalidArgument},

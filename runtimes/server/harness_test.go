@@ -79,7 +79,12 @@ func newHarnessWith(t testing.TB, lang string, clk clock.WithDelayedExecution, r
 	srv, err := server.New(opts)
 	require.NoError(t, err)
 
-	sock := filepath.Join(dir, "rt.sock")
+	// gRPC reads its target as a URL: a '#' of a subtest's directory
+	// (a fuzz seed's) would end the path, so the socket has one of its own.
+	sockDir, err := os.MkdirTemp("", "rt")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = os.RemoveAll(sockDir) })
+	sock := filepath.Join(sockDir, "rt.sock")
 	lis, err := net.Listen("unix", sock)
 	require.NoError(t, err)
 	gs := grpc.NewServer(transport.ServerOptions()...)
