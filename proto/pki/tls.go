@@ -23,7 +23,7 @@ func ServerTLS(ctx context.Context, certFile, keyFile, clientCAFile, clientCommo
 
 // MetricsServerTLS is ServerTLS for runtimed's /metrics: the same serving
 // pair and CA, the scraper's CommonName, and HTTP/1.1 besides HTTP/2, as
-// scrapers speak either.
+// scrapers speak either (net/http serves both on a TLS listener).
 func MetricsServerTLS(ctx context.Context, certFile, keyFile, clientCAFile, clientCommonName string) (*tls.Config, error) {
 	return serverTLS(ctx, "runtimed-metrics", certFile, keyFile, clientCAFile, clientCommonName, []string{"h2", "http/1.1"})
 }

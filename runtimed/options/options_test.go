@@ -221,7 +221,9 @@ func TestConfigBuildsWhatRunNeeds(t *testing.T) {
 		require.NoError(t, err)
 		apiserverCert, apiserverKey, err := ca.IssueClient(time.Hour)
 		require.NoError(t, err)
-		get := func(certPEM, keyPEM []byte) (int, error) {
+		// scrape GETs /metrics with a client pair; with http2 it offers
+		// HTTP/2 first, as Prometheus does.
+		scrape := func(certPEM, keyPEM []byte, http2 bool) (int, error) {
 			roots := x509.NewCertPool()
 			roots.AppendCertsFromPEM(ca.CertPEM)
 			cfg := &tls.Config{RootCAs: roots, ServerName: invocation.MetricsServerName, MinVersion: tls.VersionTLS13}
@@ -230,7 +232,7 @@ func TestConfigBuildsWhatRunNeeds(t *testing.T) {
 				require.NoError(t, err)
 				cfg.Certificates = []tls.Certificate{pair}
 			}
-			client := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+			client := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, ForceAttemptHTTP2: http2}}
 			defer client.CloseIdleConnections()
 			resp, err := client.Get("https://" + c.Invoke.MetricsListener.Addr().String() + "/metrics")
 			if err != nil {
@@ -239,8 +241,12 @@ func TestConfigBuildsWhatRunNeeds(t *testing.T) {
 			_ = resp.Body.Close()
 			return resp.StatusCode, nil
 		}
+		get := func(certPEM, keyPEM []byte) (int, error) { return scrape(certPEM, keyPEM, false) }
 		code, err := get(scraperCert, scraperKey)
 		require.NoError(t, err, "a scraper's certificate, verified under the name every runtimed serves /metrics as")
+		assert.Equal(t, http.StatusOK, code)
+		code, err = scrape(scraperCert, scraperKey, true)
+		require.NoError(t, err, "a scraper that offers HTTP/2 is answered")
 		assert.Equal(t, http.StatusOK, code)
 		_, err = get(apiserverCert, apiserverKey)
 		assert.Error(t, err, "the apiserver's invoke certificate is no scraper's")
