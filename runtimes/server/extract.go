@@ -38,14 +38,9 @@ const readDirBatch = 256
 // What it holds is a chunk of the stream and a tar header.
 func (s *Server) extractTar(stream runtimev1.FunctionRuntime_WriteFileServer, reg *registration, first *runtimev1.WriteFileRequest) error {
 	p := first.GetPath()
-	dirName, err := workspaceName(reg.workingDir, p)
+	root, dirName, err := openWorkspace(reg, p)
 	if err != nil {
 		return err
-	}
-	dirName = filepath.Clean(dirName)
-	root, err := os.OpenRoot(reg.workingDir)
-	if err != nil {
-		return status.Errorf(codes.Internal, "open the workspace of Run %s: %v", reg.runUID, err)
 	}
 	defer func() { _ = root.Close() }()
 	// A link to a directory inside the workspace is extracted into, as

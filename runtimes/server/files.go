@@ -33,13 +33,9 @@ func (s *Server) ReadFile(req *runtimev1.ReadFileRequest, stream runtimev1.Funct
 	if err != nil {
 		return err
 	}
-	name, err := workspaceName(reg.workingDir, req.GetPath())
+	root, name, err := openWorkspace(reg, req.GetPath())
 	if err != nil {
 		return err
-	}
-	root, err := os.OpenRoot(reg.workingDir)
-	if err != nil {
-		return status.Errorf(codes.Internal, "open the workspace of Run %s: %v", reg.runUID, err)
 	}
 	defer func() { _ = root.Close() }()
 	// Stat first: opening a FIFO would block until someone writes to it.
@@ -99,13 +95,9 @@ func (s *Server) WriteFile(stream runtimev1.FunctionRuntime_WriteFileServer) err
 		return status.Errorf(codes.InvalidArgument, "extract %v is not one this Runtime Server knows: it extracts tar archives", first.GetExtract())
 	}
 	p := first.GetPath()
-	name, err := workspaceName(reg.workingDir, p)
+	root, name, err := openWorkspace(reg, p)
 	if err != nil {
 		return err
-	}
-	root, err := os.OpenRoot(reg.workingDir)
-	if err != nil {
-		return status.Errorf(codes.Internal, "open the workspace of Run %s: %v", reg.runUID, err)
 	}
 	defer func() { _ = root.Close() }()
 	if name, err = followFinalLink(root, reg.workingDir, name, p); err != nil {
@@ -209,6 +201,20 @@ func workspaceName(workDir, p string) (string, error) {
 		return "", status.Errorf(codes.InvalidArgument, "%q is outside the sandbox's workspace %s: name a file in it, relative to it or absolute inside it", p, workDir)
 	}
 	return rel, nil
+}
+
+// openWorkspace opens reg's workspace as an os.Root and names p in it,
+// refused when it leaves the workspace; the caller closes the root.
+func openWorkspace(reg *registration, p string) (*os.Root, string, error) {
+	name, err := workspaceName(reg.workingDir, p)
+	if err != nil {
+		return nil, "", err
+	}
+	root, err := os.OpenRoot(reg.workingDir)
+	if err != nil {
+		return nil, "", status.Errorf(codes.Internal, "open the workspace of Run %s: %v", reg.runUID, err)
+	}
+	return root, name, nil
 }
 
 // followFinalLink resolves symbolic links at the end of name, so that a
