@@ -4,7 +4,13 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 )
+
+// reaperStopSignal asks a reaper to kill its whole subtree and exit. The
+// program runs in a process group of its own, so a script's "kill 0" does not
+// reach the reaper. (Declared on every platform: Group.Kill sends it.)
+const reaperStopSignal = syscall.SIGTERM
 
 // reaperArg0 is the argv[0] under which a binary runs as a reaper.
 const reaperArg0 = "kruntimes-process-reaper"

@@ -15,11 +15,6 @@ import (
 
 const reaperSupported = true
 
-// reaperStopSignal asks a reaper to kill its whole subtree and exit. The
-// program runs in a process group of its own, so a script's "kill 0" does not
-// reach the reaper.
-const reaperStopSignal = syscall.SIGTERM
-
 // runReaper runs as a child subreaper: it starts the program, and when the
 // program exits or the reaper is told to stop, it kills every descendant and
 // reaps until it has no children left. Only then does it exit, with the
