@@ -43,9 +43,12 @@ export {
   type StartOptions,
   type EntryInfo,
   type EntryList,
+  type Extracted,
+  type TransferOptions,
   type ListOptions,
   type Execution,
   type ExecutionError,
 } from './sandbox.js';
+export { type ByteSource } from './streams.js';
 export { type ConnectionOptions } from './transport.js';
 export { TOOL_LABEL, errorText, kruntimesTool, listTools, outputText, toolName, type KruntimesTool, type ToolOptions } from './adapters/tool.js';

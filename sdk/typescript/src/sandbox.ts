@@ -7,11 +7,14 @@
  * time, sent once and never re-sent), its idle timeout reclaims it and
  * deleting it kills its processes and removes its workspace.
  */
+import fs from 'node:fs';
 import type http from 'node:http';
+import { Readable } from 'node:stream';
 
-import { FunctionError, KruntimesError, NotFound, PayloadTooLarge, WaitTimeout, errorFor } from './errors.js';
+import { FunctionError, KruntimesError, NotFound, PayloadTooLarge, Unavailable, WaitTimeout, errorFor } from './errors.js';
 import { Function, MAX_INPUT_BYTES, durationString, envList, type EnvValue, type RunObject } from './functions.js';
-import { API_VERSION, headerOf, runsPath, runtimesPath, statusOf, type Transport } from './transport.js';
+import { byteChunks, tarDirectory, writeFileAtomically, type ByteSource } from './streams.js';
+import { API_VERSION, TransportError, headerOf, runsPath, runtimesPath, statusOf, type Transport } from './transport.js';
 
 /** The handler a sandbox's Run names (runtimes/python.SandboxHandler). */
 export const SANDBOX_HANDLER = 'kruntimes.sandbox';
@@ -32,9 +35,26 @@ export class SandboxPathError extends FunctionError {
 }
 
 /** A file operation named a path that does not exist in the sandbox's
- * workspace (the sandbox's FileNotFoundError). */
+ * workspace: the sandbox's FileNotFoundError from an operation such as
+ * files.stat, or the 404 of files.download (then `code` is 404, `notRun`
+ * true and `result` undefined). */
 export class SandboxFileNotFound extends FunctionError {
   override name = 'SandboxFileNotFound';
+}
+
+/** What files.uploadTar and files.uploadDir extracted into `path`: the
+ * regular files (hard links included) and their bytes. */
+export interface Extracted {
+  path: string;
+  files: number;
+  bytes: number;
+}
+
+/** How a streamed transfer (runs/files) is sent: `timeoutMs` bounds how
+ * long the connection may stay silent (none by default). */
+export interface TransferOptions {
+  timeoutMs?: number;
+  signal?: AbortSignal;
 }
 
 /** An exception raised by code in {@link Sandbox.runCode}. */
@@ -211,9 +231,14 @@ export class Sandbox {
     };
   }
 
+  /** @internal Throws when close() or delete() was called. */
+  assertOpen(): void {
+    if (this.closed) throw new KruntimesError(`sandbox ${this.name} is closed`, { run: this.name });
+  }
+
   /** Sends one operation, once, and resolves with its answer. */
   async call(request: Record<string, unknown>, opts: OpOptions = {}): Promise<any> {
-    if (this.closed) throw new KruntimesError(`sandbox ${this.name} is closed`, { run: this.name });
+    this.assertOpen();
     const size = Buffer.byteLength(JSON.stringify(request));
     if (size > MAX_INPUT_BYTES) {
       throw new PayloadTooLarge(
@@ -479,9 +504,130 @@ export class Commands {
 }
 
 /** `sandbox.files`: files in the sandbox's workspace; any path outside it is
- * refused with {@link SandboxPathError}. */
+ * refused ({@link SandboxPathError} from the small-file operations, a 400
+ * KruntimesError from the streamed ones). */
 export class Files {
   constructor(private readonly sandbox: Sandbox) {}
+
+  /**
+   * Streams `data` into the file `path`, of any size, and resolves with the
+   * size written (`PUT runs/NAME/files`, authorized as `update runs/files`):
+   * a Uint8Array or Buffer, a string (as UTF-8), a Node Readable, a web
+   * ReadableStream or an AsyncIterable of Uint8Array, sent chunked as it
+   * is read and never held whole. Missing directories are made; the file
+   * is replaced only once all of it arrived, so an upload that fails
+   * (the source's own error included, which is the one thrown) leaves the
+   * old file. 409 is {@link Conflict} (the sandbox ended), 503
+   * {@link Unavailable} (not Ready yet; nothing written).
+   */
+  async upload(path: string, data: ByteSource, opts: TransferOptions = {}): Promise<number> {
+    const out = await this.put(path, data, undefined, opts);
+    return Number(out.size ?? 0);
+  }
+
+  /**
+   * Streams the tar archive `archive` (gzip-compressed or not; any source
+   * {@link upload} takes) into the sandbox, which extracts it into the
+   * directory `dir` (made when missing; "." is the workspace) as
+   * `tar -x -C dir` would, merged with what is there
+   * (`PUT runs/NAME/files?extract=tar`, `update runs/files`). All or
+   * nothing: an archive that is refused (an entry leaving the workspace,
+   * a device, a file where `dir` has a directory…; 400) or breaks off
+   * extracts nothing.
+   */
+  async uploadTar(dir: string, archive: ByteSource, opts: TransferOptions = {}): Promise<Extracted> {
+    const out = await this.put(dir, archive, 'tar', opts);
+    return { path: String(out.path ?? dir), files: Number(out.files ?? 0), bytes: Number(out.bytes ?? 0) };
+  }
+
+  /**
+   * Uploads the contents of the local directory `localDir` into the
+   * directory `dir` of the sandbox, as {@link uploadTar}: tarred as it is
+   * sent, never held whole. Symbolic links are sent as links, not
+   * followed (one that leads outside the workspace refuses the upload); a
+   * local error (an unreadable file, a FIFO) is thrown and extracts nothing.
+   */
+  async uploadDir(localDir: string, dir: string, opts: TransferOptions = {}): Promise<Extracted> {
+    const info = await fs.promises.stat(localDir);
+    if (!info.isDirectory()) {
+      throw Object.assign(new Error(`${localDir} is not a local directory`), { code: 'ENOTDIR', path: localDir });
+    }
+    return this.uploadTar(dir, tarDirectory(localDir), opts);
+  }
+
+  /**
+   * The file `path`, of any size, as a stream of its bytes
+   * (`GET runs/NAME/files`, authorized as `get runs/files`): a Node
+   * Readable, also an AsyncIterable of Buffer. Resolves once the sandbox
+   * answered; a missing file throws {@link SandboxFileNotFound}, a sandbox
+   * that ended {@link Conflict}, one not Ready yet {@link Unavailable}. A
+   * stream that breaks off errors with a KruntimesError (compare the size
+   * or a digest when it matters); destroy it to stop early.
+   */
+  async download(path: string, opts: TransferOptions = {}): Promise<Readable> {
+    const res = await this.open('GET', path, undefined, undefined, opts);
+    const { name } = this.sandbox;
+    async function* bytes(): AsyncGenerator<Buffer> {
+      try {
+        for await (const chunk of res) yield chunk as Buffer;
+      } catch (e) {
+        if (e instanceof KruntimesError) throw e;
+        const err = new KruntimesError(`the download of ${path} from sandbox ${name} broke off: ${(e as Error).message}`, { run: name, cause: e });
+        err.notRun = false;
+        throw err;
+      } finally {
+        res.destroy();
+      }
+    }
+    return Readable.from(bytes(), { objectMode: false });
+  }
+
+  /** Downloads the file `path` into the local file `localPath`, whole or not
+   * at all: written to a temporary file beside it, synced, then renamed
+   * over it; a download that fails leaves `localPath` as it was.
+   * Resolves with the size written. */
+  async downloadTo(path: string, localPath: string, opts: TransferOptions = {}): Promise<number> {
+    return writeFileAtomically(localPath, await this.download(path, opts));
+  }
+
+  private async put(path: string, data: ByteSource, extract: string | undefined, opts: TransferOptions): Promise<any> {
+    const res = await this.open('PUT', path, byteChunks(data), extract, opts);
+    const body = await readAll(res, this.sandbox.name);
+    try {
+      return JSON.parse(body.toString('utf8'));
+    } catch (e) {
+      const err = new KruntimesError(`the answer to the upload of ${path} is not JSON: ${(e as Error).message}`, { run: this.sandbox.name, cause: e });
+      err.notRun = false;
+      throw err;
+    }
+  }
+
+  /** Sends one runs/files request and resolves with its 200 answer, or
+   * throws the error an answer or its absence means. */
+  private async open(method: string, path: string, body: AsyncIterable<Uint8Array> | undefined, extract: string | undefined, opts: TransferOptions): Promise<http.IncomingMessage> {
+    this.sandbox.assertOpen();
+    const { transport, name } = this.sandbox;
+    let res: http.IncomingMessage;
+    try {
+      res = await transport.open({
+        method,
+        path: runsPath(this.sandbox.fn.namespace, name, 'files'),
+        query: { path, extract },
+        body,
+        headers: body === undefined ? { Accept: '*/*' } : { 'Content-Type': 'application/octet-stream' },
+        signal: opts.signal,
+        timeoutMs: opts.timeoutMs,
+      });
+    } catch (e) {
+      // The source's own error is the caller's: the upload broke off and
+      // the sandbox wrote nothing.
+      if (!(e instanceof TransportError)) throw e;
+      throw transport.failure(e, `${method} ${path} of sandbox ${name}`, { run: name });
+    }
+    if (res.statusCode === 200) return res;
+    const answer = await readAll(res, name).finally(() => res.destroy());
+    throw fileError(res.statusCode ?? 0, headerOf(res.headers, 'Retry-After'), answer, name);
+  }
 
   /** Writes `data` (a string as UTF-8) to `path`, creating its directories.
    * Over 512 KiB throws PayloadTooLarge before anything is sent. */
@@ -552,4 +698,43 @@ function entryInfo(e: any, name?: string): EntryInfo {
   if (e.mtime !== undefined) info.mtime = Number(e.mtime);
   if (typeof e.target === 'string') info.target = e.target;
   return info;
+}
+
+/** The whole of a (small) answer. */
+async function readAll(res: http.IncomingMessage, run: string): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  try {
+    for await (const chunk of res) chunks.push(chunk as Buffer);
+  } catch (e) {
+    const err = new KruntimesError(`the answer of sandbox ${run} broke off: ${(e as Error).message}`, { run, cause: e });
+    err.notRun = false;
+    throw err;
+  }
+  return Buffer.concat(chunks);
+}
+
+/**
+ * The error of a runs/files answer. A missing file is a 404 whose Status
+ * names the resource runs/files (an unknown Run names runs);
+ * kruntimes-apiserver's 503s (not Ready yet, the sandbox moving or
+ * unreachable) read or wrote nothing, so each is {@link Unavailable} even
+ * without retryAfterSeconds. Everything else as {@link errorFor}.
+ */
+function fileError(code: number, retryAfter: string | undefined, body: Buffer, run: string): KruntimesError {
+  const status = statusOf(body);
+  if (code === 404 && status?.details?.kind === 'runs/files') {
+    const err = new SandboxFileNotFound('FileNotFoundError', status.message ?? `no file ${status.details.name ?? ''}`, undefined, {
+      code,
+      reason: status.reason ?? '',
+      run,
+      status,
+    });
+    err.notRun = true;
+    return err;
+  }
+  if (code === 503 && status !== undefined) {
+    const seconds = status.details?.retryAfterSeconds || Number.parseInt(retryAfter ?? '', 10) || 1;
+    return new Unavailable(status.message || 'HTTP 503', seconds, { code, reason: status.reason ?? '', run, status });
+  }
+  return errorFor(code, retryAfter, status, { run });
 }

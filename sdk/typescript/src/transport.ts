@@ -56,12 +56,15 @@ export function loadKubeConfig(opts: ConnectionOptions): { kubeConfig: KubeConfi
   return { kubeConfig: kc, namespace: namespace || 'default' };
 }
 
-/** One request. `timeoutMs` bounds how long the socket may stay silent. */
+/** One request. `timeoutMs` bounds how long the socket may stay silent. A
+ * body that is an AsyncIterable is sent chunked as it is read, never held
+ * whole; an error it throws ends the request unfinished and is the one
+ * {@link Transport.open} rejects with. */
 export interface RequestSpec {
   method: string;
   path: string;
   query?: Record<string, string | number | boolean | undefined | null>;
-  body?: Buffer | string;
+  body?: Buffer | string | AsyncIterable<Uint8Array>;
   headers?: Record<string, string>;
   signal?: AbortSignal;
   timeoutMs?: number;
@@ -123,6 +126,32 @@ export function runtimesPath(namespace: string, name?: string): string {
 function tlsKey(tls: https.AgentOptions): string {
   const s = (v: unknown) => (v === undefined ? '' : Buffer.isBuffer(v) ? v.toString('base64') : String(v));
   return [s(tls.ca), s(tls.cert), s(tls.key), s(tls.rejectUnauthorized), s(tls.servername)].join('|');
+}
+
+/** Writes `body` to `req` chunk by chunk, waiting for each write to drain,
+ * and ends it; stops without ending it when an answer came first or the
+ * request was destroyed. */
+async function sendStreamed(req: http.ClientRequest, body: AsyncIterable<Uint8Array>, answered: () => boolean): Promise<void> {
+  for await (const chunk of body) {
+    if (answered() || req.destroyed) return;
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk, 'utf8') : chunk;
+    if (!(bytes instanceof Uint8Array)) {
+      throw new TypeError(`a streamed body yields Uint8Array (or Buffer) chunks, not ${Object.prototype.toString.call(chunk)}`);
+    }
+    if (bytes.byteLength === 0) continue;
+    if (!req.write(bytes)) {
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          req.off('drain', done);
+          req.off('close', done);
+          resolve();
+        };
+        req.on('drain', done);
+        req.on('close', done);
+      });
+    }
+  }
+  if (!answered() && !req.destroyed) req.end();
 }
 
 /** Sends requests to the API server with the caller's credentials. */
@@ -225,7 +254,8 @@ export class Transport {
       ...creds.headers,
       ...spec.headers,
     };
-    if (spec.body !== undefined) headers['Content-Length'] = String(Buffer.byteLength(spec.body));
+    const whole = typeof spec.body === 'string' || Buffer.isBuffer(spec.body) ? spec.body : undefined;
+    if (whole !== undefined) headers['Content-Length'] = String(Buffer.byteLength(whole));
     const options: https.RequestOptions = {
       method: spec.method,
       protocol: this.server.protocol,
@@ -254,12 +284,31 @@ export class Transport {
           req.destroy(new Error(`no answer within ${spec.timeoutMs} ms`));
         });
       }
-      req.on('response', resolve);
+      // An answer that comes before the body ended (an error answered
+      // at once) stops the sending; so does the source's own error.
+      let answered = false;
+      let sourceError: unknown;
+      req.on('response', (res: http.IncomingMessage) => {
+        answered = true;
+        resolve(res);
+      });
       req.on('error', (err: Error) => {
+        if (sourceError !== undefined) {
+          reject(sourceError);
+          return;
+        }
         const aborted = Boolean(spec.signal?.aborted);
         reject(new TransportError(err.message, connected, aborted, { cause: err }));
       });
-      req.end(spec.body);
+      const body = spec.body;
+      if (body === undefined || typeof body === 'string' || Buffer.isBuffer(body)) {
+        req.end(whole);
+        return;
+      }
+      sendStreamed(req, body, () => answered).catch((err: unknown) => {
+        sourceError = err;
+        req.destroy(err instanceof Error ? err : new Error(String(err)));
+      });
     });
   }
 

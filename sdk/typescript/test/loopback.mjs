@@ -33,19 +33,28 @@ export function sendJSON(res, code, obj, headers = {}) {
 }
 
 /**
- * Starts a server on 127.0.0.1 whose requests go to `handler(req, res, body)`
- * once their body is read. t.after closes it and the client.
+ * Starts a server on 127.0.0.1 whose requests go to `handler(req, res, entry)`
+ * once their body is read (`entry.body` as text, `entry.raw` as bytes);
+ * with `streamed`, at once, the body left to the handler to read.
+ * t.after closes it and the client.
  */
-export async function serve(t, handler, { user = { token: 'unit-token' } } = {}) {
+export async function serve(t, handler, { user = { token: 'unit-token' }, streamed = false } = {}) {
   const requests = [];
   const sockets = new Set();
   const server = http.createServer((req, res) => {
+    if (streamed) {
+      const url = new URL(req.url, 'http://x');
+      const entry = { method: req.method, path: url.pathname, query: url.searchParams, headers: req.headers };
+      requests.push(entry);
+      Promise.resolve(handler(req, res, entry)).catch((e) => res.destroy(e));
+      return;
+    }
     const chunks = [];
     req.on('data', (c) => chunks.push(c));
     req.on('end', () => {
-      const body = Buffer.concat(chunks).toString('utf8');
+      const raw = Buffer.concat(chunks);
       const url = new URL(req.url, 'http://x');
-      const entry = { method: req.method, path: url.pathname, query: url.searchParams, headers: req.headers, body };
+      const entry = { method: req.method, path: url.pathname, query: url.searchParams, headers: req.headers, body: raw.toString('utf8'), raw };
       requests.push(entry);
       Promise.resolve(handler(req, res, entry)).catch((e) => {
         res.destroy(e);
