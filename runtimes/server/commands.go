@@ -22,8 +22,16 @@ const (
 type commandLog struct {
 	log *runlog.Recorder
 	// done is closed when the command ended.
-	done  chan struct{}
-	ended bool
+	done chan struct{}
+}
+
+func (cmd *commandLog) ended() bool {
+	select {
+	case <-cmd.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // commandLogs keeps the logs of a registration's background commands, for
@@ -90,8 +98,7 @@ func (c *commandLogs) lookup(id string) (*runlog.Recorder, <-chan struct{}, bool
 }
 
 func (c *commandLogs) endLocked(cmd *commandLog) {
-	if !cmd.ended {
-		cmd.ended = true
+	if !cmd.ended() {
 		close(cmd.done)
 	}
 }
@@ -101,7 +108,7 @@ func (c *commandLogs) endLocked(cmd *commandLog) {
 func (c *commandLogs) forgetLocked() {
 	for i := 0; len(c.byID) > maxCommandLogs && i < len(c.order); {
 		id := c.order[i]
-		if !c.byID[id].ended {
+		if !c.byID[id].ended() {
 			i++
 			continue
 		}

@@ -41,7 +41,7 @@ func (s *Server) dropScratch(dir string) error {
 	delete(s.scratches, dir)
 	if s.opts.Sweeper != nil && len(s.scratches) == 0 && len(s.regs) == 0 {
 		// Under s.mu: no Run gets a HOME, so none starts, meanwhile.
-		if removed := s.opts.Sweeper.Sweep(func(string) bool { return false }); len(removed) > 0 {
+		if removed := s.opts.Sweeper.Sweep(); len(removed) > 0 {
 			klog.Background().V(2).Info("Removed what Runs left in shared directories", "paths", removed)
 		}
 	}

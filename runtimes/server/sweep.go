@@ -69,9 +69,10 @@ func stampOf(info os.FileInfo) stamp {
 
 // Sweep removes, from each directory, the entries of this process's user
 // that are new or changed since NewSweeper (an entry, whole: what is new
-// deep inside an unchanged directory stays), except keep and those live
-// says are in use. It returns the paths it removed.
-func (s *Sweeper) Sweep(live func(path string) bool) []string {
+// deep inside an unchanged directory stays), except keep. It runs only when
+// no Run is registered, so nothing it removes is in use. It returns the
+// paths it removed.
+func (s *Sweeper) Sweep() []string {
 	if s == nil {
 		return nil
 	}
@@ -84,7 +85,7 @@ func (s *Sweeper) Sweep(live func(path string) bool) []string {
 		for _, e := range entries {
 			path := filepath.Join(d.path, e.Name())
 			info, err := e.Info()
-			if err != nil || s.keep[path] || live(path) {
+			if err != nil || s.keep[path] {
 				continue
 			}
 			if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != s.uid {
