@@ -41,38 +41,38 @@ func TestRuntimedConns(t *testing.T) {
 		bash   = "bash.ns.runtimed.kruntimes.io"
 	)
 	// Each case starts from a pool that dialed Pod a (python) and Pod b
-	// (bash), which share 10.0.0.1 (as Pods on one node's host network
+	// (bash), which share 127.0.0.1 (as Pods on one node's host network
 	// do, or one IP reused after a Pod went), and Pod c (python) at
-	// 10.0.0.2.
+	// 127.0.0.2.
 	cases := []struct {
 		name string
 		then func(t *testing.T, d *runtimedConns)
 		kept map[types.UID]string
 	}{
 		{"one connection per Pod, whatever its IP", func(*testing.T, *runtimedConns) {},
-			map[types.UID]string{"a": "10.0.0.1 " + python, "b": "10.0.0.1 " + bash, "c": "10.0.0.2 " + python}},
+			map[types.UID]string{"a": "127.0.0.1 " + python, "b": "127.0.0.1 " + bash, "c": "127.0.0.2 " + python}},
 		{"forgetting a Pod closes its own connection only, not those of a Pod on the same IP", func(_ *testing.T, d *runtimedConns) {
-			d.forgetPod(pod("a", "10.0.0.1"))
-		}, map[types.UID]string{"b": "10.0.0.1 " + bash, "c": "10.0.0.2 " + python}},
+			d.forgetPod(pod("a", "127.0.0.1"))
+		}, map[types.UID]string{"b": "127.0.0.1 " + bash, "c": "127.0.0.2 " + python}},
 		{"a Pod deleted while the watch was down goes too", func(_ *testing.T, d *runtimedConns) {
-			d.forgetPod(cache.DeletedFinalStateUnknown{Key: "ns/c", Obj: pod("c", "10.0.0.2")})
-		}, map[types.UID]string{"a": "10.0.0.1 " + python, "b": "10.0.0.1 " + bash}},
+			d.forgetPod(cache.DeletedFinalStateUnknown{Key: "ns/c", Obj: pod("c", "127.0.0.2")})
+		}, map[types.UID]string{"a": "127.0.0.1 " + python, "b": "127.0.0.1 " + bash}},
 		{"a Pod forgotten after its IP was lost still goes", func(_ *testing.T, d *runtimedConns) {
 			d.forgetPod(pod("c", ""))
-		}, map[types.UID]string{"a": "10.0.0.1 " + python, "b": "10.0.0.1 " + bash}},
+		}, map[types.UID]string{"a": "127.0.0.1 " + python, "b": "127.0.0.1 " + bash}},
 		{"a Pod whose IP changed loses its connection, and its alone", func(_ *testing.T, d *runtimedConns) {
-			d.podUpdated(pod("a", "10.0.0.1"), pod("a", "10.0.0.3"))
-		}, map[types.UID]string{"b": "10.0.0.1 " + bash, "c": "10.0.0.2 " + python}},
+			d.podUpdated(pod("a", "127.0.0.1"), pod("a", "127.0.0.3"))
+		}, map[types.UID]string{"b": "127.0.0.1 " + bash, "c": "127.0.0.2 " + python}},
 		{"a Pod routed at a new IP before its update arrived is dialed there", func(t *testing.T, d *runtimedConns) {
-			_, err := d.client("a", "10.0.0.3", "ns", "python")
+			_, err := d.client("a", "127.0.0.3", "ns", "python")
 			require.NoError(t, err)
-		}, map[types.UID]string{"a": "10.0.0.3 " + python, "b": "10.0.0.1 " + bash, "c": "10.0.0.2 " + python}},
+		}, map[types.UID]string{"a": "127.0.0.3 " + python, "b": "127.0.0.1 " + bash, "c": "127.0.0.2 " + python}},
 		{"a Pod updated with its IP unchanged keeps it", func(_ *testing.T, d *runtimedConns) {
-			d.podUpdated(pod("a", "10.0.0.1"), pod("a", "10.0.0.1"))
-		}, map[types.UID]string{"a": "10.0.0.1 " + python, "b": "10.0.0.1 " + bash, "c": "10.0.0.2 " + python}},
+			d.podUpdated(pod("a", "127.0.0.1"), pod("a", "127.0.0.1"))
+		}, map[types.UID]string{"a": "127.0.0.1 " + python, "b": "127.0.0.1 " + bash, "c": "127.0.0.2 " + python}},
 		{"close closes them all, and dials no more", func(t *testing.T, d *runtimedConns) {
 			d.close()
-			_, err := d.client("d", "10.0.0.4", "ns", "python")
+			_, err := d.client("d", "127.0.0.4", "ns", "python")
 			require.Error(t, err)
 		}, map[types.UID]string{}},
 	}
@@ -83,7 +83,7 @@ func TestRuntimedConns(t *testing.T) {
 			for _, dial := range []struct {
 				uid         types.UID
 				ip, runtime string
-			}{{"a", "10.0.0.1", "python"}, {"b", "10.0.0.1", "bash"}, {"c", "10.0.0.2", "python"}, {"a", "10.0.0.1", "python"}} {
+			}{{"a", "127.0.0.1", "python"}, {"b", "127.0.0.1", "bash"}, {"c", "127.0.0.2", "python"}, {"a", "127.0.0.1", "python"}} {
 				client, err := conns.client(dial.uid, dial.ip, "ns", dial.runtime)
 				require.NoError(t, err)
 				require.NotNil(t, client)
@@ -101,27 +101,27 @@ func TestRuntimedConnsRemovalRacingARoute(t *testing.T) {
 	clk := clocktesting.NewFakePassiveClock(time.Now())
 	conns := newRuntimedConns(&tls.Config{MinVersion: tls.VersionTLS13}, clk)
 	t.Cleanup(conns.close)
-	_, err := conns.client("a", "10.0.0.1", "ns", "python")
+	_, err := conns.client("a", "127.0.0.1", "ns", "python")
 	require.NoError(t, err)
 
-	conns.forgetPod(pod("a", "10.0.0.1"))
-	_, err = conns.client("a", "10.0.0.1", "ns", "python")
+	conns.forgetPod(pod("a", "127.0.0.1"))
+	_, err = conns.client("a", "127.0.0.1", "ns", "python")
 	require.ErrorContains(t, err, "Pod a was removed a moment ago")
 	assert.Empty(t, kept(t, conns), "nothing was dialed")
-	_, err = conns.client("b", "10.0.0.1", "ns", "python")
+	_, err = conns.client("b", "127.0.0.1", "ns", "python")
 	require.NoError(t, err, "a Pod that took over the IP is dialed")
 
 	clk.SetTime(clk.Now().Add(goneMemory - time.Second))
-	_, err = conns.client("a", "10.0.0.1", "ns", "python")
+	_, err = conns.client("a", "127.0.0.1", "ns", "python")
 	require.Error(t, err, "still remembered just before the window ends")
 
 	clk.SetTime(clk.Now().Add(time.Second))
-	conns.forgetPod(pod("c", "10.0.0.2"))
+	conns.forgetPod(pod("c", "127.0.0.2"))
 	conns.mu.Lock()
 	_, remembered := conns.gone["a"]
 	conns.mu.Unlock()
 	assert.False(t, remembered, "an expired UID is dropped at the next removal: the memory stays bounded")
-	_, err = conns.client("a", "10.0.0.1", "ns", "python")
+	_, err = conns.client("a", "127.0.0.1", "ns", "python")
 	require.NoError(t, err, "once the window ended the UID is not refused")
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"net/http"
 	"sync"
 	"testing"
 	"time"
@@ -90,6 +91,18 @@ func (f *fakeRuns) add(run *kruntimes.Run) {
 	}
 }
 
+// expireWatches ends every watch as the watch cache ends one that fell too
+// far behind (410 Expired), which makes a reflector list again.
+func (f *fakeRuns) expireWatches() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, w := range f.watchers {
+		w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: http.StatusGone, Reason: metav1.StatusReasonExpired, Message: "too old resource version"})
+		w.Stop()
+	}
+	f.watchers = nil
+}
+
 // startedAt is when the Runs of the tests started: a minute before the
 // tests did.
 var startedAt = time.Now().Add(-time.Minute).Truncate(time.Microsecond)
@@ -121,7 +134,7 @@ func functionRun(name string, mutate ...func(*kruntimes.Run)) *kruntimes.Run {
 func runtimePod(name string, mutate ...func(*corev1.Pod)) *corev1.Pod {
 	pod := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: types.UID(name + "-uid"), Labels: map[string]string{lifecycle.LabelRuntime: "python"}},
-		Status:     corev1.PodStatus{PodIP: "10.0.0.7"},
+		Status:     corev1.PodStatus{PodIP: "127.0.0.7"},
 	}
 	for _, m := range mutate {
 		m(pod)
@@ -319,6 +332,13 @@ func TestRouteChanged(t *testing.T) {
 		require.NoError(t, err)
 		waitClosed(t, a, "a Pod was added")
 		waitClosed(t, b, "a Pod was added")
+	})
+
+	t.Run("a relist after a broken watch wakes every waiter: events in between are lost", func(t *testing.T) {
+		lost, stop := router.RouteChanged("ns", "lost-task")
+		defer stop()
+		runs.expireWatches()
+		waitClosed(t, lost, "the cache listed again")
 	})
 
 	t.Run("a waiter that stopped is forgotten", func(t *testing.T) {
