@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -14,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
@@ -36,6 +39,9 @@ type Config struct {
 	RefuseDirect bool
 	// Logs bound the kept task logs.
 	Logs LogConfig
+	// Events is where the server records Events users should see (a Run
+	// whose log was kept cut); nil, without a cluster: none.
+	Events typedcorev1.EventsGetter
 }
 
 // LogConfig bounds the kept task logs and sweeps the orphaned ones.
@@ -71,18 +77,25 @@ type CompletedConfig struct {
 	invoke       InvokeConfig
 	refuseDirect bool
 	logs         LogConfig
+	events       typedcorev1.EventsGetter
 }
 
 // Complete fills in the defaults of the generic server configuration.
 func (c *Config) Complete() CompletedConfig {
-	return CompletedConfig{generic: c.GenericConfig.Complete(), invoke: c.Invoke, refuseDirect: c.RefuseDirect, logs: c.Logs}
+	return CompletedConfig{generic: c.GenericConfig.Complete(), invoke: c.Invoke, refuseDirect: c.RefuseDirect, logs: c.Logs, events: c.Events}
 }
 
 // New builds the server and installs the kruntimes.io API group.
 func (c CompletedConfig) New() (*Server, error) {
 	router := invokerouter.New(c.invoke.Router)
+	logSettings := runregistry.LogSettings{Limits: c.logs.Limits}
+	var events record.EventBroadcaster
+	if c.events != nil {
+		events = record.NewBroadcaster()
+		logSettings.Events = events.NewRecorder(Scheme, corev1.EventSource{Component: "kruntimes-apiserver"})
+	}
 	runs, err := runregistry.NewStorage(Scheme, c.generic.RESTOptionsGetter, router, router,
-		runregistry.InvokeSettings{MaxTimeout: c.invoke.MaxTimeout, WaitForReady: c.invoke.WaitForReady}, c.invoke.Endpoint, c.logs.Limits)
+		runregistry.InvokeSettings{MaxTimeout: c.invoke.MaxTimeout, WaitForReady: c.invoke.WaitForReady}, c.invoke.Endpoint, logSettings)
 	if err != nil {
 		return nil, fmt.Errorf("building runs storage: %w", err)
 	}
@@ -138,6 +151,18 @@ func (c CompletedConfig) New() (*Server, error) {
 		return nil
 	}); err != nil {
 		return nil, err
+	}
+	if events != nil {
+		if err := generic.AddPostStartHook("start-kruntimes-events", func(hookCtx genericapiserver.PostStartHookContext) error {
+			events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: c.events.Events("")})
+			go func() {
+				<-hookCtx.Done()
+				events.Shutdown()
+			}()
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
 	if c.logs.SweepInterval > 0 {
 		if err := generic.AddPostStartHook("start-runs-log-sweep", func(hookCtx genericapiserver.PostStartHookContext) error {

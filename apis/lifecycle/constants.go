@@ -49,6 +49,10 @@ const (
 	// workspace could not be removed; the slot is free regardless and
 	// runtimed's startup sweep tries again.
 	ReasonWorkspaceNotRemoved = "WorkspaceNotRemoved"
+	// ReasonLogCut (a Warning Event): an attempt's log was kept cut, at
+	// its namespace's limit of kept-log bytes or the storage backend's
+	// bound of a record; its message names the limit and its flag.
+	ReasonLogCut = "LogCut"
 )
 
 // Reasons of a Runtime's Ready condition.

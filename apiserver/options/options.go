@@ -264,6 +264,11 @@ func (o *ServerOptions) Run(ctx context.Context) error {
 	if config.Invoke, err = o.Invoke.Config(ctx, config.GenericConfig.ClientConfig); err != nil {
 		return err
 	}
+	if config.Invoke.Router.Kube != nil {
+		// The cluster's client: Events go to kube-apiserver, where
+		// kubectl describe finds them.
+		config.Events = config.Invoke.Router.Kube.CoreV1()
+	}
 	server, err := config.Complete().New()
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package run
 import (
 	"context"
 	"net/http"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -65,6 +66,8 @@ type InvokeREST struct {
 	// waitForReady is how long an invocation of a function on its way to
 	// Ready waits for it; zero answers 503 at once.
 	waitForReady time.Duration
+	// waiting bounds the invocations that wait at once for one Run.
+	waiting *waitingInvocations
 }
 
 var (
@@ -82,7 +85,16 @@ type InvokeSettings struct {
 	// started) waits for the Run to be routable, at most half of the
 	// request's time; zero answers 503 + Retry-After at once.
 	WaitForReady time.Duration
+	// MaxWaitingPerRun bounds the invocations that wait at once for one
+	// Run, each holding its input; one more is answered 429 + Retry-After
+	// at once. DefaultMaxWaitingPerRun when zero.
+	MaxWaitingPerRun int
 }
+
+// DefaultMaxWaitingPerRun is InvokeSettings.MaxWaitingPerRun's default:
+// a function's callers retry while it registers, and each waiting one
+// holds up to invocation.MaxInputBytes here.
+const DefaultMaxWaitingPerRun = 32
 
 // newInvokeREST serves runs/invoke over router.
 func newInvokeREST(router Router, settings InvokeSettings) *InvokeREST {
@@ -90,7 +102,11 @@ func newInvokeREST(router Router, settings InvokeSettings) *InvokeREST {
 	if settings.MaxTimeout <= 0 {
 		settings.MaxTimeout = invocation.DefaultMaxTimeout
 	}
-	return &InvokeREST{router: router, maxTimeout: settings.MaxTimeout, waitForReady: max(settings.WaitForReady, 0)}
+	if settings.MaxWaitingPerRun <= 0 {
+		settings.MaxWaitingPerRun = DefaultMaxWaitingPerRun
+	}
+	return &InvokeREST{router: router, maxTimeout: settings.MaxTimeout, waitForReady: max(settings.WaitForReady, 0),
+		waiting: &waitingInvocations{max: settings.MaxWaitingPerRun, byRun: map[string]int{}}}
 }
 
 // New returns the kind of what an invocation answers.
@@ -116,7 +132,37 @@ func (r *InvokeREST) Connect(ctx context.Context, name string, opts runtime.Obje
 	// The namespace is on ctx, not on the request the handler serves.
 	namespace, _ := genericapirequest.NamespaceFrom(ctx)
 	return &invokeHandler{
-		router: r.router, maxTimeout: r.maxTimeout, waitForReady: r.waitForReady,
+		router: r.router, maxTimeout: r.maxTimeout, waitForReady: r.waitForReady, waiting: r.waiting,
 		namespace: namespace, name: name, uid: types.UID(options.UID), responder: responder,
 	}, nil
+}
+
+// waitingInvocations counts, by Run, the invocations that wait for it to
+// become Ready, within a bound.
+type waitingInvocations struct {
+	mu    sync.Mutex
+	max   int
+	byRun map[string]int
+}
+
+// take counts one more waiting for the Run key, unless max already wait.
+func (w *waitingInvocations) take(key string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byRun[key] >= w.max {
+		return false
+	}
+	w.byRun[key]++
+	return true
+}
+
+// give counts one fewer waiting for the Run key.
+func (w *waitingInvocations) give(key string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byRun[key] <= 1 {
+		delete(w.byRun, key)
+		return
+	}
+	w.byRun[key]--
 }

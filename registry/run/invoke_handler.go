@@ -54,10 +54,13 @@ const statusClientClosedRequest = 499
 type invokeHandler struct {
 	router     Router
 	maxTimeout time.Duration
-	namespace  string
-	name       string
-	uid        types.UID
-	responder  rest.Responder
+	// waiting bounds the invocations waiting for this Run, shared by all
+	// of runs/invoke.
+	waiting   *waitingInvocations
+	namespace string
+	name      string
+	uid       types.UID
+	responder rest.Responder
 	// started is when serve began: the apiserver's Server-Timing counts
 	// from it.
 	started time.Time
@@ -133,6 +136,11 @@ func (h *invokeHandler) serve(w http.ResponseWriter, req *http.Request) int {
 			if errors.Is(ctx.Err(), context.Canceled) {
 				return statusClientClosedRequest
 			}
+			if wait.refused {
+				invokeRefused.WithLabelValues(refusedTooManyWaiting).Inc()
+				return h.fail(apierrors.NewTooManyRequests(fmt.Sprintf(
+					"%d invocations already wait for Run %s/%s to become Ready; this one did not start: send it again shortly", h.waiting.max, h.namespace, h.name), 1))
+			}
 			return h.fail(err)
 		}
 		// Waited for the function: what runtimed said of the last try
@@ -158,6 +166,9 @@ type readyWait struct {
 	until   time.Time
 	changed <-chan struct{}
 	release func()
+	// counted: this invocation is one of its Run's waiting ones; refused:
+	// as many as may wait already did, so it did not.
+	counted, refused bool
 }
 
 // start sets the wait of h's invocation up; it waits for nothing when h's
@@ -184,6 +195,11 @@ func (w *readyWait) next(ctx context.Context) bool {
 		return false
 	}
 	if w.changed == nil {
+		if !w.h.waiting.take(w.key()) {
+			w.refused = true
+			return false
+		}
+		w.counted = true
 		// The first refusal: watch from now on and route again at once,
 		// so that a change made before the watch began is not missed.
 		w.changed, w.release = w.waiter.RouteChanged(w.h.namespace, w.h.name)
@@ -205,9 +221,15 @@ func (w *readyWait) next(ctx context.Context) bool {
 	return true
 }
 
+// key names the Run waited for among all of runs/invoke's.
+func (w *readyWait) key() string { return w.h.namespace + "/" + w.h.name }
+
 func (w *readyWait) stop() {
 	if w.release != nil {
 		w.release()
+	}
+	if w.counted {
+		w.h.waiting.give(w.key())
 	}
 	if w.h.waited > 0 {
 		invokeWaitDuration.Observe(w.h.waited.Seconds())

@@ -31,6 +31,12 @@ var (
 		Buckets:        metrics.ExponentialBuckets(0.01, 2, 12),
 		StabilityLevel: metrics.ALPHA,
 	})
+	invokeRefused = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: "kruntimes", Subsystem: "invoke",
+		Name:           "refused_total",
+		Help:           "Invocations refused before they were sent (429) because a bound was reached, by reason (TooManyWaiting: as many invocations as may wait for one function on its way to Ready already wait).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
 	invokeInFlight = metrics.NewGauge(&metrics.GaugeOpts{
 		Namespace: "kruntimes", Subsystem: "invoke",
 		Name:           "in_flight",
@@ -39,10 +45,14 @@ var (
 	})
 )
 
+// refusedTooManyWaiting labels invokeRefused: the Run's waiting
+// invocations are at InvokeSettings.MaxWaitingPerRun.
+const refusedTooManyWaiting = "TooManyWaiting"
+
 var registerInvokeMetricsOnce sync.Once
 
 func registerInvokeMetrics() {
 	registerInvokeMetricsOnce.Do(func() {
-		legacyregistry.MustRegister(invokeRequests, invokeDuration, invokeWaitDuration, invokeInFlight)
+		legacyregistry.MustRegister(invokeRequests, invokeDuration, invokeWaitDuration, invokeRefused, invokeInFlight)
 	})
 }

@@ -201,6 +201,12 @@ func invoke(t *testing.T, router Router, maxTimeout time.Duration, inv call) ans
 // invokeWith serves inv with the REST over router and settings.
 func invokeWith(t *testing.T, router Router, settings InvokeSettings, inv call) answer {
 	t.Helper()
+	return invokeOn(t, newInvokeREST(router, settings), inv)
+}
+
+// invokeOn serves inv through r, which keeps what its invocations share.
+func invokeOn(t *testing.T, r *InvokeREST, inv call) answer {
+	t.Helper()
 	if inv.body == nil {
 		inv.body = []byte(`{}`)
 	}
@@ -222,7 +228,7 @@ func invokeWith(t *testing.T, router Router, settings InvokeSettings, inv call) 
 		req.Header.Set(k, v)
 	}
 	rec := httptest.NewRecorder()
-	handler, err := newInvokeREST(router, settings).Connect(genericapirequest.WithNamespace(ctx, "ns"), "fn",
+	handler, err := r.Connect(genericapirequest.WithNamespace(ctx, "ns"), "fn",
 		&kruntimes.RunInvokeOptions{UID: inv.uid}, responder{w: rec, req: req})
 	require.NoError(t, err)
 	code := handler.(*invokeHandler).serve(rec, req)

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/component-base/metrics/testutil"
 
 	"kruntimes.io/kruntimes/apiserver/runtimedclient"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
@@ -45,6 +46,10 @@ func (r *movingRouter) Route(ctx context.Context, namespace, name string, uid ty
 		}
 		return nil, runtimedclient.BecomingReady(apierrors.NewServiceUnavailable("Run ns/fn is not Ready; retry shortly"))
 	}
+	// Under the lock: fakeRouter counts its routes, and invocations route
+	// concurrently.
+	r.mu.Lock()
+	defer r.mu.Unlock()
 	return r.fakeRouter.Route(ctx, namespace, name, uid)
 }
 
@@ -204,4 +209,46 @@ func (r *routedTo) Route(ctx context.Context, namespace, name string, uid types.
 	}
 	route.Runtimed = runtimedclient.New(r.runtimed, nil)
 	return route, nil
+}
+
+// TestInvokeWaitingForReadyIsBoundedPerRun: at most MaxWaitingPerRun
+// invocations wait for one function on its way to Ready; one more is
+// answered 429 + Retry-After at once, never sent, and counted in
+// kruntimes_invoke_refused_total{reason="TooManyWaiting"}; the waiting
+// ones run once it is Ready, and their places are free again.
+func TestInvokeWaitingForReadyIsBoundedPerRun(t *testing.T) {
+	const maxWaiting = 2
+	runtimed := &countingRuntimed{}
+	router := &movingRouter{}
+	r := newInvokeREST(&routedTo{movingRouter: router, runtimed: runtimed}, InvokeSettings{MaxTimeout: time.Minute, WaitForReady: time.Minute, MaxWaitingPerRun: maxWaiting})
+	refused := func() float64 {
+		v, err := testutil.GetCounterMetricValue(invokeRefused.WithLabelValues(refusedTooManyWaiting))
+		require.NoError(t, err)
+		return v
+	}
+	before := refused()
+
+	answered := make(chan answer, maxWaiting)
+	for range maxWaiting {
+		go func() { answered <- invokeOn(t, r, call{}) }()
+	}
+	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return router.watches() >= maxWaiting, nil
+	}), "both wait")
+
+	a := invokeOn(t, r, call{})
+	assert.Equal(t, http.StatusTooManyRequests, a.code, "%s", a.body)
+	assert.NotEmpty(t, a.header.Get("Retry-After"))
+	assert.Contains(t, a.status(t).Message, "2 invocations already wait for Run ns/fn to become Ready")
+	assert.Equal(t, float64(1), refused()-before, "the refusal is counted")
+
+	router.ready()
+	for range maxWaiting {
+		assert.Equal(t, http.StatusOK, (<-answered).code, "a waiting invocation runs once the function is Ready")
+	}
+	assert.Equal(t, http.StatusOK, invokeOn(t, r, call{}).code)
+	assert.Empty(t, r.waiting.byRun, "no place is left taken")
+	runtimed.mu.Lock()
+	defer runtimed.mu.Unlock()
+	assert.Equal(t, maxWaiting+1, runtimed.calls, "the refused one was never sent")
 }

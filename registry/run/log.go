@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,10 +19,12 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/warning"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	"kruntimes.io/kruntimes/apis/lifecycle"
 	"kruntimes.io/kruntimes/apis/runlog"
 	logstore "kruntimes.io/kruntimes/registry/runlog"
 )
@@ -61,6 +64,9 @@ type LogREST struct {
 	limits logstore.Limits
 	// codecs decode a hand-over's body.
 	codecs serializer.CodecFactory
+	// events records a Warning Event on a Run whose log was kept cut;
+	// nil records none (a server without a cluster).
+	events record.EventRecorder
 }
 
 var (
@@ -259,9 +265,14 @@ func (r *LogREST) save(req *http.Request, namespace string, run *kruntimes.Run, 
 	}
 	if dropped := kept.DroppedBytes - log.DroppedBytes; kept.DroppedBy != "" && dropped > 0 {
 		// Kept all the same: the hand-over succeeded, and the log says
-		// where and why bytes are missing; runtimed logs the warning.
+		// where and why bytes are missing; runtimed logs the warning, and
+		// the Run's owner sees the Event (kubectl describe run).
 		logDroppedBytes.WithLabelValues(kept.DroppedBy).Add(float64(dropped))
-		warning.AddWarning(ctx, "", droppedWarning(run, *o.Attempt, kept.DroppedBy, dropped, r.limits))
+		message := droppedWarning(run, *o.Attempt, kept.DroppedBy, dropped, r.limits)
+		warning.AddWarning(ctx, "", message)
+		if r.events != nil {
+			r.events.Event(runReference(run), corev1.EventTypeWarning, lifecycle.ReasonLogCut, message)
+		}
 	}
 	// A delete of the Run that raced this hand-over removed its logs
 	// before this one was written: read the Run again, from storage, and
@@ -320,13 +331,23 @@ func deleteLogs(logs *logstore.Store) genericregistry.AfterDeleteFunc {
 	}
 }
 
-// droppedWarning says why a hand-over's log was kept cut.
+// droppedWarning says why a hand-over's log was kept cut, naming the limit
+// and the flag of kruntimes-apiserver that sets it.
 func droppedWarning(run *kruntimes.Run, attempt int32, by string, dropped int64, limits logstore.Limits) string {
 	if by == kruntimes.RunLogDroppedByNamespaceLimit {
-		return fmt.Sprintf("%d bytes of the log of attempt %d of Run %s were not kept: namespace %s holds its limit of %d bytes of kept logs; delete finished Runs (or set ttlSecondsAfterFinished) to keep more",
+		return fmt.Sprintf("%d bytes of the log of attempt %d of Run %s were not kept: namespace %s holds its limit of %d bytes of kept logs (kruntimes-apiserver --max-log-bytes-per-namespace); delete finished Runs (or set ttlSecondsAfterFinished) to keep more",
 			dropped, attempt, run.Name, run.Namespace, limits.NamespaceBytes)
 	}
-	return fmt.Sprintf("%d bytes of the log of attempt %d of Run %s were not kept: the storage backend keeps at most %d bytes of a log", dropped, attempt, run.Name, limits.RecordBytes)
+	return fmt.Sprintf("%d bytes of the log of attempt %d of Run %s were not kept: the storage backend keeps at most %d bytes of a log (kruntimes-apiserver --max-log-record-bytes)", dropped, attempt, run.Name, limits.RecordBytes)
+}
+
+// runReference is run as an Event's involvedObject: the served version,
+// which the internal object cannot name itself.
+func runReference(run *kruntimes.Run) *corev1.ObjectReference {
+	return &corev1.ObjectReference{
+		APIVersion: v1alpha1.SchemeGroupVersion.String(), Kind: "Run",
+		Namespace: run.Namespace, Name: run.Name, UID: run.UID, ResourceVersion: run.ResourceVersion,
+	}
 }
 
 // SweepEvery sweeps the kept logs (logstore.Store.Sweep) at start and then

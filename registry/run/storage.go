@@ -9,6 +9,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
 	"kruntimes.io/kruntimes/apis/lifecycle"
@@ -34,8 +35,8 @@ type REST struct {
 // NewStorage builds the runs and runs/status storage over the backend that
 // optsGetter selects, runs/invoke over router within invoke's bounds, and
 // runs/log's follows and runs/files over logs; endpoint is what Ready function Runs
-// advertise in status.endpoint; logLimits bound the kept logs.
-func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, logs LogRouter, invoke InvokeSettings, endpoint Endpoint, logLimits logstore.Limits) (Storage, error) {
+// advertise in status.endpoint; logSettings bound the kept logs.
+func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, router Router, logs LogRouter, invoke InvokeSettings, endpoint Endpoint, logSettings LogSettings) (Storage, error) {
 	strategy := NewStrategy(scheme)
 	store := &genericregistry.Store{
 		NewFunc:                   func() runtime.Object { return &kruntimes.Run{} },
@@ -60,7 +61,7 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 	if err := store.CompleteWithOptions(options); err != nil {
 		return Storage{}, err
 	}
-	kept, err := logstore.NewStore(optsGetter, logLimits)
+	kept, err := logstore.NewStore(optsGetter, logSettings.Limits)
 	if err != nil {
 		return Storage{}, err
 	}
@@ -71,9 +72,18 @@ func NewStorage(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, ro
 		Run:    &REST{store},
 		Status: statusrest.New(store, NewStatusStrategy(strategy, endpoint)),
 		Invoke: newInvokeREST(router, invoke),
-		Log:    &LogREST{router: logs, runs: store, logs: kept, limits: logLimits, codecs: serializer.NewCodecFactory(scheme)},
+		Log:    &LogREST{router: logs, runs: store, logs: kept, limits: logSettings.Limits, codecs: serializer.NewCodecFactory(scheme), events: logSettings.Events},
 		Files:  &FilesREST{router: logs, runs: store},
 	}, nil
+}
+
+// LogSettings configure runs/log's kept logs.
+type LogSettings struct {
+	// Limits bound the kept logs.
+	Limits logstore.Limits
+	// Events records a Warning Event (lifecycle.ReasonLogCut) on a Run
+	// whose log was kept cut; nil records none.
+	Events record.EventRecorder
 }
 
 // ShortNames implements rest.ShortNamesProvider: kubectl get rn.

@@ -292,11 +292,62 @@ func TestSweep(t *testing.T) {
 		}
 		assert.Equal(t, sizeOf(100)+sizeOf(500), usage(t, store, "a"), "counted again: the crash's bytes are given back")
 		assert.Zero(t, usage(t, store, "b"))
+		hasCount := func(ns string) bool {
+			has, err := store.HasCount(ctx, ns)
+			require.NoError(t, err)
+			return has
+		}
+		assert.True(t, hasCount("a"), "a namespace that keeps logs keeps its count")
+		assert.False(t, hasCount("b"), "a namespace left with no log (deleted) leaves no count behind")
 
 		result, err = store.Sweep(ctx, 10, lookup)
 		require.NoError(t, err)
 		assert.Zero(t, result.Deleted, "a second sweep finds nothing")
 		assert.Equal(t, sizeOf(100)+sizeOf(500), usage(t, store, "a"))
+	})
+}
+
+// TestSweepDropsTheCountOfANamespaceWithoutLogs: a namespace that keeps
+// no log any more (deleted: its Runs and their logs went) leaves no count
+// record behind, even one a crash left above zero; a namespace with logs
+// keeps its count, and a hand-over after the sweep counts from zero.
+func TestSweepDropsTheCountOfANamespaceWithoutLogs(t *testing.T) {
+	forEachBackend(t, runlog.Limits{NamespaceBytes: 1 << 20}, func(t *testing.T, store *runlog.Store) {
+		ctx := context.Background()
+		_, err := store.Save(ctx, "deleted", "run", "uid-1", 1, logOf(100))
+		require.NoError(t, err)
+		_, err = store.Save(ctx, "live", "run", "uid-2", 1, logOf(200))
+		require.NoError(t, err)
+		// The Run's delete hook ran (the namespace's deletion deleted it):
+		// the count is at zero, and stays stored.
+		require.NoError(t, store.Delete(ctx, "deleted", "run", "uid-1", 1))
+		// A crash between a count and its write, in a namespace with no
+		// log at all.
+		require.NoError(t, store.AddToCount(ctx, "crashed", 300))
+		hasCount := func(ns string) bool {
+			has, err := store.HasCount(ctx, ns)
+			require.NoError(t, err)
+			return has
+		}
+		require.True(t, hasCount("deleted"), "before the sweep")
+		require.True(t, hasCount("crashed"), "before the sweep")
+
+		lookup := func(_ context.Context, ns, name string, _ bool) (runlog.RunState, error) {
+			if ns == "live" {
+				return runlog.RunState{Found: true, UID: "uid-2", Attempt: 1}, nil
+			}
+			return runlog.RunState{}, nil
+		}
+		_, err = store.Sweep(ctx, 10, lookup)
+		require.NoError(t, err)
+		assert.False(t, hasCount("deleted"), "a deleted namespace's count is dropped")
+		assert.False(t, hasCount("crashed"), "a count with no log behind it is dropped")
+		assert.True(t, hasCount("live"))
+		assert.Equal(t, sizeOf(200), usage(t, store, "live"))
+
+		_, err = store.Save(ctx, "deleted", "run", "uid-3", 1, logOf(100))
+		require.NoError(t, err)
+		assert.Equal(t, sizeOf(100), usage(t, store, "deleted"), "a namespace of the same name counts from zero")
 	})
 }
 

@@ -128,6 +128,20 @@ func (s *Store) Sweep(ctx context.Context, keptAttempts int32, lookup RunLookup)
 		namespaces[ns] = true
 	}
 	for ns := range namespaces {
+		if _, holds := sums[ns]; !holds && seen[ns] != "" {
+			// No record left: the count is zero, which a missing count
+			// says as well, so a namespace that is gone (or keeps no log)
+			// leaves nothing behind. Only the count read before the
+			// records is deleted: a hand-over counts before it writes, so
+			// one that counted since made the count newer and keeps it.
+			dropped, err := s.dropUsage(ctx, ns, seen[ns])
+			if err != nil {
+				errs = append(errs, err)
+			}
+			if dropped || err != nil {
+				continue
+			}
+		}
 		err := s.usage.GuaranteedUpdate(ctx, s.usageKey(ns), &kruntimes.RunLogUsage{}, true, nil,
 			func(obj runtime.Object, _ storage.ResponseMeta) (runtime.Object, *uint64, error) {
 				usage := obj.(*kruntimes.RunLogUsage).DeepCopy()
@@ -144,6 +158,22 @@ func (s *Store) Sweep(ctx context.Context, keptAttempts int32, lookup RunLookup)
 		}
 	}
 	return result, errors.Join(errs...)
+}
+
+// dropUsage deletes namespace's count if its resourceVersion is still
+// resourceVersion, and reports whether it did (or no count was left).
+func (s *Store) dropUsage(ctx context.Context, namespace, resourceVersion string) (bool, error) {
+	err := s.usage.Delete(ctx, s.usageKey(namespace), &kruntimes.RunLogUsage{}, &storage.Preconditions{ResourceVersion: &resourceVersion},
+		storage.ValidateAllObjectFunc, nil, storage.DeleteOptions{})
+	switch {
+	case err == nil, storage.IsNotFound(err):
+		return true, nil
+	case storage.IsInvalidObj(err), storage.IsConflict(err):
+		// Counted since it was read.
+		return false, nil
+	default:
+		return false, fmt.Errorf("delete the kept-log count of namespace %s, which keeps no log: %w", namespace, err)
+	}
 }
 
 // page lists everything under prefix, a page at a time, handing each page

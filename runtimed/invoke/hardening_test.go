@@ -13,11 +13,13 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/component-base/metrics/testutil"
 
 	"kruntimes.io/kruntimes/apis/invocation"
 	runtimedv1 "kruntimes.io/kruntimes/proto/runtimedv1"
 	runtimev1 "kruntimes.io/kruntimes/proto/runtimev1"
 	"kruntimes.io/kruntimes/runtimed/invoke"
+	"kruntimes.io/kruntimes/runtimed/metrics"
 )
 
 func heapBytes() uint64 {
@@ -52,6 +54,8 @@ func TestDedupRepeatsInFlightAreBounded(t *testing.T) {
 	require.NoError(t, wait.PollUntilContextTimeout(t.Context(), 5*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		return r.rs.calls.Load() == 1, nil
 	}), "the first reaches the handler")
+	metrics.Register()
+	refusedBefore := refusedCount(t)
 	before := heapBytes()
 
 	var mu sync.Mutex
@@ -84,12 +88,21 @@ func TestDedupRepeatsInFlightAreBounded(t *testing.T) {
 	held := int64(heapBytes()) - int64(before)
 	// Each holding its input would be DefaultMaxWaiters MiB.
 	assert.Less(t, held, int64(2*invocation.MaxInputBytes), "the %d waiting repeats hold %d bytes; want less than two inputs together, none held while waiting", invoke.DefaultMaxWaiters, held)
+	assert.Equal(t, float64(repeats-invoke.DefaultMaxWaiters), refusedCount(t)-refusedBefore, "kruntimes_runtimed_invocations_refused_total{reason=TooManyWaiters} counts each refusal")
 
 	close(release)
 	require.NoError(t, <-firstDone)
 	wg.Wait()
 	assert.Equal(t, invoke.DefaultMaxWaiters, waited, "the waiters got the first's outcome")
 	assert.Equal(t, int32(1), r.rs.calls.Load(), "the handler ran once")
+}
+
+// refusedCount is kruntimes_runtimed_invocations_refused_total{reason="TooManyWaiters"}.
+func refusedCount(t *testing.T) float64 {
+	t.Helper()
+	v, err := testutil.GetCounterMetricValue(metrics.InvocationsRefused.WithLabelValues(metrics.ReasonTooManyWaiters))
+	require.NoError(t, err)
+	return v
 }
 
 // TestDedupEvictedIDIsNotRunAgain: an outcome evicted within its window

@@ -243,6 +243,7 @@ func (s *Server) invoke(ctx context.Context, req *runtimedv1.InvokeRequest, call
 	found, err := table.Find(req.GetCaller(), call.GetInvocationId())
 	switch {
 	case errors.Is(err, dedup.ErrTooManyWaiters):
+		metrics.InvocationsRefused.WithLabelValues(metrics.ReasonTooManyWaiters).Inc()
 		return nil, false, runtimev1.NotStartedError(codes.ResourceExhausted,
 			"%d repeats of invocation ID %q already wait for the one in flight; send it again once that one has answered", s.dedup.MaxWaiters, call.GetInvocationId())
 	case errors.Is(err, dedup.ErrEvicted):

@@ -91,6 +91,15 @@ var (
 		Help:           "Invocations answered with the recorded outcome of an earlier invocation with the same caller-sent ID, without running the handler.",
 		StabilityLevel: metrics.ALPHA,
 	})
+	// InvocationsRefused counts invocations refused before they started
+	// because a bound on what waits was reached, by reason
+	// (ReasonTooManyWaiters).
+	InvocationsRefused = metrics.NewCounterVec(&metrics.CounterOpts{
+		Namespace: namespace, Subsystem: subsystem,
+		Name:           "invocations_refused_total",
+		Help:           "Invocations refused before they started (429 to the caller) because a bound was reached, by reason (TooManyWaiters: as many repeats of one invocation ID as may wait for the one in flight already wait).",
+		StabilityLevel: metrics.ALPHA,
+	}, []string{"reason"})
 	// StatusUpdates counts Run status writes by result: ok, conflict, error.
 	StatusUpdates = metrics.NewCounterVec(&metrics.CounterOpts{
 		Namespace: namespace, Subsystem: subsystem,
@@ -124,6 +133,10 @@ var reasonLabels = sets.New(
 	lifecycle.ReasonCancelled, lifecycle.ReasonExecutionLost, lifecycle.ReasonOutputsInvalid, lifecycle.ReasonOutputsTooLarge,
 )
 
+// ReasonTooManyWaiters labels an invocation refused because as many
+// repeats of its invocation ID as may wait already wait for it.
+const ReasonTooManyWaiters = "TooManyWaiters"
+
 // ReasonOther labels every reason that is not one of kruntimes' own.
 const ReasonOther = "Other"
 
@@ -142,6 +155,6 @@ var registerOnce sync.Once
 func Register() {
 	registerOnce.Do(func() {
 		legacyregistry.MustRegister(Executions, ExecutionDuration, ClaimLatency, SlotsUsed, Registrations, RegistrationDuration, Invocations,
-			InvocationsDeduplicated, Capacity, StatusUpdates, HeartbeatRenewals, RuntimeServerErrors)
+			InvocationsDeduplicated, InvocationsRefused, Capacity, StatusUpdates, HeartbeatRenewals, RuntimeServerErrors)
 	})
 }

@@ -52,7 +52,7 @@ var controllersOnly = []access{
 	{"create", "rbac.authorization.k8s.io", "rolebindings"},
 	{"create", "policy", "poddisruptionbudgets"},
 	{"update", "coordination.k8s.io", "leases"},
-	{"create", "", "events"},
+	{"update", "", "events"},
 	{"update", "kruntimes.io", "runs/status"},
 	{"delete", "kruntimes.io", "runs"},
 }
@@ -68,6 +68,9 @@ var servingNeeds = []access{
 	{"watch", "admissionregistration.k8s.io", "validatingadmissionpolicies"},
 	{"watch", "flowcontrol.apiserver.k8s.io", "flowschemas"},
 	{"patch", "flowcontrol.apiserver.k8s.io", "flowschemas/status"},
+	// The Warning Event LogCut on a Run whose log was kept cut.
+	{"create", "", "events"},
+	{"patch", "", "events"},
 }
 
 // TestControllersRunApart: by default the controllers are a Deployment of

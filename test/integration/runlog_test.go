@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -21,6 +22,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/generic"
 	"k8s.io/apiserver/pkg/storage/etcd3/testserver"
 	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/rest"
 
 	"kruntimes.io/kruntimes/apis/kruntimes"
@@ -383,4 +385,58 @@ type etcdRESTOptions struct{ config storagebackend.Config }
 
 func (g etcdRESTOptions) GetRESTOptions(gr schema.GroupResource, _ k8sruntime.Object) (generic.RESTOptions, error) {
 	return generic.RESTOptions{StorageConfig: g.config.ForResource(gr), Decorator: generic.UndecoratedStorage, ResourcePrefix: gr.Group + "/" + gr.Resource}, nil
+}
+
+// TestRunLogCutIsAnEvent: a hand-over kept cut at the namespace's limit
+// leaves a Warning Event LogCut on its Run, naming the limit and its flag,
+// where kubectl describe run shows it; one kept whole leaves none.
+func TestRunLogCutIsAnEvent(t *testing.T) {
+	ctx := context.Background()
+	kube := fake.NewClientset()
+	s := startInvokeServerWith(t, func(c *apiserver.Config) { c.Events = kube.CoreV1() }, "--max-log-bytes-per-namespace=8192")
+	client, err := versioned.NewForConfig(s.config)
+	require.NoError(t, err)
+	runs := client.KruntimesV1alpha1().Runs(namespace)
+	handOver := func(name, data string) *v1alpha1.Run {
+		run, err := runs.Create(ctx, taskRun(name), metav1.CreateOptions{})
+		require.NoError(t, err)
+		for _, step := range steps(scheduled, running) {
+			step(&run.Status)
+			run, err = runs.UpdateStatus(ctx, run, metav1.UpdateOptions{})
+			require.NoError(t, err)
+		}
+		require.NoError(t, runs.SaveLog(ctx, name, 1, &v1alpha1.RunLog{Chunks: []v1alpha1.RunLogChunk{{Stream: v1alpha1.RunLogStreamStdout, UnixNano: 1, Data: []byte(data)}}}))
+		return run
+	}
+	whole := handOver("whole", strings.Repeat("1", 5000)+"\n")
+	cut := handOver("cut", strings.Repeat("2", 5000)+"\n")
+
+	var event corev1.Event
+	require.NoError(t, wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		list, err := kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range list.Items {
+			if e.InvolvedObject.UID == cut.UID {
+				event = e
+				return true, nil
+			}
+		}
+		return false, nil
+	}), "an Event on the Run whose log was cut")
+	assert.Equal(t, corev1.EventTypeWarning, event.Type)
+	assert.Equal(t, lifecycle.ReasonLogCut, event.Reason)
+	assert.Contains(t, event.Message, "holds its limit of 8192 bytes of kept logs")
+	assert.Contains(t, event.Message, "--max-log-bytes-per-namespace")
+	assert.Equal(t, corev1.ObjectReference{
+		APIVersion: "kruntimes.io/v1alpha1", Kind: "Run", Namespace: namespace, Name: "cut", UID: cut.UID, ResourceVersion: cut.ResourceVersion,
+	}, event.InvolvedObject, "kubectl describe run finds it by kind, name and UID")
+	assert.Equal(t, "kruntimes-apiserver", event.Source.Component)
+
+	list, err := kube.CoreV1().Events(namespace).List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	for _, e := range list.Items {
+		assert.NotEqual(t, whole.UID, e.InvolvedObject.UID, "a log kept whole: no Event")
+	}
 }

@@ -49,6 +49,8 @@ type mcpOptions struct {
 	allowedOrigins []string
 	// maxSessionsPerUser is --max-sessions-per-user.
 	maxSessionsPerUser int
+	// serveMetrics is --serve-metrics.
+	serveMetrics bool
 
 	// labelSelector is selector, parsed by Complete.
 	labelSelector labels.Selector
@@ -152,6 +154,7 @@ ends, or after its idle timeout.`,
 	cmd.Flags().DurationVar(&o.idleTimeout, "session-idle-timeout", 30*time.Minute, "With --listen: close an MCP session that sent no request for this long (the shared watch of the Runs ends with its principal's last session); 0 never.")
 	cmd.Flags().StringSliceVar(&o.allowedOrigins, "allowed-origin", nil, "With --listen: an Origin (SCHEME://HOST[:PORT]) whose web pages may send requests, e.g. a browser-based MCP client's; repeatable. A request with any other Origin is refused with 403; one without Origin (not from a browser) is served.")
 	cmd.Flags().IntVar(&o.maxSessionsPerUser, "max-sessions-per-user", DefaultMaxSessionsPerUser, "With --listen: the most MCP sessions one user (as the cluster names the bearer token's identity) may have at once; a request that would start one more is refused with 429 until one ends.")
+	cmd.Flags().BoolVar(&o.serveMetrics, "serve-metrics", false, "With --listen: also answer Prometheus at "+MetricsPath+" of the same address, without authentication (counts of refused requests by reason; no names).")
 	cmd.Flags().DurationVar(&o.timeout, "timeout", 0, "How long one tools/call may take (the invocation's request timeout); the server's default (60s) when 0.")
 	return cmd
 }
@@ -170,6 +173,9 @@ func (o *mcpOptions) Complete() error {
 func (o *mcpOptions) Validate() error {
 	if o.listen == "" && (o.tlsCertFile != "" || o.tlsKeyFile != "") {
 		return errors.New("--tls-cert-file and --tls-private-key-file need --listen")
+	}
+	if o.serveMetrics && o.listen == "" {
+		return errors.New("--serve-metrics needs --listen")
 	}
 	if o.maxSessionsPerUser < 1 {
 		return fmt.Errorf("--max-sessions-per-user %d: want at least 1", o.maxSessionsPerUser)

@@ -75,6 +75,8 @@ type mcpHTTP struct {
 	// maxSessionsPerUser bounds the sessions of one user, each of which
 	// holds an MCP server and its tools.
 	maxSessionsPerUser int
+	// metrics count what is refused.
+	metrics *httpMetrics
 
 	mu       sync.Mutex
 	sessions map[sessionBackend]struct{}
@@ -115,6 +117,7 @@ func newMCPHTTP(tokens *tokenCache, newSession func(id *identity) (*mcp.Server, 
 		sessions:       map[sessionBackend]struct{}{},
 
 		maxSessionsPerUser: o.maxSessionsPerUser,
+		metrics:            newHTTPMetrics(),
 		slots:              map[string]int{},
 	}
 	for _, origin := range o.allowedOrigins {
@@ -164,16 +167,19 @@ func (h *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// a web page whose name was rebound to this address must not reach
 	// it through the browser that shows the page.
 	if origin := r.Header.Get("Origin"); origin != "" && !h.allowedOrigins[originKey(origin)] {
+		h.metrics.refused.WithLabelValues(refusedOrigin).Inc()
 		http.Error(w, fmt.Sprintf("krt mcp: requests from web pages of origin %q are refused; start krt mcp with --allowed-origin %s to accept them", origin, origin), http.StatusForbidden)
 		return
 	}
 	token, ok := bearerToken(r)
 	if !ok {
+		h.metrics.refused.WithLabelValues(refusedUnauthenticated).Inc()
 		unauthorized(w, "krt mcp: every request needs an Authorization: Bearer <Kubernetes token> header")
 		return
 	}
 	id, err := h.tokens.identify(r.Context(), token)
 	if errors.Is(err, errUnauthenticated) {
+		h.metrics.refused.WithLabelValues(refusedUnauthenticated).Inc()
 		unauthorized(w, "krt mcp: "+err.Error())
 		return
 	}
@@ -195,6 +201,7 @@ func (h *mcpHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// A slot is taken before the session exists, so that concurrent
 		// initializations cannot pass the bound together.
 		if !h.takeSlot(id.user) {
+			h.metrics.refused.WithLabelValues(refusedTooManySessions).Inc()
 			http.Error(w, fmt.Sprintf("krt mcp: %s has %d MCP sessions, the most --max-sessions-per-user allows; end one (an HTTP DELETE with its Mcp-Session-Id) or wait until one is idle for --session-idle-timeout", id.user, h.maxSessionsPerUser), http.StatusTooManyRequests)
 			return
 		}
@@ -351,6 +358,9 @@ func serveMCPHTTP(ctx context.Context, config *rest.Config, scope toolScope, sel
 	}
 	mux := http.NewServeMux()
 	mux.Handle(MCPPath, h)
+	if o.serveMetrics {
+		mux.Handle(MetricsPath, h.metrics.handler())
+	}
 	server := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: log.New(streams.ErrOut, "krt mcp: ", 0)}
 	scheme := "http"
 	if o.tlsCertFile != "" {

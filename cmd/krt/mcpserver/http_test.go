@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -71,13 +73,15 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 const testMaxSessionsPerUser = 3
 
 type testMCPHTTP struct {
-	url      string
-	mu       sync.Mutex
-	servers  map[string]*mcp.Server // by user
-	backends map[string]*fakeBackend
-	byUser   map[string][]*fakeBackend
-	all      []*fakeBackend
-	asked    atomic.Int32
+	url string
+	// metricsURL answers the server's counters, as --serve-metrics does.
+	metricsURL string
+	mu         sync.Mutex
+	servers    map[string]*mcp.Server // by user
+	backends   map[string]*fakeBackend
+	byUser     map[string][]*fakeBackend
+	all        []*fakeBackend
+	asked      atomic.Int32
 }
 
 // newTestMCPHTTP serves mcpHTTP on loopback; the cluster accepts the
@@ -109,13 +113,37 @@ func newTestMCPHTTP(t *testing.T) *testMCPHTTP {
 	}, &mcpOptions{idleTimeout: time.Minute, allowedOrigins: []string{"http://localhost:6274"}, maxSessionsPerUser: testMaxSessionsPerUser}, newTestWriter(t))
 	mux := http.NewServeMux()
 	mux.Handle(MCPPath, h)
+	mux.Handle(MetricsPath, h.metrics.handler())
 	ts := httptest.NewServer(mux)
 	t.Cleanup(func() {
 		ts.Close()
 		h.close()
 	})
 	s.url = ts.URL + MCPPath
+	s.metricsURL = ts.URL + MetricsPath
 	return s
+}
+
+// refused scrapes the server's kruntimes_krt_mcp_requests_refused_total
+// of reason.
+func (s *testMCPHTTP) refused(t *testing.T, reason string) float64 {
+	t.Helper()
+	resp, err := http.Get(s.metricsURL)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	series := fmt.Sprintf("kruntimes_krt_mcp_requests_refused_total{reason=%q} ", reason)
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if value, ok := strings.CutPrefix(line, series); ok {
+			v, err := strconv.ParseFloat(value, 64)
+			require.NoError(t, err)
+			return v
+		}
+	}
+	t.Fatalf("no series of reason %s", reason)
+	return 0
 }
 
 // testWriter logs to t until the test ends, and drops what is written
@@ -391,8 +419,10 @@ func TestMCPHTTPCapsSessionsPerUser(t *testing.T) {
 	// Questions before a session (a ping here, the SDK's server/discover)
 	// are answered and take no slot.
 	assert.Equal(t, http.StatusOK, s.post(t, "Bearer alice-token", "").StatusCode)
+	assert.Zero(t, s.refused(t, refusedTooManySessions), "nothing refused yet")
 	resp := s.initialize(t, "Bearer alice-token")
 	assert.Equal(t, http.StatusTooManyRequests, resp.StatusCode)
+	assert.Equal(t, float64(1), s.refused(t, refusedTooManySessions), "the refusal is counted")
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	assert.Contains(t, string(body), "--max-sessions-per-user")
