@@ -59,10 +59,16 @@ func newOwnershipCache(source RunSource, kube kubernetes.Interface, changes *rou
 			}
 			obj, err := source.List(genericapirequest.WithNamespace(ctx, metav1.NamespaceAll), internal)
 			if list, ok := obj.(*kruntimes.RunList); ok {
-				list.Items = slices.DeleteFunc(list.Items, func(r kruntimes.Run) bool { return r.Spec.Mode.Function == nil })
+				var tasks []*kruntimes.Run
+				for i := range list.Items {
+					if list.Items[i].Spec.Mode.Function == nil {
+						tasks = append(tasks, &list.Items[i])
+					}
+				}
 				// A relist after a broken watch: the task Runs' events
 				// in between are lost.
-				changes.changedAll()
+				changes.tasksListed(tasks)
+				list.Items = slices.DeleteFunc(list.Items, func(r kruntimes.Run) bool { return r.Spec.Mode.Function == nil })
 			}
 			return obj, err
 		},
@@ -87,7 +93,7 @@ func newOwnershipCache(source RunSource, kube kubernetes.Interface, changes *rou
 					e.Object = cached.GetObject()
 				}
 				if run, ok := e.Object.(*kruntimes.Run); ok && e.Type != watch.Bookmark && run.Spec.Mode.Function == nil {
-					changes.changed(run.Namespace + "/" + run.Name)
+					changes.taskSeen(run, e.Type == watch.Deleted)
 					return e, false
 				}
 				return e, true
@@ -104,8 +110,25 @@ func newOwnershipCache(source RunSource, kube kubernetes.Interface, changes *rou
 	pods := factory.Core().V1().Pods().Informer()
 	_ = pods.SetTransform(slimPod)
 	c := &ownershipCache{source: source, runs: runs, pods: pods, schemas: newSchemaCache(maxCachedSchemas, maxCachedSchemaBytes)}
+	changes.mu.Lock()
+	changes.functionPod = c.functionPod
+	changes.mu.Unlock()
 	_, _ = runs.AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: c.runDeleted})
 	return c
+}
+
+// functionPod is the Pod (namespace/name) the function Run key is assigned
+// to in the cache, "" when none.
+func (c *ownershipCache) functionPod(key string) string {
+	obj, exists, err := c.runs.GetIndexer().GetByKey(key)
+	if err != nil || !exists {
+		return ""
+	}
+	run, ok := obj.(*kruntimes.Run)
+	if !ok || run.Status.AssignedPod == "" {
+		return ""
+	}
+	return run.Namespace + "/" + run.Status.AssignedPod
 }
 
 // runDeleted drops the compiled schema of a Run that is gone.

@@ -4,21 +4,32 @@ import (
 	"sync"
 
 	"k8s.io/client-go/tools/cache"
+
+	"kruntimes.io/kruntimes/apis/kruntimes"
+	"kruntimes.io/kruntimes/apis/lifecycle"
 )
 
 // routeChanges tells invocations that wait for a function on its way to
 // Ready, and follows of runs/log that wait for a Run to start, move or end,
 // when its route may have changed: at each event of its Run (a task Run's
-// too, though the cache does not keep it), and of any Runtime Pod (a Pod's
-// address, readiness or deletion moves routes). Only refused invocations
-// and follows between two streams wait, so it holds few channels.
+// too, though the cache does not keep it), and of the Runtime Pod the Run
+// is assigned to (a Pod's address, readiness or deletion moves its
+// routes). Only refused invocations and follows between two streams wait,
+// so it holds few channels.
 type routeChanges struct {
 	mu      sync.Mutex
 	waiters map[string]map[chan struct{}]struct{}
+	// taskPods is the Pod (namespace/name) of each task Run assigned one
+	// and not ended: the cache keeps no task Run, and a Pod's change
+	// wakes only the waiters of the Runs on it.
+	taskPods map[string]string
+	// functionPod is the Pod of the function Run key as the cache has
+	// it, "" when it has none; nil before the cache exists.
+	functionPod func(key string) string
 }
 
 func newRouteChanges() *routeChanges {
-	return &routeChanges{waiters: map[string]map[chan struct{}]struct{}{}}
+	return &routeChanges{waiters: map[string]map[chan struct{}]struct{}{}, taskPods: map[string]string{}}
 }
 
 // watch returns a channel closed at the next change of the Run key, and a
@@ -53,6 +64,55 @@ func (c *routeChanges) changed(key string) {
 	delete(c.waiters, key)
 }
 
+// taskSeen notes where the task Run run is, from an event of its watch,
+// and wakes its waiters.
+func (c *routeChanges) taskSeen(run *kruntimes.Run, deleted bool) {
+	key := run.Namespace + "/" + run.Name
+	c.mu.Lock()
+	if deleted || run.Status.AssignedPod == "" || lifecycle.IsTerminal(run.Status.Phase) {
+		delete(c.taskPods, key)
+	} else {
+		c.taskPods[key] = run.Namespace + "/" + run.Status.AssignedPod
+	}
+	c.mu.Unlock()
+	c.changed(key)
+}
+
+// tasksListed replaces what taskSeen noted with the task Runs of a list
+// and wakes every waiter: the events between a broken watch and the list
+// that follows it are lost.
+func (c *routeChanges) tasksListed(tasks []*kruntimes.Run) {
+	pods := make(map[string]string, len(tasks))
+	for _, run := range tasks {
+		if run.Status.AssignedPod != "" && !lifecycle.IsTerminal(run.Status.Phase) {
+			pods[run.Namespace+"/"+run.Name] = run.Namespace + "/" + run.Status.AssignedPod
+		}
+	}
+	c.mu.Lock()
+	c.taskPods = pods
+	c.mu.Unlock()
+	c.changedAll()
+}
+
+// podChanged wakes the waiters of the Runs assigned to the Pod podKey.
+func (c *routeChanges) podChanged(podKey string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, chans := range c.waiters {
+		pod, isTask := c.taskPods[key]
+		if !isTask && c.functionPod != nil {
+			pod = c.functionPod(key)
+		}
+		if pod != podKey {
+			continue
+		}
+		for ch := range chans {
+			close(ch)
+		}
+		delete(c.waiters, key)
+	}
+}
+
 // changedAll wakes every waiter.
 func (c *routeChanges) changedAll() {
 	c.mu.Lock()
@@ -79,11 +139,18 @@ func (c *routeChanges) runHandler() cache.ResourceEventHandler {
 	}
 }
 
-// podHandler wakes every waiter at each change of a Runtime Pod.
+// podHandler wakes, at each change of a Runtime Pod, the waiters of the
+// Runs assigned to it. A Run not assigned yet is woken by its own event
+// when it is.
 func (c *routeChanges) podHandler() cache.ResourceEventHandler {
+	wake := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			c.podChanged(key)
+		}
+	}
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { c.changedAll() },
-		UpdateFunc: func(any, any) { c.changedAll() },
-		DeleteFunc: func(any) { c.changedAll() },
+		AddFunc:    wake,
+		UpdateFunc: func(_, cur any) { wake(cur) },
+		DeleteFunc: wake,
 	}
 }

@@ -323,15 +323,43 @@ func TestRouteChanged(t *testing.T) {
 		assert.False(t, closed(other), "another Run's waiter sleeps on")
 	})
 
-	t.Run("a Runtime Pod's change wakes every waiter", func(t *testing.T) {
-		a, stopA := router.RouteChanged("ns", "fn")
-		defer stopA()
-		b, stopB := router.RouteChanged("ns", "other")
-		defer stopB()
-		_, err := kube.CoreV1().Pods("ns").Create(t.Context(), runtimePod("pod-b"), metav1.CreateOptions{})
+	t.Run("a Runtime Pod's change wakes the waiters of the Runs on it, not others", func(t *testing.T) {
+		fn, stopFn := router.RouteChanged("ns", "fn")
+		defer stopFn()
+		task, stopTask := router.RouteChanged("ns", "task")
+		defer stopTask()
+		elsewhere, stopElsewhere := router.RouteChanged("ns", "elsewhere")
+		defer stopElsewhere()
+		unassigned, stopUnassigned := router.RouteChanged("ns", "unassigned")
+		defer stopUnassigned()
+		runs.add(functionRun("elsewhere", func(r *kruntimes.Run) { r.Status.AssignedPod, r.Status.AssignedPodUID = "pod-b", "pod-b-uid" }))
+		waitClosed(t, elsewhere, "the Run was added")
+		elsewhere, stopElsewhere = router.RouteChanged("ns", "elsewhere")
+		defer stopElsewhere()
+
+		_, err := kube.CoreV1().Pods("ns").Create(t.Context(), runtimePod("pod-c"), metav1.CreateOptions{})
 		require.NoError(t, err)
-		waitClosed(t, a, "a Pod was added")
-		waitClosed(t, b, "a Pod was added")
+		_, err = kube.CoreV1().Pods("ns").Update(t.Context(), runtimePod("pod-a", func(p *corev1.Pod) { p.Status.PodIP = "127.0.0.8" }), metav1.UpdateOptions{})
+		require.NoError(t, err)
+		waitClosed(t, fn, "the function's Pod moved")
+		waitClosed(t, task, "the task's Pod moved")
+		// Pod c was added before Pod a changed: had it woken anyone, the
+		// channels below would be closed by now.
+		assert.False(t, closed(elsewhere), "a Run on another Pod sleeps on")
+		assert.False(t, closed(unassigned), "a Run on no Pod sleeps on: its own event will say when it is assigned")
+
+		_, err = kube.CoreV1().Pods("ns").Create(t.Context(), runtimePod("pod-b"), metav1.CreateOptions{})
+		require.NoError(t, err)
+		waitClosed(t, elsewhere, "the Run's Pod appeared")
+	})
+
+	t.Run("an ended task is forgotten: its Pod's changes wake it no more", func(t *testing.T) {
+		runs.add(functionRun("task", func(r *kruntimes.Run) { r.Spec.Mode.Function = nil; r.Status.Phase = lifecycle.Succeeded }))
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			router.changes.mu.Lock()
+			defer router.changes.mu.Unlock()
+			assert.NotContains(c, router.changes.taskPods, "ns/task")
+		}, 10*time.Second, 10*time.Millisecond)
 	})
 
 	t.Run("a relist after a broken watch wakes every waiter: events in between are lost", func(t *testing.T) {
