@@ -404,6 +404,7 @@ type RunFilesOptions struct {
 
 	Path    string
 	Extract RunFilesExtract
+	Archive RunFilesArchive
 }
 
 // RunFilesExtract says how a PUT of runs/files takes its body.
@@ -414,6 +415,17 @@ const (
 	// RunFilesExtractTar: the body is a tar archive (gzip-compressed or
 	// not), extracted into the directory Path names.
 	RunFilesExtractTar RunFilesExtract = "tar"
+)
+
+// RunFilesArchive says how a GET of runs/files answers a directory.
+type RunFilesArchive string
+
+// RunFilesArchives.
+const (
+	// RunFilesArchiveTar: a tar archive of the directory Path names.
+	RunFilesArchiveTar RunFilesArchive = "tar"
+	// RunFilesArchiveTarGzip: a gzip-compressed tar archive of it.
+	RunFilesArchiveTarGzip RunFilesArchive = "tar.gz"
 )
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

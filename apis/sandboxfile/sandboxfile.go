@@ -15,3 +15,11 @@ const MaxPathBytes = 4096
 // ContentType is the type of a file's bytes as runs/files serves and takes
 // them: exactly as stored, whatever they hold.
 const ContentType = "application/octet-stream"
+
+// TarContentType and TarGzipContentType are the types of a directory's
+// archive as runs/files?archive= serves it: a tar archive, plain or
+// gzip-compressed.
+const (
+	TarContentType     = "application/x-tar"
+	TarGzipContentType = "application/gzip"
+)

@@ -17872,6 +17872,13 @@ func schema_kruntimes_apis_kruntimes_v1alpha1_RunFilesOptions(ref common.Referen
 							Format:      "",
 						},
 					},
+					"archive": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Archive, on GET only, answers the directory Path names as an archive of it rather than a file's bytes: \"tar\" for a tar archive (application/x-tar), \"tar.gz\" for a gzip-compressed one (application/gzip). Entries are relative to the directory, depth first and sorted; symbolic links are stored as links, never followed; sockets, FIFOs and devices are left out.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"path"},
 			},

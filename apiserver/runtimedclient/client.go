@@ -34,6 +34,12 @@ type Interface interface {
 	// when the sandbox cannot serve it now. FileReader's WriteTo fails
 	// only when the stream broke after its first chunk.
 	ReadFile(ctx context.Context, key FileKey, path string) (FileReader, error)
+	// ReadArchive opens the directory dir of the sandbox key names as an
+	// archive of the given format, written as it is read. Its errors are
+	// ReadFile's (400 too for a dir that is not a directory); WriteTo
+	// fails when the stream broke after its first chunk, and what was
+	// written is then an archive cut short.
+	ReadArchive(ctx context.Context, key FileKey, dir string, format kruntimes.RunFilesArchive) (FileReader, error)
 	// WriteFile replaces the file path of the sandbox key names with
 	// body, and returns its size; on any error nothing was written.
 	WriteFile(ctx context.Context, key FileKey, path string, body io.Reader) (int64, error)

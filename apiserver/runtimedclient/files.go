@@ -38,8 +38,29 @@ type FileReader interface {
 // ReadFile implements Interface. The first chunk is read here: a missing
 // file or a refused path fails before the caller starts its answer.
 func (c *Client) ReadFile(ctx context.Context, key FileKey, path string) (FileReader, error) {
+	return c.readFile(ctx, key, path, runtimev1.Archive_ARCHIVE_NONE)
+}
+
+// ReadArchive implements Interface: as ReadFile, and the Runtime Server
+// writes the archive as it walks the directory.
+func (c *Client) ReadArchive(ctx context.Context, key FileKey, dir string, format kruntimes.RunFilesArchive) (FileReader, error) {
+	var archive runtimev1.Archive
+	switch format {
+	case kruntimes.RunFilesArchiveTar:
+		archive = runtimev1.Archive_ARCHIVE_TAR
+	case kruntimes.RunFilesArchiveTarGzip:
+		archive = runtimev1.Archive_ARCHIVE_TAR_GZIP
+	default:
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("archive=%q is not an archive format runs/files writes: use archive=%s or archive=%s", format, kruntimes.RunFilesArchiveTar, kruntimes.RunFilesArchiveTarGzip))
+	}
+	return c.readFile(ctx, key, dir, archive)
+}
+
+// readFile opens the stream of a file, or of a directory's archive, and
+// reads its first chunk.
+func (c *Client) readFile(ctx context.Context, key FileKey, path string, archive runtimev1.Archive) (FileReader, error) {
 	stream, err := c.rpc.ReadFile(ctx, &runtimedv1.ReadFileRequest{
-		RunUid: string(key.RunUID), Attempt: key.Attempt, PodUid: string(key.PodUID), Path: path, Caller: key.Caller,
+		RunUid: string(key.RunUID), Attempt: key.Attempt, PodUid: string(key.PodUID), Path: path, Caller: key.Caller, Archive: archive,
 	})
 	if err != nil {
 		return nil, fileError(err, path)

@@ -36,7 +36,10 @@ type ReadFileRequest struct {
 	// The file, relative to the workspace or absolute inside it.
 	Path string `protobuf:"bytes,4,opt,name=path,proto3" json:"path,omitempty"`
 	// The authenticated caller, for runtimed's audit line; never a credential.
-	Caller        string `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
+	Caller string `protobuf:"bytes,5,opt,name=caller,proto3" json:"caller,omitempty"`
+	// Set, path names a directory sent as an archive (see
+	// kruntimes.runtime.v1.FunctionRuntime.ReadFile).
+	Archive       runtimev1.Archive `protobuf:"varint,6,opt,name=archive,proto3,enum=kruntimes.runtime.v1.Archive" json:"archive,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -104,6 +107,13 @@ func (x *ReadFileRequest) GetCaller() string {
 		return x.Caller
 	}
 	return ""
+}
+
+func (x *ReadFileRequest) GetArchive() runtimev1.Archive {
+	if x != nil {
+		return x.Archive
+	}
+	return runtimev1.Archive(0)
 }
 
 type WriteFileRequest struct {
@@ -650,13 +660,14 @@ var File_runtimed_proto protoreflect.FileDescriptor
 
 const file_runtimed_proto_rawDesc = "" +
 	"\n" +
-	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\x1a\rruntime.proto\"\x89\x01\n" +
+	"\x0eruntimed.proto\x12\x15kruntimes.runtimed.v1\x1a\rruntime.proto\"\xc2\x01\n" +
 	"\x0fReadFileRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
 	"\apod_uid\x18\x03 \x01(\tR\x06podUid\x12\x12\n" +
 	"\x04path\x18\x04 \x01(\tR\x04path\x12\x16\n" +
-	"\x06caller\x18\x05 \x01(\tR\x06caller\"\xb2\x01\n" +
+	"\x06caller\x18\x05 \x01(\tR\x06caller\x127\n" +
+	"\aarchive\x18\x06 \x01(\x0e2\x1d.kruntimes.runtime.v1.ArchiveR\aarchive\"\xb2\x01\n" +
 	"\x10WriteFileRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12\x18\n" +
 	"\aattempt\x18\x02 \x01(\x05R\aattempt\x12\x17\n" +
@@ -732,32 +743,34 @@ var file_runtimed_proto_goTypes = []any{
 	(*InvokeResponse)(nil),                   // 4: kruntimes.runtimed.v1.InvokeResponse
 	(*FunctionError)(nil),                    // 5: kruntimes.runtimed.v1.FunctionError
 	nil,                                      // 6: kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
-	(*runtimev1.WriteFileRequest)(nil),       // 7: kruntimes.runtime.v1.WriteFileRequest
-	(*runtimev1.InvokeFunctionRequest)(nil),  // 8: kruntimes.runtime.v1.InvokeFunctionRequest
-	(*runtimev1.InvokeFunctionResponse)(nil), // 9: kruntimes.runtime.v1.InvokeFunctionResponse
-	(*runtimev1.FollowLogResponse)(nil),      // 10: kruntimes.runtime.v1.FollowLogResponse
-	(*runtimev1.FileChunk)(nil),              // 11: kruntimes.runtime.v1.FileChunk
-	(*runtimev1.WriteFileResponse)(nil),      // 12: kruntimes.runtime.v1.WriteFileResponse
+	(runtimev1.Archive)(0),                   // 7: kruntimes.runtime.v1.Archive
+	(*runtimev1.WriteFileRequest)(nil),       // 8: kruntimes.runtime.v1.WriteFileRequest
+	(*runtimev1.InvokeFunctionRequest)(nil),  // 9: kruntimes.runtime.v1.InvokeFunctionRequest
+	(*runtimev1.InvokeFunctionResponse)(nil), // 10: kruntimes.runtime.v1.InvokeFunctionResponse
+	(*runtimev1.FollowLogResponse)(nil),      // 11: kruntimes.runtime.v1.FollowLogResponse
+	(*runtimev1.FileChunk)(nil),              // 12: kruntimes.runtime.v1.FileChunk
+	(*runtimev1.WriteFileResponse)(nil),      // 13: kruntimes.runtime.v1.WriteFileResponse
 }
 var file_runtimed_proto_depIdxs = []int32{
-	7,  // 0: kruntimes.runtimed.v1.WriteFileRequest.file:type_name -> kruntimes.runtime.v1.WriteFileRequest
-	8,  // 1: kruntimes.runtimed.v1.InvokeRequest.invocation:type_name -> kruntimes.runtime.v1.InvokeFunctionRequest
-	9,  // 2: kruntimes.runtimed.v1.InvokeResponse.result:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse
-	6,  // 3: kruntimes.runtimed.v1.InvokeResponse.outputs:type_name -> kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
-	5,  // 4: kruntimes.runtimed.v1.InvokeResponse.error:type_name -> kruntimes.runtimed.v1.FunctionError
-	3,  // 5: kruntimes.runtimed.v1.Runtimed.Invoke:input_type -> kruntimes.runtimed.v1.InvokeRequest
-	2,  // 6: kruntimes.runtimed.v1.Runtimed.FollowLog:input_type -> kruntimes.runtimed.v1.FollowLogRequest
-	0,  // 7: kruntimes.runtimed.v1.Runtimed.ReadFile:input_type -> kruntimes.runtimed.v1.ReadFileRequest
-	1,  // 8: kruntimes.runtimed.v1.Runtimed.WriteFile:input_type -> kruntimes.runtimed.v1.WriteFileRequest
-	4,  // 9: kruntimes.runtimed.v1.Runtimed.Invoke:output_type -> kruntimes.runtimed.v1.InvokeResponse
-	10, // 10: kruntimes.runtimed.v1.Runtimed.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
-	11, // 11: kruntimes.runtimed.v1.Runtimed.ReadFile:output_type -> kruntimes.runtime.v1.FileChunk
-	12, // 12: kruntimes.runtimed.v1.Runtimed.WriteFile:output_type -> kruntimes.runtime.v1.WriteFileResponse
-	9,  // [9:13] is the sub-list for method output_type
-	5,  // [5:9] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	7,  // 0: kruntimes.runtimed.v1.ReadFileRequest.archive:type_name -> kruntimes.runtime.v1.Archive
+	8,  // 1: kruntimes.runtimed.v1.WriteFileRequest.file:type_name -> kruntimes.runtime.v1.WriteFileRequest
+	9,  // 2: kruntimes.runtimed.v1.InvokeRequest.invocation:type_name -> kruntimes.runtime.v1.InvokeFunctionRequest
+	10, // 3: kruntimes.runtimed.v1.InvokeResponse.result:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse
+	6,  // 4: kruntimes.runtimed.v1.InvokeResponse.outputs:type_name -> kruntimes.runtimed.v1.InvokeResponse.OutputsEntry
+	5,  // 5: kruntimes.runtimed.v1.InvokeResponse.error:type_name -> kruntimes.runtimed.v1.FunctionError
+	3,  // 6: kruntimes.runtimed.v1.Runtimed.Invoke:input_type -> kruntimes.runtimed.v1.InvokeRequest
+	2,  // 7: kruntimes.runtimed.v1.Runtimed.FollowLog:input_type -> kruntimes.runtimed.v1.FollowLogRequest
+	0,  // 8: kruntimes.runtimed.v1.Runtimed.ReadFile:input_type -> kruntimes.runtimed.v1.ReadFileRequest
+	1,  // 9: kruntimes.runtimed.v1.Runtimed.WriteFile:input_type -> kruntimes.runtimed.v1.WriteFileRequest
+	4,  // 10: kruntimes.runtimed.v1.Runtimed.Invoke:output_type -> kruntimes.runtimed.v1.InvokeResponse
+	11, // 11: kruntimes.runtimed.v1.Runtimed.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	12, // 12: kruntimes.runtimed.v1.Runtimed.ReadFile:output_type -> kruntimes.runtime.v1.FileChunk
+	13, // 13: kruntimes.runtimed.v1.Runtimed.WriteFile:output_type -> kruntimes.runtime.v1.WriteFileResponse
+	10, // [10:14] is the sub-list for method output_type
+	6,  // [6:10] is the sub-list for method input_type
+	6,  // [6:6] is the sub-list for extension type_name
+	6,  // [6:6] is the sub-list for extension extendee
+	0,  // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_runtimed_proto_init() }

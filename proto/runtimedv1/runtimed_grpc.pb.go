@@ -64,9 +64,9 @@ type RuntimedClient interface {
 	FollowLog(ctx context.Context, in *FollowLogRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FollowLogResponse], error)
 	// ReadFile streams a file of a sandbox's workspace from the Runtime
 	// Server (kruntimes.runtime.v1.FunctionRuntime.ReadFile), chunk by
-	// chunk. The fencing tuple is admitted as an invocation's would be:
-	// FailedPrecondition unless runtimed holds a registration of exactly
-	// that attempt on this Pod that accepts invokes.
+	// chunk, or a directory as an archive. The fencing tuple is admitted as
+	// an invocation's would be: FailedPrecondition unless runtimed holds a
+	// registration of exactly that attempt on this Pod that accepts invokes.
 	ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[runtimev1.FileChunk], error)
 	// WriteFile writes a file of a sandbox's workspace through the Runtime
 	// Server (kruntimes.runtime.v1.FunctionRuntime.WriteFile), message by
@@ -176,9 +176,9 @@ type RuntimedServer interface {
 	FollowLog(*FollowLogRequest, grpc.ServerStreamingServer[runtimev1.FollowLogResponse]) error
 	// ReadFile streams a file of a sandbox's workspace from the Runtime
 	// Server (kruntimes.runtime.v1.FunctionRuntime.ReadFile), chunk by
-	// chunk. The fencing tuple is admitted as an invocation's would be:
-	// FailedPrecondition unless runtimed holds a registration of exactly
-	// that attempt on this Pod that accepts invokes.
+	// chunk, or a directory as an archive. The fencing tuple is admitted as
+	// an invocation's would be: FailedPrecondition unless runtimed holds a
+	// registration of exactly that attempt on this Pod that accepts invokes.
 	ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[runtimev1.FileChunk]) error
 	// WriteFile writes a file of a sandbox's workspace through the Runtime
 	// Server (kruntimes.runtime.v1.FunctionRuntime.WriteFile), message by

@@ -28,6 +28,59 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Archive says how ReadFile sends a directory.
+type Archive int32
+
+const (
+	// No archive: path names a regular file, sent as it is.
+	Archive_ARCHIVE_NONE Archive = 0
+	// A tar archive of the directory path names.
+	Archive_ARCHIVE_TAR Archive = 1
+	// A gzip-compressed tar archive of the directory path names.
+	Archive_ARCHIVE_TAR_GZIP Archive = 2
+)
+
+// Enum value maps for Archive.
+var (
+	Archive_name = map[int32]string{
+		0: "ARCHIVE_NONE",
+		1: "ARCHIVE_TAR",
+		2: "ARCHIVE_TAR_GZIP",
+	}
+	Archive_value = map[string]int32{
+		"ARCHIVE_NONE":     0,
+		"ARCHIVE_TAR":      1,
+		"ARCHIVE_TAR_GZIP": 2,
+	}
+)
+
+func (x Archive) Enum() *Archive {
+	p := new(Archive)
+	*p = x
+	return p
+}
+
+func (x Archive) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (Archive) Descriptor() protoreflect.EnumDescriptor {
+	return file_runtime_proto_enumTypes[0].Descriptor()
+}
+
+func (Archive) Type() protoreflect.EnumType {
+	return &file_runtime_proto_enumTypes[0]
+}
+
+func (x Archive) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use Archive.Descriptor instead.
+func (Archive) EnumDescriptor() ([]byte, []int) {
+	return file_runtime_proto_rawDescGZIP(), []int{0}
+}
+
 // Extract says how WriteFile takes the bytes it receives.
 type Extract int32
 
@@ -62,11 +115,11 @@ func (x Extract) String() string {
 }
 
 func (Extract) Descriptor() protoreflect.EnumDescriptor {
-	return file_runtime_proto_enumTypes[0].Descriptor()
+	return file_runtime_proto_enumTypes[1].Descriptor()
 }
 
 func (Extract) Type() protoreflect.EnumType {
-	return &file_runtime_proto_enumTypes[0]
+	return &file_runtime_proto_enumTypes[1]
 }
 
 func (x Extract) Number() protoreflect.EnumNumber {
@@ -75,7 +128,7 @@ func (x Extract) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use Extract.Descriptor instead.
 func (Extract) EnumDescriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{0}
+	return file_runtime_proto_rawDescGZIP(), []int{1}
 }
 
 type TaskState int32
@@ -122,11 +175,11 @@ func (x TaskState) String() string {
 }
 
 func (TaskState) Descriptor() protoreflect.EnumDescriptor {
-	return file_runtime_proto_enumTypes[1].Descriptor()
+	return file_runtime_proto_enumTypes[2].Descriptor()
 }
 
 func (TaskState) Type() protoreflect.EnumType {
-	return &file_runtime_proto_enumTypes[1]
+	return &file_runtime_proto_enumTypes[2]
 }
 
 func (x TaskState) Number() protoreflect.EnumNumber {
@@ -135,7 +188,7 @@ func (x TaskState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use TaskState.Descriptor instead.
 func (TaskState) EnumDescriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{1}
+	return file_runtime_proto_rawDescGZIP(), []int{2}
 }
 
 // Which output stream a log chunk was written to.
@@ -172,11 +225,11 @@ func (x LogStream) String() string {
 }
 
 func (LogStream) Descriptor() protoreflect.EnumDescriptor {
-	return file_runtime_proto_enumTypes[2].Descriptor()
+	return file_runtime_proto_enumTypes[3].Descriptor()
 }
 
 func (LogStream) Type() protoreflect.EnumType {
-	return &file_runtime_proto_enumTypes[2]
+	return &file_runtime_proto_enumTypes[3]
 }
 
 func (x LogStream) Number() protoreflect.EnumNumber {
@@ -185,7 +238,7 @@ func (x LogStream) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use LogStream.Descriptor instead.
 func (LogStream) EnumDescriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{2}
+	return file_runtime_proto_rawDescGZIP(), []int{3}
 }
 
 type FunctionState int32
@@ -229,11 +282,11 @@ func (x FunctionState) String() string {
 }
 
 func (FunctionState) Descriptor() protoreflect.EnumDescriptor {
-	return file_runtime_proto_enumTypes[3].Descriptor()
+	return file_runtime_proto_enumTypes[4].Descriptor()
 }
 
 func (FunctionState) Type() protoreflect.EnumType {
-	return &file_runtime_proto_enumTypes[3]
+	return &file_runtime_proto_enumTypes[4]
 }
 
 func (x FunctionState) Number() protoreflect.EnumNumber {
@@ -242,7 +295,7 @@ func (x FunctionState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FunctionState.Descriptor instead.
 func (FunctionState) EnumDescriptor() ([]byte, []int) {
-	return file_runtime_proto_rawDescGZIP(), []int{3}
+	return file_runtime_proto_rawDescGZIP(), []int{4}
 }
 
 type ReadFileRequest struct {
@@ -250,8 +303,11 @@ type ReadFileRequest struct {
 	RunUid         string                 `protobuf:"bytes,1,opt,name=run_uid,json=runUid,proto3" json:"run_uid,omitempty"`
 	RegistrationId string                 `protobuf:"bytes,2,opt,name=registration_id,json=registrationId,proto3" json:"registration_id,omitempty"`
 	Path           string                 `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// ARCHIVE_NONE reads the file path names; any other reads the directory
+	// it names as an archive.
+	Archive       Archive `protobuf:"varint,4,opt,name=archive,proto3,enum=kruntimes.runtime.v1.Archive" json:"archive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ReadFileRequest) Reset() {
@@ -303,6 +359,13 @@ func (x *ReadFileRequest) GetPath() string {
 		return x.Path
 	}
 	return ""
+}
+
+func (x *ReadFileRequest) GetArchive() Archive {
+	if x != nil {
+		return x.Archive
+	}
+	return Archive_ARCHIVE_NONE
 }
 
 // FileChunk is a stretch of a file, in order.
@@ -2448,11 +2511,12 @@ var File_runtime_proto protoreflect.FileDescriptor
 
 const file_runtime_proto_rawDesc = "" +
 	"\n" +
-	"\rruntime.proto\x12\x14kruntimes.runtime.v1\"g\n" +
+	"\rruntime.proto\x12\x14kruntimes.runtime.v1\"\xa0\x01\n" +
 	"\x0fReadFileRequest\x12\x17\n" +
 	"\arun_uid\x18\x01 \x01(\tR\x06runUid\x12'\n" +
 	"\x0fregistration_id\x18\x02 \x01(\tR\x0eregistrationId\x12\x12\n" +
-	"\x04path\x18\x03 \x01(\tR\x04path\"\x1f\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x127\n" +
+	"\aarchive\x18\x04 \x01(\x0e2\x1d.kruntimes.runtime.v1.ArchiveR\aarchive\"\x1f\n" +
 	"\tFileChunk\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\"\xb5\x01\n" +
 	"\x10WriteFileRequest\x12\x17\n" +
@@ -2608,7 +2672,11 @@ const file_runtime_proto_rawDesc = "" +
 	"\x15ListFunctionsResponse\x12N\n" +
 	"\rregistrations\x18\x01 \x03(\v2(.kruntimes.runtime.v1.RegistrationStatusR\rregistrations\"\f\n" +
 	"\n" +
-	"NotStarted*,\n" +
+	"NotStarted*B\n" +
+	"\aArchive\x12\x10\n" +
+	"\fARCHIVE_NONE\x10\x00\x12\x0f\n" +
+	"\vARCHIVE_TAR\x10\x01\x12\x14\n" +
+	"\x10ARCHIVE_TAR_GZIP\x10\x02*,\n" +
 	"\aExtract\x12\x10\n" +
 	"\fEXTRACT_NONE\x10\x00\x12\x0f\n" +
 	"\vEXTRACT_TAR\x10\x01*\xa4\x01\n" +
@@ -2660,103 +2728,105 @@ func file_runtime_proto_rawDescGZIP() []byte {
 	return file_runtime_proto_rawDescData
 }
 
-var file_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
+var file_runtime_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
 var file_runtime_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_runtime_proto_goTypes = []any{
-	(Extract)(0),                       // 0: kruntimes.runtime.v1.Extract
-	(TaskState)(0),                     // 1: kruntimes.runtime.v1.TaskState
-	(LogStream)(0),                     // 2: kruntimes.runtime.v1.LogStream
-	(FunctionState)(0),                 // 3: kruntimes.runtime.v1.FunctionState
-	(*ReadFileRequest)(nil),            // 4: kruntimes.runtime.v1.ReadFileRequest
-	(*FileChunk)(nil),                  // 5: kruntimes.runtime.v1.FileChunk
-	(*WriteFileRequest)(nil),           // 6: kruntimes.runtime.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),          // 7: kruntimes.runtime.v1.WriteFileResponse
-	(*EnvVar)(nil),                     // 8: kruntimes.runtime.v1.EnvVar
-	(*ExecuteRequest)(nil),             // 9: kruntimes.runtime.v1.ExecuteRequest
-	(*Entrypoint)(nil),                 // 10: kruntimes.runtime.v1.Entrypoint
-	(*WaitRequest)(nil),                // 11: kruntimes.runtime.v1.WaitRequest
-	(*StatusRequest)(nil),              // 12: kruntimes.runtime.v1.StatusRequest
-	(*TaskStatus)(nil),                 // 13: kruntimes.runtime.v1.TaskStatus
-	(*LogChunk)(nil),                   // 14: kruntimes.runtime.v1.LogChunk
-	(*TaskLog)(nil),                    // 15: kruntimes.runtime.v1.TaskLog
-	(*FollowLogRequest)(nil),           // 16: kruntimes.runtime.v1.FollowLogRequest
-	(*FollowLogResponse)(nil),          // 17: kruntimes.runtime.v1.FollowLogResponse
-	(*CancelRequest)(nil),              // 18: kruntimes.runtime.v1.CancelRequest
-	(*CancelResponse)(nil),             // 19: kruntimes.runtime.v1.CancelResponse
-	(*ForgetRequest)(nil),              // 20: kruntimes.runtime.v1.ForgetRequest
-	(*ForgetResponse)(nil),             // 21: kruntimes.runtime.v1.ForgetResponse
-	(*ListRequest)(nil),                // 22: kruntimes.runtime.v1.ListRequest
-	(*ListResponse)(nil),               // 23: kruntimes.runtime.v1.ListResponse
-	(*HealthRequest)(nil),              // 24: kruntimes.runtime.v1.HealthRequest
-	(*HealthResponse)(nil),             // 25: kruntimes.runtime.v1.HealthResponse
-	(*RegisterFunctionRequest)(nil),    // 26: kruntimes.runtime.v1.RegisterFunctionRequest
-	(*FunctionStatusRequest)(nil),      // 27: kruntimes.runtime.v1.FunctionStatusRequest
-	(*RegistrationStatus)(nil),         // 28: kruntimes.runtime.v1.RegistrationStatus
-	(*InvokeFunctionRequest)(nil),      // 29: kruntimes.runtime.v1.InvokeFunctionRequest
-	(*FunctionError)(nil),              // 30: kruntimes.runtime.v1.FunctionError
-	(*InvokeFunctionResponse)(nil),     // 31: kruntimes.runtime.v1.InvokeFunctionResponse
-	(*UnregisterFunctionRequest)(nil),  // 32: kruntimes.runtime.v1.UnregisterFunctionRequest
-	(*UnregisterFunctionResponse)(nil), // 33: kruntimes.runtime.v1.UnregisterFunctionResponse
-	(*FollowFunctionLogRequest)(nil),   // 34: kruntimes.runtime.v1.FollowFunctionLogRequest
-	(*ListFunctionsRequest)(nil),       // 35: kruntimes.runtime.v1.ListFunctionsRequest
-	(*ListFunctionsResponse)(nil),      // 36: kruntimes.runtime.v1.ListFunctionsResponse
-	(*NotStarted)(nil),                 // 37: kruntimes.runtime.v1.NotStarted
-	nil,                                // 38: kruntimes.runtime.v1.TaskStatus.OutputsEntry
-	nil,                                // 39: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	(Archive)(0),                       // 0: kruntimes.runtime.v1.Archive
+	(Extract)(0),                       // 1: kruntimes.runtime.v1.Extract
+	(TaskState)(0),                     // 2: kruntimes.runtime.v1.TaskState
+	(LogStream)(0),                     // 3: kruntimes.runtime.v1.LogStream
+	(FunctionState)(0),                 // 4: kruntimes.runtime.v1.FunctionState
+	(*ReadFileRequest)(nil),            // 5: kruntimes.runtime.v1.ReadFileRequest
+	(*FileChunk)(nil),                  // 6: kruntimes.runtime.v1.FileChunk
+	(*WriteFileRequest)(nil),           // 7: kruntimes.runtime.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),          // 8: kruntimes.runtime.v1.WriteFileResponse
+	(*EnvVar)(nil),                     // 9: kruntimes.runtime.v1.EnvVar
+	(*ExecuteRequest)(nil),             // 10: kruntimes.runtime.v1.ExecuteRequest
+	(*Entrypoint)(nil),                 // 11: kruntimes.runtime.v1.Entrypoint
+	(*WaitRequest)(nil),                // 12: kruntimes.runtime.v1.WaitRequest
+	(*StatusRequest)(nil),              // 13: kruntimes.runtime.v1.StatusRequest
+	(*TaskStatus)(nil),                 // 14: kruntimes.runtime.v1.TaskStatus
+	(*LogChunk)(nil),                   // 15: kruntimes.runtime.v1.LogChunk
+	(*TaskLog)(nil),                    // 16: kruntimes.runtime.v1.TaskLog
+	(*FollowLogRequest)(nil),           // 17: kruntimes.runtime.v1.FollowLogRequest
+	(*FollowLogResponse)(nil),          // 18: kruntimes.runtime.v1.FollowLogResponse
+	(*CancelRequest)(nil),              // 19: kruntimes.runtime.v1.CancelRequest
+	(*CancelResponse)(nil),             // 20: kruntimes.runtime.v1.CancelResponse
+	(*ForgetRequest)(nil),              // 21: kruntimes.runtime.v1.ForgetRequest
+	(*ForgetResponse)(nil),             // 22: kruntimes.runtime.v1.ForgetResponse
+	(*ListRequest)(nil),                // 23: kruntimes.runtime.v1.ListRequest
+	(*ListResponse)(nil),               // 24: kruntimes.runtime.v1.ListResponse
+	(*HealthRequest)(nil),              // 25: kruntimes.runtime.v1.HealthRequest
+	(*HealthResponse)(nil),             // 26: kruntimes.runtime.v1.HealthResponse
+	(*RegisterFunctionRequest)(nil),    // 27: kruntimes.runtime.v1.RegisterFunctionRequest
+	(*FunctionStatusRequest)(nil),      // 28: kruntimes.runtime.v1.FunctionStatusRequest
+	(*RegistrationStatus)(nil),         // 29: kruntimes.runtime.v1.RegistrationStatus
+	(*InvokeFunctionRequest)(nil),      // 30: kruntimes.runtime.v1.InvokeFunctionRequest
+	(*FunctionError)(nil),              // 31: kruntimes.runtime.v1.FunctionError
+	(*InvokeFunctionResponse)(nil),     // 32: kruntimes.runtime.v1.InvokeFunctionResponse
+	(*UnregisterFunctionRequest)(nil),  // 33: kruntimes.runtime.v1.UnregisterFunctionRequest
+	(*UnregisterFunctionResponse)(nil), // 34: kruntimes.runtime.v1.UnregisterFunctionResponse
+	(*FollowFunctionLogRequest)(nil),   // 35: kruntimes.runtime.v1.FollowFunctionLogRequest
+	(*ListFunctionsRequest)(nil),       // 36: kruntimes.runtime.v1.ListFunctionsRequest
+	(*ListFunctionsResponse)(nil),      // 37: kruntimes.runtime.v1.ListFunctionsResponse
+	(*NotStarted)(nil),                 // 38: kruntimes.runtime.v1.NotStarted
+	nil,                                // 39: kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	nil,                                // 40: kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
 }
 var file_runtime_proto_depIdxs = []int32{
-	0,  // 0: kruntimes.runtime.v1.WriteFileRequest.extract:type_name -> kruntimes.runtime.v1.Extract
-	10, // 1: kruntimes.runtime.v1.ExecuteRequest.entrypoint:type_name -> kruntimes.runtime.v1.Entrypoint
-	8,  // 2: kruntimes.runtime.v1.ExecuteRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
-	1,  // 3: kruntimes.runtime.v1.TaskStatus.state:type_name -> kruntimes.runtime.v1.TaskState
-	38, // 4: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
-	15, // 5: kruntimes.runtime.v1.TaskStatus.log:type_name -> kruntimes.runtime.v1.TaskLog
-	2,  // 6: kruntimes.runtime.v1.LogChunk.stream:type_name -> kruntimes.runtime.v1.LogStream
-	14, // 7: kruntimes.runtime.v1.TaskLog.chunks:type_name -> kruntimes.runtime.v1.LogChunk
-	14, // 8: kruntimes.runtime.v1.FollowLogResponse.chunks:type_name -> kruntimes.runtime.v1.LogChunk
-	13, // 9: kruntimes.runtime.v1.ListResponse.tasks:type_name -> kruntimes.runtime.v1.TaskStatus
-	8,  // 10: kruntimes.runtime.v1.RegisterFunctionRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
-	3,  // 11: kruntimes.runtime.v1.RegistrationStatus.state:type_name -> kruntimes.runtime.v1.FunctionState
-	39, // 12: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
-	30, // 13: kruntimes.runtime.v1.InvokeFunctionResponse.error:type_name -> kruntimes.runtime.v1.FunctionError
-	28, // 14: kruntimes.runtime.v1.ListFunctionsResponse.registrations:type_name -> kruntimes.runtime.v1.RegistrationStatus
-	9,  // 15: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
-	11, // 16: kruntimes.runtime.v1.Runtime.Wait:input_type -> kruntimes.runtime.v1.WaitRequest
-	12, // 17: kruntimes.runtime.v1.Runtime.Status:input_type -> kruntimes.runtime.v1.StatusRequest
-	18, // 18: kruntimes.runtime.v1.Runtime.Cancel:input_type -> kruntimes.runtime.v1.CancelRequest
-	20, // 19: kruntimes.runtime.v1.Runtime.Forget:input_type -> kruntimes.runtime.v1.ForgetRequest
-	22, // 20: kruntimes.runtime.v1.Runtime.List:input_type -> kruntimes.runtime.v1.ListRequest
-	16, // 21: kruntimes.runtime.v1.Runtime.FollowLog:input_type -> kruntimes.runtime.v1.FollowLogRequest
-	24, // 22: kruntimes.runtime.v1.Runtime.Health:input_type -> kruntimes.runtime.v1.HealthRequest
-	26, // 23: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:input_type -> kruntimes.runtime.v1.RegisterFunctionRequest
-	27, // 24: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:input_type -> kruntimes.runtime.v1.FunctionStatusRequest
-	29, // 25: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:input_type -> kruntimes.runtime.v1.InvokeFunctionRequest
-	32, // 26: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:input_type -> kruntimes.runtime.v1.UnregisterFunctionRequest
-	35, // 27: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:input_type -> kruntimes.runtime.v1.ListFunctionsRequest
-	34, // 28: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:input_type -> kruntimes.runtime.v1.FollowFunctionLogRequest
-	4,  // 29: kruntimes.runtime.v1.FunctionRuntime.ReadFile:input_type -> kruntimes.runtime.v1.ReadFileRequest
-	6,  // 30: kruntimes.runtime.v1.FunctionRuntime.WriteFile:input_type -> kruntimes.runtime.v1.WriteFileRequest
-	13, // 31: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
-	13, // 32: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
-	13, // 33: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
-	19, // 34: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
-	21, // 35: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
-	23, // 36: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
-	17, // 37: kruntimes.runtime.v1.Runtime.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
-	25, // 38: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
-	28, // 39: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	28, // 40: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
-	31, // 41: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
-	33, // 42: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
-	36, // 43: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:output_type -> kruntimes.runtime.v1.ListFunctionsResponse
-	17, // 44: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
-	5,  // 45: kruntimes.runtime.v1.FunctionRuntime.ReadFile:output_type -> kruntimes.runtime.v1.FileChunk
-	7,  // 46: kruntimes.runtime.v1.FunctionRuntime.WriteFile:output_type -> kruntimes.runtime.v1.WriteFileResponse
-	31, // [31:47] is the sub-list for method output_type
-	15, // [15:31] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	0,  // 0: kruntimes.runtime.v1.ReadFileRequest.archive:type_name -> kruntimes.runtime.v1.Archive
+	1,  // 1: kruntimes.runtime.v1.WriteFileRequest.extract:type_name -> kruntimes.runtime.v1.Extract
+	11, // 2: kruntimes.runtime.v1.ExecuteRequest.entrypoint:type_name -> kruntimes.runtime.v1.Entrypoint
+	9,  // 3: kruntimes.runtime.v1.ExecuteRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
+	2,  // 4: kruntimes.runtime.v1.TaskStatus.state:type_name -> kruntimes.runtime.v1.TaskState
+	39, // 5: kruntimes.runtime.v1.TaskStatus.outputs:type_name -> kruntimes.runtime.v1.TaskStatus.OutputsEntry
+	16, // 6: kruntimes.runtime.v1.TaskStatus.log:type_name -> kruntimes.runtime.v1.TaskLog
+	3,  // 7: kruntimes.runtime.v1.LogChunk.stream:type_name -> kruntimes.runtime.v1.LogStream
+	15, // 8: kruntimes.runtime.v1.TaskLog.chunks:type_name -> kruntimes.runtime.v1.LogChunk
+	15, // 9: kruntimes.runtime.v1.FollowLogResponse.chunks:type_name -> kruntimes.runtime.v1.LogChunk
+	14, // 10: kruntimes.runtime.v1.ListResponse.tasks:type_name -> kruntimes.runtime.v1.TaskStatus
+	9,  // 11: kruntimes.runtime.v1.RegisterFunctionRequest.env:type_name -> kruntimes.runtime.v1.EnvVar
+	4,  // 12: kruntimes.runtime.v1.RegistrationStatus.state:type_name -> kruntimes.runtime.v1.FunctionState
+	40, // 13: kruntimes.runtime.v1.InvokeFunctionResponse.outputs:type_name -> kruntimes.runtime.v1.InvokeFunctionResponse.OutputsEntry
+	31, // 14: kruntimes.runtime.v1.InvokeFunctionResponse.error:type_name -> kruntimes.runtime.v1.FunctionError
+	29, // 15: kruntimes.runtime.v1.ListFunctionsResponse.registrations:type_name -> kruntimes.runtime.v1.RegistrationStatus
+	10, // 16: kruntimes.runtime.v1.Runtime.Execute:input_type -> kruntimes.runtime.v1.ExecuteRequest
+	12, // 17: kruntimes.runtime.v1.Runtime.Wait:input_type -> kruntimes.runtime.v1.WaitRequest
+	13, // 18: kruntimes.runtime.v1.Runtime.Status:input_type -> kruntimes.runtime.v1.StatusRequest
+	19, // 19: kruntimes.runtime.v1.Runtime.Cancel:input_type -> kruntimes.runtime.v1.CancelRequest
+	21, // 20: kruntimes.runtime.v1.Runtime.Forget:input_type -> kruntimes.runtime.v1.ForgetRequest
+	23, // 21: kruntimes.runtime.v1.Runtime.List:input_type -> kruntimes.runtime.v1.ListRequest
+	17, // 22: kruntimes.runtime.v1.Runtime.FollowLog:input_type -> kruntimes.runtime.v1.FollowLogRequest
+	25, // 23: kruntimes.runtime.v1.Runtime.Health:input_type -> kruntimes.runtime.v1.HealthRequest
+	27, // 24: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:input_type -> kruntimes.runtime.v1.RegisterFunctionRequest
+	28, // 25: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:input_type -> kruntimes.runtime.v1.FunctionStatusRequest
+	30, // 26: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:input_type -> kruntimes.runtime.v1.InvokeFunctionRequest
+	33, // 27: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:input_type -> kruntimes.runtime.v1.UnregisterFunctionRequest
+	36, // 28: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:input_type -> kruntimes.runtime.v1.ListFunctionsRequest
+	35, // 29: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:input_type -> kruntimes.runtime.v1.FollowFunctionLogRequest
+	5,  // 30: kruntimes.runtime.v1.FunctionRuntime.ReadFile:input_type -> kruntimes.runtime.v1.ReadFileRequest
+	7,  // 31: kruntimes.runtime.v1.FunctionRuntime.WriteFile:input_type -> kruntimes.runtime.v1.WriteFileRequest
+	14, // 32: kruntimes.runtime.v1.Runtime.Execute:output_type -> kruntimes.runtime.v1.TaskStatus
+	14, // 33: kruntimes.runtime.v1.Runtime.Wait:output_type -> kruntimes.runtime.v1.TaskStatus
+	14, // 34: kruntimes.runtime.v1.Runtime.Status:output_type -> kruntimes.runtime.v1.TaskStatus
+	20, // 35: kruntimes.runtime.v1.Runtime.Cancel:output_type -> kruntimes.runtime.v1.CancelResponse
+	22, // 36: kruntimes.runtime.v1.Runtime.Forget:output_type -> kruntimes.runtime.v1.ForgetResponse
+	24, // 37: kruntimes.runtime.v1.Runtime.List:output_type -> kruntimes.runtime.v1.ListResponse
+	18, // 38: kruntimes.runtime.v1.Runtime.FollowLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	26, // 39: kruntimes.runtime.v1.Runtime.Health:output_type -> kruntimes.runtime.v1.HealthResponse
+	29, // 40: kruntimes.runtime.v1.FunctionRuntime.RegisterFunction:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	29, // 41: kruntimes.runtime.v1.FunctionRuntime.FunctionStatus:output_type -> kruntimes.runtime.v1.RegistrationStatus
+	32, // 42: kruntimes.runtime.v1.FunctionRuntime.InvokeFunction:output_type -> kruntimes.runtime.v1.InvokeFunctionResponse
+	34, // 43: kruntimes.runtime.v1.FunctionRuntime.UnregisterFunction:output_type -> kruntimes.runtime.v1.UnregisterFunctionResponse
+	37, // 44: kruntimes.runtime.v1.FunctionRuntime.ListFunctions:output_type -> kruntimes.runtime.v1.ListFunctionsResponse
+	18, // 45: kruntimes.runtime.v1.FunctionRuntime.FollowFunctionLog:output_type -> kruntimes.runtime.v1.FollowLogResponse
+	6,  // 46: kruntimes.runtime.v1.FunctionRuntime.ReadFile:output_type -> kruntimes.runtime.v1.FileChunk
+	8,  // 47: kruntimes.runtime.v1.FunctionRuntime.WriteFile:output_type -> kruntimes.runtime.v1.WriteFileResponse
+	32, // [32:48] is the sub-list for method output_type
+	16, // [16:32] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_runtime_proto_init() }
@@ -2773,7 +2843,7 @@ func file_runtime_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_runtime_proto_rawDesc), len(file_runtime_proto_rawDesc)),
-			NumEnums:      4,
+			NumEnums:      5,
 			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   2,

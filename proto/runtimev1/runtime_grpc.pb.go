@@ -511,6 +511,19 @@ type FunctionRuntimeClient interface {
 	// path that leaves it, or that names a directory or anything but a
 	// regular file; NotFound for a missing file; FailedPrecondition for a
 	// stale registration ID.
+	//
+	// With archive set, path names a directory instead, and the chunks are
+	// a tar archive of it (gzip-compressed for ARCHIVE_TAR_GZIP), written
+	// as it is walked: depth first, names sorted, relative to the
+	// directory; directories, regular files (mode and modification time
+	// kept) and symbolic links, stored as links and never followed. Other
+	// file types (sockets, FIFOs, devices) are left out. A regular file
+	// holds the size it had when it was opened: one that grows meanwhile is
+	// cut at that size; one that shrinks ends the stream with Aborted, as
+	// the archive would not hold its bytes. NotFound for a missing
+	// directory; InvalidArgument for a path that is not a directory. An
+	// error after the first chunk ends the stream with it: the archive
+	// received so far is cut short, never silently wrong.
 	ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error)
 	// WriteFile writes a file of the registration's working directory from
 	// the stream, as ReadFile reads one: the first message names it, every
@@ -696,6 +709,19 @@ type FunctionRuntimeServer interface {
 	// path that leaves it, or that names a directory or anything but a
 	// regular file; NotFound for a missing file; FailedPrecondition for a
 	// stale registration ID.
+	//
+	// With archive set, path names a directory instead, and the chunks are
+	// a tar archive of it (gzip-compressed for ARCHIVE_TAR_GZIP), written
+	// as it is walked: depth first, names sorted, relative to the
+	// directory; directories, regular files (mode and modification time
+	// kept) and symbolic links, stored as links and never followed. Other
+	// file types (sockets, FIFOs, devices) are left out. A regular file
+	// holds the size it had when it was opened: one that grows meanwhile is
+	// cut at that size; one that shrinks ends the stream with Aborted, as
+	// the archive would not hold its bytes. NotFound for a missing
+	// directory; InvalidArgument for a path that is not a directory. An
+	// error after the first chunk ends the stream with it: the archive
+	// received so far is cut short, never silently wrong.
 	ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[FileChunk]) error
 	// WriteFile writes a file of the registration's working directory from
 	// the stream, as ReadFile reads one: the first message names it, every

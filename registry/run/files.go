@@ -22,9 +22,10 @@ import (
 
 // FilesREST serves runs/files: the files of a sandbox's workspace, of any
 // size, streamed from and to its Runtime Server through its runtimed.
-// GET answers a file's bytes (verb get); PUT replaces a file with the
-// request's body, atomically (verb update), or with extract=tar extracts
-// the body, a tar archive, into a directory. Neither holds more of a file
+// GET answers a file's bytes (verb get), or with archive=tar (or tar.gz)
+// a directory as an archive; PUT replaces a file with the request's body,
+// atomically (verb update), or with extract=tar extracts the body, a tar
+// archive, into a directory. Neither holds more of a file
 // than a chunk or two.
 type FilesREST struct {
 	router PodRouter
@@ -51,7 +52,9 @@ func (r *FilesREST) NewConnectOptions() (runtime.Object, bool, string) {
 }
 
 // ProducesMIMETypes implements rest.StorageMetadata.
-func (r *FilesREST) ProducesMIMETypes(string) []string { return []string{sandboxfile.ContentType} }
+func (r *FilesREST) ProducesMIMETypes(string) []string {
+	return []string{sandboxfile.ContentType, sandboxfile.TarContentType, sandboxfile.TarGzipContentType}
+}
 
 // ProducesObject implements rest.StorageMetadata.
 func (r *FilesREST) ProducesObject(string) any { return "" }
@@ -84,6 +87,11 @@ func (r *FilesREST) Connect(ctx context.Context, name string, opts runtime.Objec
 	default:
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("extract=%q is not an archive format runs/files extracts: use extract=%s (gzip-compressed or not)", o.Extract, kruntimes.RunFilesExtractTar))
 	}
+	switch o.Archive {
+	case "", kruntimes.RunFilesArchiveTar, kruntimes.RunFilesArchiveTarGzip:
+	default:
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("archive=%q is not an archive format runs/files writes: use archive=%s or archive=%s (gzip-compressed)", o.Archive, kruntimes.RunFilesArchiveTar, kruntimes.RunFilesArchiveTarGzip))
+	}
 	obj, err := r.runs.Get(ctx, name, &metav1.GetOptions{})
 	if err != nil {
 		return nil, err
@@ -112,6 +120,9 @@ func (r *FilesREST) Connect(ctx context.Context, name string, opts runtime.Objec
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		switch {
+		case req.Method == http.MethodPut && o.Archive != "":
+			responder.Error(apierrors.NewBadRequest("archive applies to GET only: PUT takes an archive with extract=tar"))
+			return
 		case req.Method == http.MethodPut && o.Extract == kruntimes.RunFilesExtractTar:
 			extractTar(w, req, client, key, o.Path, responder)
 			return
@@ -119,7 +130,10 @@ func (r *FilesREST) Connect(ctx context.Context, name string, opts runtime.Objec
 			writeFile(w, req, client, key, o.Path, responder)
 			return
 		case o.Extract != "":
-			responder.Error(apierrors.NewBadRequest("extract applies to PUT only: GET reads one file"))
+			responder.Error(apierrors.NewBadRequest("extract applies to PUT only: GET reads one file, or a directory's archive with archive=tar"))
+			return
+		case o.Archive != "":
+			readArchive(w, req, client, key, o.Path, o.Archive, responder)
 			return
 		}
 		readFile(w, req, client, key, o.Path, responder)
@@ -127,13 +141,34 @@ func (r *FilesREST) Connect(ctx context.Context, name string, opts runtime.Objec
 }
 
 func readFile(w http.ResponseWriter, req *http.Request, client runtimedclient.Interface, key runtimedclient.FileKey, path string, responder rest.Responder) {
-	ctx := req.Context()
-	file, err := client.ReadFile(ctx, key, path)
+	file, err := client.ReadFile(req.Context(), key, path)
 	if err != nil {
 		responder.Error(err)
 		return
 	}
-	w.Header().Set("Content-Type", sandboxfile.ContentType)
+	streamFile(w, req, file, key, sandboxfile.ContentType)
+}
+
+// readArchive answers the directory dir as an archive, written as the
+// Runtime Server walks it.
+func readArchive(w http.ResponseWriter, req *http.Request, client runtimedclient.Interface, key runtimedclient.FileKey, dir string, format kruntimes.RunFilesArchive, responder rest.Responder) {
+	archive, err := client.ReadArchive(req.Context(), key, dir, format)
+	if err != nil {
+		responder.Error(err)
+		return
+	}
+	contentType := sandboxfile.TarContentType
+	if format == kruntimes.RunFilesArchiveTarGzip {
+		contentType = sandboxfile.TarGzipContentType
+	}
+	streamFile(w, req, archive, key, contentType)
+}
+
+// streamFile answers what file holds as it arrives, never more than a chunk
+// at a time.
+func streamFile(w http.ResponseWriter, req *http.Request, file runtimedclient.FileReader, key runtimedclient.FileKey, contentType string) {
+	ctx := req.Context()
+	w.Header().Set("Content-Type", contentType)
 	w.Header().Set("X-Content-Type-Options", "nosniff")
 	w.WriteHeader(http.StatusOK)
 	if n, err := file.WriteTo(w); err != nil && ctx.Err() == nil {

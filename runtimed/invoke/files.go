@@ -17,12 +17,16 @@ import (
 
 // ReadFile implements runtimedv1.RuntimedServer: once the gate admitted
 // the fencing tuple as it would an invocation, it passes the Runtime
-// Server's chunks of the file on, one by one: what runtimed holds of a
-// file is a chunk, whatever its size.
+// Server's chunks of the file (or of a directory's archive) on, one by
+// one: what runtimed holds of a file is a chunk, whatever its size.
 func (s *Server) ReadFile(req *runtimedv1.ReadFileRequest, stream runtimedv1.Runtimed_ReadFileServer) (err error) {
 	started, sent := time.Now(), int64(0)
+	op := "read"
+	if req.GetArchive() != runtimev1.Archive_ARCHIVE_NONE {
+		op = "archive"
+	}
 	defer func() {
-		s.fileLine(stream.Context(), "read", req.GetRunUid(), req.GetAttempt(), req.GetCaller(), sent, started, err)
+		s.fileLine(stream.Context(), op, req.GetRunUid(), req.GetAttempt(), req.GetCaller(), sent, started, err)
 	}()
 	id, err := s.admitFile(req.GetRunUid(), req.GetAttempt(), req.GetPodUid())
 	if err != nil {
@@ -30,7 +34,7 @@ func (s *Server) ReadFile(req *runtimedv1.ReadFileRequest, stream runtimedv1.Run
 	}
 	ctx, cancel := s.fileContext(stream.Context())
 	defer cancel()
-	up, err := s.runtimeServer.ReadFile(ctx, &runtimev1.ReadFileRequest{RunUid: req.GetRunUid(), RegistrationId: id, Path: req.GetPath()})
+	up, err := s.runtimeServer.ReadFile(ctx, &runtimev1.ReadFileRequest{RunUid: req.GetRunUid(), RegistrationId: id, Path: req.GetPath(), Archive: req.GetArchive()})
 	if err != nil {
 		return err
 	}

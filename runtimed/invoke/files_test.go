@@ -1,6 +1,7 @@
 package invoke_test
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -153,4 +154,22 @@ func TestFilesThroughRuntimed(t *testing.T) {
 	got, err = os.ReadFile(filepath.Join(work, "in/data.bin"))
 	require.NoError(t, err)
 	assert.True(t, bytes.Equal(data, got), "the file is still the one written whole")
+
+	// A directory as an archive, relayed chunk by chunk, for the live
+	// registration's tuple only.
+	archive, err := read(&runtimedv1.ReadFileRequest{RunUid: "sb-uid", Attempt: 1, PodUid: "pod-uid", Path: "in", Archive: runtimev1.Archive_ARCHIVE_TAR})
+	require.NoError(t, err)
+	tr := tar.NewReader(bytes.NewReader(archive))
+	hdr, err := tr.Next()
+	require.NoError(t, err)
+	assert.Equal(t, "data.bin", hdr.Name)
+	got, err = io.ReadAll(tr)
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, got), "the archive holds the file")
+	_, err = tr.Next()
+	assert.ErrorIs(t, err, io.EOF, "and nothing else")
+	_, err = read(&runtimedv1.ReadFileRequest{RunUid: "sb-uid", Attempt: 2, PodUid: "pod-uid", Path: "in", Archive: runtimev1.Archive_ARCHIVE_TAR})
+	assert.Equal(t, codes.FailedPrecondition, status.Code(err), "an archive of another attempt: %v", err)
+	_, err = read(&runtimedv1.ReadFileRequest{RunUid: "sb-uid", Attempt: 1, PodUid: "pod-uid", Path: "in/data.bin", Archive: runtimev1.Archive_ARCHIVE_TAR})
+	assert.Equal(t, codes.InvalidArgument, status.Code(err), "the Runtime Server's refusal is passed on: %v", err)
 }

@@ -27,11 +27,15 @@ const uploadSuffix = ".kruntimes-upload-"
 
 // ReadFile implements runtimev1.FunctionRuntimeServer: it streams a file of
 // a sandbox's workspace chunk by chunk, so what it holds is one chunk
-// whatever the file's size.
+// whatever the file's size; with an archive, a directory as one (see
+// WriteTar).
 func (s *Server) ReadFile(req *runtimev1.ReadFileRequest, stream runtimev1.FunctionRuntime_ReadFileServer) error {
 	reg, err := s.fileRegistration(req.GetRunUid(), req.GetRegistrationId())
 	if err != nil {
 		return err
+	}
+	if req.GetArchive() != runtimev1.Archive_ARCHIVE_NONE {
+		return s.readArchive(req, stream, reg)
 	}
 	root, name, err := openWorkspace(reg, req.GetPath())
 	if err != nil {

@@ -3,6 +3,7 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -280,6 +281,81 @@ func TestSandboxTarUploadThroughAggregation(t *testing.T) {
 		out, ferr = call(t, map[string]any{"op": "run_command", "cmd": "python3 work/proj/latest"})
 		require.Nil(t, ferr)
 		assert.Equal(t, "hi\n", out["stdout"], "the sandbox's code runs what was extracted")
+	})
+
+	t.Run("the directory read back as an archive is the tree extracted", func(t *testing.T) {
+		for archive, contentType := range map[string]string{"tar": "application/x-tar", "tar.gz": "application/gzip"} {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin.base+url.QueryEscape("work/proj")+"&archive="+url.QueryEscape(archive), nil)
+			require.NoError(t, err)
+			resp, err := admin.client.Do(req)
+			require.NoError(t, err)
+			require.Equal(t, http.StatusOK, resp.StatusCode, archive)
+			assert.Equal(t, contentType, resp.Header.Get("Content-Type"), archive)
+			var in io.Reader = resp.Body
+			if archive == "tar.gz" {
+				gz, err := gzip.NewReader(resp.Body)
+				require.NoError(t, err, archive)
+				in = gz
+			}
+			type seen struct {
+				typ   byte
+				mode  int64
+				size  int64
+				link  string
+				mtime int64
+			}
+			got := map[string]seen{}
+			var order []string
+			tr := tar.NewReader(in)
+			for {
+				hdr, err := tr.Next()
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				require.NoError(t, err, archive)
+				order = append(order, hdr.Name)
+				got[hdr.Name] = seen{hdr.Typeflag, hdr.Mode, hdr.Size, hdr.Linkname, hdr.ModTime.Unix()}
+				if hdr.Name == "src/data/big.bin" {
+					// Compared as it streams: the test holds a copy buffer.
+					want := io.LimitReader(rand.NewChaCha8([32]byte{3}), bigBytes)
+					wantSum, gotSum := sha256.New(), sha256.New()
+					_, err := io.Copy(wantSum, want)
+					require.NoError(t, err)
+					_, err = io.Copy(gotSum, tr)
+					require.NoError(t, err, archive)
+					assert.Equal(t, wantSum.Sum(nil), gotSum.Sum(nil), "%s: the big file's bytes", archive)
+				}
+			}
+			_ = resp.Body.Close()
+			assert.Equal(t, []string{"latest", "src/", "src/data/", "src/data/big.bin", "src/main.py"}, order, "%s: depth first, sorted", archive)
+			assert.Equal(t, seen{tar.TypeSymlink, 0o777, 0, "src/main.py", got["latest"].mtime}, got["latest"], archive)
+			assert.Equal(t, seen{tar.TypeReg, 0o755, 12, "", mtime.Unix()}, got["src/main.py"], archive)
+			assert.Equal(t, seen{tar.TypeReg, 0o644, bigBytes, "", mtime.Unix()}, got["src/data/big.bin"], archive)
+			assert.Equal(t, byte(tar.TypeDir), got["src/"].typ, archive)
+		}
+	})
+
+	t.Run("archive on a file or a PUT, or an unknown archive, is 400", func(t *testing.T) {
+		for _, c := range []struct{ method, path, archive, says string }{
+			{http.MethodGet, "work/proj/src/main.py", "tar", "not a directory"},
+			{http.MethodGet, "work/proj", "zip", "archive=tar"},
+			{http.MethodPut, "work/proj", "tar", "GET only"},
+		} {
+			req, err := http.NewRequestWithContext(ctx, c.method, admin.base+url.QueryEscape(c.path)+"&archive="+c.archive, strings.NewReader("x"))
+			require.NoError(t, err)
+			resp, err := admin.client.Do(req)
+			require.NoError(t, err)
+			body, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			assert.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s %s: %s", c.method, c.archive, body)
+			assert.Contains(t, string(body), c.says)
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, admin.base+url.QueryEscape("work/nope")+"&archive=tar", nil)
+		require.NoError(t, err)
+		resp, err := admin.client.Do(req)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusNotFound, resp.StatusCode, "a missing directory")
 	})
 
 	t.Run("an archive with an entry out of the workspace is 400 and leaves nothing", func(t *testing.T) {

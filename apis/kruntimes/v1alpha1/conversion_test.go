@@ -68,4 +68,10 @@ func TestRunFilesOptionsFromQuery(t *testing.T) {
 	got := &kruntimes.RunFilesOptions{}
 	require.NoError(t, runtime.NewParameterCodec(scheme).DecodeParameters(q, v1alpha1.SchemeGroupVersion, got))
 	assert.Equal(t, "data/a b/../c.bin", got.Path)
+
+	q, err = url.ParseQuery("path=src&archive=" + url.QueryEscape(string(kruntimes.RunFilesArchiveTarGzip)))
+	require.NoError(t, err)
+	got = &kruntimes.RunFilesOptions{}
+	require.NoError(t, runtime.NewParameterCodec(scheme).DecodeParameters(q, v1alpha1.SchemeGroupVersion, got))
+	assert.Equal(t, kruntimes.RunFilesArchiveTarGzip, got.Archive, "archive is decoded as sent")
 }

@@ -658,6 +658,11 @@ func (m *RunFilesOptions) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.Archive)
+	copy(dAtA[i:], m.Archive)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Archive)))
+	i--
+	dAtA[i] = 0x1a
 	i -= len(m.Extract)
 	copy(dAtA[i:], m.Extract)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Extract)))
@@ -1899,6 +1904,8 @@ func (m *RunFilesOptions) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.Extract)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.Archive)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -2427,6 +2434,7 @@ func (this *RunFilesOptions) String() string {
 	s := strings.Join([]string{`&RunFilesOptions{`,
 		`Path:` + fmt.Sprintf("%v", this.Path) + `,`,
 		`Extract:` + fmt.Sprintf("%v", this.Extract) + `,`,
+		`Archive:` + fmt.Sprintf("%v", this.Archive) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -4540,6 +4548,38 @@ func (m *RunFilesOptions) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Extract = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 3:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Archive", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Archive = string(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -460,6 +460,14 @@ type RunFilesOptions struct {
 	// +optional
 	// (A plain string: query parameters are simple types in OpenAPI.)
 	Extract string `json:"extract,omitempty" protobuf:"bytes,2,opt,name=extract"`
+	// Archive, on GET only, answers the directory Path names as an archive
+	// of it rather than a file's bytes: "tar" for a tar archive
+	// (application/x-tar), "tar.gz" for a gzip-compressed one
+	// (application/gzip). Entries are relative to the directory, depth
+	// first and sorted; symbolic links are stored as links, never
+	// followed; sockets, FIFOs and devices are left out.
+	// +optional
+	Archive string `json:"archive,omitempty" protobuf:"bytes,3,opt,name=archive"`
 }
 
 // RunFilesExtract says how a PUT of runs/files takes its body.
@@ -470,6 +478,17 @@ const (
 	// RunFilesExtractTar: the body is a tar archive (gzip-compressed or
 	// not), extracted into the directory Path names.
 	RunFilesExtractTar RunFilesExtract = "tar"
+)
+
+// RunFilesArchive says how a GET of runs/files answers a directory.
+type RunFilesArchive string
+
+// RunFilesArchives.
+const (
+	// RunFilesArchiveTar: a tar archive of the directory Path names.
+	RunFilesArchiveTar RunFilesArchive = "tar"
+	// RunFilesArchiveTarGzip: a gzip-compressed tar archive of it.
+	RunFilesArchiveTarGzip RunFilesArchive = "tar.gz"
 )
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -620,6 +620,7 @@ func Convert_kruntimes_RunEndpoint_To_v1alpha1_RunEndpoint(in *kruntimes.RunEndp
 func autoConvert_v1alpha1_RunFilesOptions_To_kruntimes_RunFilesOptions(in *RunFilesOptions, out *kruntimes.RunFilesOptions, s conversion.Scope) error {
 	out.Path = in.Path
 	out.Extract = kruntimes.RunFilesExtract(in.Extract)
+	out.Archive = kruntimes.RunFilesArchive(in.Archive)
 	return nil
 }
 
@@ -631,6 +632,7 @@ func Convert_v1alpha1_RunFilesOptions_To_kruntimes_RunFilesOptions(in *RunFilesO
 func autoConvert_kruntimes_RunFilesOptions_To_v1alpha1_RunFilesOptions(in *kruntimes.RunFilesOptions, out *RunFilesOptions, s conversion.Scope) error {
 	out.Path = in.Path
 	out.Extract = string(in.Extract)
+	out.Archive = string(in.Archive)
 	return nil
 }
 
@@ -655,6 +657,13 @@ func autoConvert_url_Values_To_v1alpha1_RunFilesOptions(in *url.Values, out *Run
 		}
 	} else {
 		out.Extract = ""
+	}
+	if values, ok := map[string][]string(*in)["archive"]; ok && len(values) > 0 {
+		if err := runtime.Convert_Slice_string_To_string(&values, &out.Archive, s); err != nil {
+			return err
+		}
+	} else {
+		out.Archive = ""
 	}
 	return nil
 }

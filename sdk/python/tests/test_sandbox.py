@@ -3,6 +3,7 @@ built-in handler kruntimes.sandbox on a Runtime of capacity 1."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 import time
 import uuid
@@ -226,6 +227,17 @@ def test_files_tree_operations_and_archives(client: kruntimes.Client, sandbox_ru
         assert sb.commands.run("python3 work/proj/latest").stdout == "hi\n", "links arrive as links"
         cut = sb.files.list("work", recursive=True, max_entries=2)
         assert len(cut) == 2 and cut.truncated
+
+        # And back: the directory as an archive, extracted locally.
+        back = sb.files.download_dir("work/proj", tmp_path / "back")
+        assert (back.files, back.bytes, back.skipped) == (2, len("print('hi')\n") + (3 << 20), ())
+        assert (tmp_path / "back" / "src" / "main.py").read_text() == "print('hi')\n"
+        assert (tmp_path / "back" / "src" / "pkg" / "data.bin").read_bytes() == b"\0" * (3 << 20)
+        assert os.readlink(tmp_path / "back" / "latest") == "src/main.py", "links come back as links"
+        import io as _io
+        import tarfile as _tarfile
+        names = _tarfile.open(fileobj=_io.BytesIO(b"".join(sb.files.download_tar("work/proj", gzip=True)))).getnames()
+        assert names == ["latest", "src", "src/main.py", "src/pkg", "src/pkg/data.bin"]
 
         info = sb.files.stat("work/proj/src/pkg/data.bin")
         assert (info.type, info.size) == ("file", 3 << 20)

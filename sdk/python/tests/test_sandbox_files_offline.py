@@ -19,7 +19,7 @@ import pytest
 
 import kruntimes
 from kruntimes.functions import Function
-from kruntimes.sandbox import EntryInfo, Extracted, Sandbox, SandboxFileNotFound
+from kruntimes.sandbox import Downloaded, EntryInfo, Extracted, Sandbox, SandboxFileNotFound
 
 Answer = Callable[[str, dict[str, list[str]], bytes], tuple[int, Any]]
 
@@ -55,15 +55,17 @@ class FakeAPIServer:
                 outer.requests.append({"method": self.command, "path": url.path, "query": query, "body": body,
                                        "chunks": chunks})
                 code, obj = answer(self.command, query, body)
-                data = json.dumps(obj).encode()
+                raw = isinstance(obj, bytes)
+                data = obj if raw else json.dumps(obj).encode()
                 self.send_response(code)
-                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Type", "application/x-tar" if raw else "application/json")
                 if isinstance(obj, dict) and obj.get("kind") == "InvokeResult" and obj.get("error"):
                     self.send_header("X-Kruntime-Function-Error", obj["error"]["type"])
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
 
+            do_GET = _serve  # noqa: N815
             do_PUT = _serve  # noqa: N815
             do_POST = _serve  # noqa: N815
 
@@ -202,3 +204,62 @@ def test_a_missing_path_raises_sandbox_file_not_found(fake) -> None:
         sb.files.stat("nope")
     assert isinstance(e.value, kruntimes.FunctionError), "still a FunctionError, as before"
     assert e.value.type == "FileNotFoundError"
+
+
+def _archive(*members: tuple[str, str, str]) -> bytes:
+    """A tar archive of (name, kind, content or link target)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, kind, value in members:
+            info = tarfile.TarInfo(name)
+            info.mtime = 1700000000
+            if kind == "dir":
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
+                tar.addfile(info)
+            elif kind == "link":
+                info.type, info.linkname = tarfile.SYMTYPE, value
+                tar.addfile(info)
+            else:
+                data = value.encode()
+                info.size, info.mode = len(data), 0o4755 if kind == "setuid" else 0o644
+                tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def test_download_tar_streams_the_archive_the_server_writes(fake, tmp_path: pathlib.Path) -> None:
+    archive = _archive(("a.txt", "file", "a" * 700_000), ("d/", "dir", ""))
+    server, sb = fake(lambda m, q, b: (200, archive))
+    assert b"".join(sb.files.download_tar("work")) == archive
+    assert server.requests[-1]["method"] == "GET"
+    assert server.requests[-1]["query"]["archive"] == ["tar"] and server.requests[-1]["query"]["path"] == ["work"]
+    assert sb.files.download_tar("work", tmp_path / "w.tar", gzip=True) == len(archive)
+    assert (tmp_path / "w.tar").read_bytes() == archive
+    assert server.requests[-1]["query"]["archive"] == ["tar.gz"]
+    out = io.BytesIO()
+    assert sb.files.download_tar("work", out) == len(archive) and out.getvalue() == archive
+
+
+def test_download_dir_extracts_safely(fake, tmp_path: pathlib.Path) -> None:
+    archive = _archive(("src/", "dir", ""), ("src/main.py", "file", "print('hi')\n"), ("latest", "link", "src/main.py"),
+                       ("run.sh", "setuid", "#!/bin/sh\n"), ("abs", "link", "/etc/passwd"),
+                       ("up", "link", "../../outside"), ("../escape.txt", "file", "x"))
+    _, sb = fake(lambda m, q, b: (200, archive))
+    local = tmp_path / "out"
+    got = sb.files.download_dir("work/proj", local)
+    assert got == Downloaded(str(local), 2, len("print('hi')\n") + len("#!/bin/sh\n"), ("abs", "up", "../escape.txt"))
+    assert (local / "src" / "main.py").read_text() == "print('hi')\n"
+    assert (local / "latest").is_symlink() and (local / "latest").read_text() == "print('hi')\n"
+    assert (local / "run.sh").stat().st_mode & 0o7777 == 0o755, "setuid is dropped"
+    assert (local / "src" / "main.py").stat().st_mtime == 1700000000
+    assert not (local / "abs").exists() and not (local / "up").is_symlink()
+    assert not (tmp_path / "escape.txt").exists(), "nothing lands outside local_dir"
+
+
+def test_download_of_a_missing_directory_raises_not_found(fake, tmp_path: pathlib.Path) -> None:
+    status = {"kind": "Status", "apiVersion": "v1", "status": "Failure", "reason": "NotFound", "code": 404,
+              "message": 'no file "nope" in the sandbox\'s workspace'}
+    _, sb = fake(lambda m, q, b: (404, status))
+    with pytest.raises(kruntimes.NotFound):
+        sb.files.download_tar("nope")
+    with pytest.raises(kruntimes.NotFound):
+        sb.files.download_dir("nope", tmp_path / "out")

@@ -20,7 +20,7 @@ from . import sandbox as sync_sandbox
 from . import tasks as sync_tasks
 from .functions import InvokeResult
 from .retry import Retry
-from .sandbox import CommandInfo, CommandResult, EntryInfo, EntryList, Execution, Extracted
+from .sandbox import CommandInfo, CommandResult, Downloaded, EntryInfo, EntryList, Execution, Extracted
 from .tasks import TaskResult
 
 
@@ -212,6 +212,17 @@ class Files:
     async def download(self, path: str, dst: Any = None, *, timeout: float | None = None) -> bytes | int:
         """As :meth:`kruntimes.sandbox.Files.download`, in a worker thread."""
         return await asyncio.to_thread(self._sync.download, path, dst, timeout=timeout)
+
+    async def download_tar(self, path: str, dst: Any, *, gzip: bool = False, timeout: float | None = None) -> int:
+        """As :meth:`kruntimes.sandbox.Files.download_tar` into ``dst`` (a
+        path-like or a binary file object), in a worker thread."""
+        if dst is None:
+            raise TypeError("download_tar of the asyncio client writes to dst: name a local file or pass a file object")
+        return await asyncio.to_thread(self._sync.download_tar, path, dst, gzip=gzip, timeout=timeout)  # type: ignore[return-value]
+
+    async def download_dir(self, path: str, local_dir: Any, *, timeout: float | None = None) -> Downloaded:
+        """As :meth:`kruntimes.sandbox.Files.download_dir`, in a worker thread."""
+        return await asyncio.to_thread(self._sync.download_dir, path, local_dir, timeout=timeout)
 
     async def upload_tar(self, path: str, src: Any, *, timeout: float | None = None) -> Extracted:
         """As :meth:`kruntimes.sandbox.Files.upload_tar`, in a worker thread."""

@@ -21,6 +21,7 @@ workspace::
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import tarfile
@@ -280,6 +281,19 @@ class Extracted:
     path: str
     files: int
     bytes: int
+
+
+@dataclass(frozen=True)
+class Downloaded:
+    """What :meth:`Files.download_dir` extracted into ``local_dir``: the
+    regular files and their bytes, and the names of the entries it left
+    out as unsafe (a link that leads outside ``local_dir``, an absolute
+    name), which the sandbox holds but ``local_dir`` does not."""
+
+    local_dir: str
+    files: int
+    bytes: int
+    skipped: tuple[str, ...] = ()
 
 
 def _entry(e: Mapping[str, Any], name: str | None = None) -> EntryInfo:
@@ -677,16 +691,123 @@ class Files:
             resp.raw.close()
             resp.raw.release_conn()
 
+    def download_tar(self, path: str, dst: FileDestination | None = None, *, gzip: bool = False,
+                     timeout: float | None = None) -> Iterator[bytes] | int:
+        """The directory ``path`` as a tar archive (gzip-compressed with
+        ``gzip``), written by the sandbox as it walks the directory
+        (``GET runs/NAME/files?archive=tar``, ``get runs/files``): entries
+        relative to ``path``, depth first; directories, regular files (mode
+        and modification time kept) and symbolic links, stored as links and
+        never followed; sockets, FIFOs and devices left out.
+
+        With ``dst`` None, an iterator of the archive's chunks (consume it
+        to the end, or close it); else streamed into ``dst`` — a path-like
+        (written whole, or not at all) or a binary file object — and the
+        archive's size returned. A missing ``path`` raises
+        :class:`kruntimes.NotFound` before any byte; a stream that breaks
+        off (a file that shrank while it was read) raises
+        :class:`kruntimes.KruntimesError`, and what was received is an
+        archive cut short. ``timeout`` bounds the wait for each read."""
+        resp = self._open_archive(path, gzip, timeout)
+        if dst is None:
+            return self._archive_chunks(path, resp)
+        try:
+            return self._write_to(path, resp, dst)
+        finally:
+            resp.raw.close()
+            resp.raw.release_conn()
+
+    def download_dir(self, path: str, local_dir: str | os.PathLike[str], *, timeout: float | None = None) -> Downloaded:
+        """Downloads the directory ``path`` of the sandbox into the local
+        directory ``local_dir`` (made when missing), as :meth:`download_tar`
+        streams it, extracted as it arrives, never held whole. Extraction
+        follows ``tarfile``'s ``data`` filter: an entry whose name or link
+        leaves ``local_dir`` is skipped (and named in ``skipped``), modes
+        lose setuid, setgid and write for others, owners are not kept."""
+        dest = os.path.realpath(os.fspath(local_dir))
+        os.makedirs(dest, exist_ok=True)
+        resp = self._open_archive(path, False, timeout)
+        files = size = 0
+        skipped: list[str] = []
+        try:
+            with tarfile.open(fileobj=_RawReader(resp), mode="r|") as tar:
+                for member in tar:
+                    if not _safe_member(member, dest):
+                        skipped.append(member.name)
+                        continue
+                    if hasattr(tarfile, "data_filter"):
+                        tar.extract(member, dest, filter="data")
+                    else:
+                        tar.extract(member, dest)
+                    if member.isreg():
+                        files, size = files + 1, size + member.size
+        except (urllib3.exceptions.HTTPError, tarfile.ReadError) as e:
+            sb = self._sandbox
+            err = errors.KruntimesError(f"download of {path} from sandbox {sb.name} broke off: {e}; "
+                                        f"{local_dir} holds part of it", run=sb.name)
+            err.not_run = False
+            raise err from e
+        finally:
+            resp.raw.close()
+            resp.raw.release_conn()
+        return Downloaded(os.fspath(local_dir), files, size, tuple(skipped))
+
+    def _open_archive(self, path: str, gzip: bool, timeout: float | None) -> Any:
+        sb = self._sandbox
+        resp = self._send("GET", path, stream=True, timeout=timeout, archive="tar.gz" if gzip else "tar")
+        if resp.code != 200:
+            try:
+                resp.body = resp.raw.read()
+            finally:
+                resp.raw.close()
+                resp.raw.release_conn()
+            raise errors.error_for(resp.code, resp.headers, resp.status(), run=sb.name)
+        return resp
+
+    def _archive_chunks(self, path: str, resp: Any) -> Iterator[bytes]:
+        try:
+            yield from resp.raw.stream(_CHUNK_BYTES, decode_content=True)
+        except urllib3.exceptions.HTTPError as e:
+            sb = self._sandbox
+            err = errors.KruntimesError(f"download of {path} from sandbox {sb.name} broke off: {e}", run=sb.name)
+            err.not_run = False
+            raise err from e
+        finally:
+            resp.raw.close()
+            resp.raw.release_conn()
+
+    def _write_to(self, path: str, resp: Any, dst: FileDestination) -> int:
+        sb = self._sandbox
+        try:
+            if isinstance(dst, os.PathLike):
+                target = os.fspath(dst)
+                tmp = f"{target}.kruntimes-download-{os.getpid()}"
+                try:
+                    with open(tmp, "wb") as f:
+                        size = _copy(resp, f)
+                    os.replace(tmp, target)
+                except BaseException:
+                    if os.path.exists(tmp):
+                        os.unlink(tmp)
+                    raise
+                return size
+            return _copy(resp, dst)
+        except urllib3.exceptions.HTTPError as e:
+            err = errors.KruntimesError(f"download of {path} from sandbox {sb.name} broke off: {e}", run=sb.name)
+            err.not_run = False
+            raise err from e
+
     def _send(self, method: str, path: str, **kw: Any) -> Any:
         sb = self._sandbox
         if sb._closed:
             raise errors.KruntimesError(f"sandbox {sb.name} is closed", run=sb.name)
         timeout = kw.pop("timeout", None)
         extract = kw.pop("extract", None)
+        archive = kw.pop("archive", None)
         transport = sb.function._client._transport
         try:
             return transport.send(method, runs_path(sb.namespace, sb.name, "files"),
-                                  query={"path": path, "extract": extract},
+                                  query={"path": path, "extract": extract, "archive": archive},
                                   timeout=urllib3.Timeout(connect=30, read=timeout), **kw)
         except _NOT_SENT as e:
             raise errors.ConnectFailed(f"cannot connect to {transport.host}: {e}", run=sb.name) from e
@@ -754,6 +875,56 @@ def _bytes_chunks(data: bytes) -> Iterator[bytes]:
 def _file_chunks(f: Any) -> Iterator[bytes]:
     while chunk := f.read(_CHUNK_BYTES):
         yield bytes(chunk)
+
+
+class _RawReader(io.RawIOBase):
+    """A response's body as a file object for ``tarfile``'s stream mode."""
+
+    def __init__(self, resp: Any) -> None:
+        self._chunks = resp.raw.stream(_CHUNK_BYTES, decode_content=True)
+        self._pending = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        while not self._pending:
+            self._pending = next(self._chunks, b"")
+            if not self._pending:
+                return 0
+        n = min(len(b), len(self._pending))
+        b[:n] = self._pending[:n]
+        self._pending = self._pending[n:]
+        return n
+
+
+def _inside(dest: str, p: str) -> bool:
+    return os.path.commonpath([dest, os.path.realpath(p)]) == dest
+
+
+def _safe_member(member: tarfile.TarInfo, dest: str) -> bool:
+    """Whether member lands inside dest, as tarfile's ``data`` filter
+    judges (on Pythons without it too): no absolute name, nothing out by
+    ``..`` or through a link, only files, directories and links, modes
+    without setuid, setgid or write for others, no owner."""
+    name = member.name
+    if os.path.isabs(name) or not _inside(dest, os.path.join(dest, name)):
+        return False
+    if member.issym():
+        if os.path.isabs(member.linkname) or not _inside(
+                dest, os.path.join(dest, os.path.dirname(name), member.linkname)):
+            return False
+    elif member.islnk():
+        if os.path.isabs(member.linkname) or not _inside(dest, os.path.join(dest, member.linkname)):
+            return False
+    elif not (member.isreg() or member.isdir()):
+        return False
+    member.mode &= 0o755
+    if member.isdir():
+        member.mode |= 0o700  # its entries go in after it
+    member.uid = member.gid = 0
+    member.uname = member.gname = ""
+    return True
 
 
 def _copy(resp: Any, dst: Any) -> int:
