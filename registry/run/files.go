@@ -107,7 +107,7 @@ func (r *FilesREST) Connect(ctx context.Context, name string, opts runtime.Objec
 	case run.Status.Phase != lifecycle.Ready || run.Status.AssignedPod == "":
 		// As an invoke of a function that is not Ready yet: a sandbox
 		// being created or recovered serves its files shortly.
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("Run %s is %s, not Ready: a sandbox serves its files while it is Ready; retry shortly", name, run.Status.Phase))
+		return nil, runtimedclient.Unavailable(fmt.Sprintf("Run %s is %s, not Ready: a sandbox serves its files while it is Ready; retry shortly", name, run.Status.Phase))
 	}
 	namespace, _ := genericapirequest.NamespaceFrom(ctx)
 	key := runtimedclient.FileKey{RunUID: run.UID, Attempt: run.Status.Attempt, PodUID: run.Status.AssignedPodUID}

@@ -57,7 +57,8 @@ const sandboxFileHeldBytes = 96 << 20
 // held by none of kruntimes-apiserver, runtimed and the Runtime Server
 // (their peak RSS grows by a fraction of it). A path that leaves the
 // workspace is 400, a missing file 404; kruntimes-view may not read a
-// sandbox's files (403) and kruntimes-edit may; a sandbox that ended is 409.
+// sandbox's files (403) and kruntimes-edit may; a sandbox not Ready yet is
+// 503 with Retry-After, one that ended is 409.
 func TestSandboxFilesThroughAggregation(t *testing.T) {
 	f := framework.Get(t)
 	client := controllersClient(t, f)
@@ -158,6 +159,26 @@ func TestSandboxFilesThroughAggregation(t *testing.T) {
 		assert.Equal(t, http.StatusForbidden, resp.StatusCode, "%s", body)
 		code, body := viewer.put(ctx, t, "small.txt", strings.NewReader("overwritten"))
 		assert.Equal(t, http.StatusForbidden, code, "%s", body)
+	})
+
+	t.Run("a sandbox not Ready yet is 503 with Retry-After", func(t *testing.T) {
+		createRun(ctx, t, client, ns, functionRun("nowhere", "no-such-runtime", "", "", "kruntimes.sandbox"))
+		var code int
+		var body []byte
+		var retryAfter string
+		// The Run is in kruntimes-apiserver's watch cache once created;
+		// poll only past a NotFound from a replica that has not seen it.
+		err := framework.Poll(ctx, framework.PollInterval, functionTimeout, func(ctx context.Context, _ *framework.Observed) (bool, error) {
+			resp := newFileClient(t, f.AdminConfig, ns, "nowhere").get(ctx, t, "small.txt")
+			body, _ = io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			code, retryAfter = resp.StatusCode, resp.Header.Get("Retry-After")
+			return code != http.StatusNotFound, nil
+		})
+		require.NoError(t, err, "the last answer: %d %s", code, body)
+		assert.Equal(t, http.StatusServiceUnavailable, code, "%s", body)
+		assert.Equal(t, "1", retryAfter, "a client is told when to ask again")
+		assert.Contains(t, string(body), "not Ready")
 	})
 
 	t.Run("a sandbox that ended is 409", func(t *testing.T) {

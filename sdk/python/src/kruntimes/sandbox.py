@@ -666,23 +666,9 @@ class Files:
             if resp.code != 200:
                 resp.body = resp.raw.read()
                 raise errors.error_for(resp.code, resp.headers, resp.status(), run=sb.name)
-            if dst is None:
-                return resp.raw.read()
-            if isinstance(dst, os.PathLike):
-                # A local file that is whole or absent: written aside, then
-                # renamed into place.
-                target = os.fspath(dst)
-                tmp = f"{target}.kruntimes-download-{os.getpid()}"
-                try:
-                    with open(tmp, "wb") as f:
-                        size = _copy(resp, f)
-                    os.replace(tmp, target)
-                except BaseException:
-                    if os.path.exists(tmp):
-                        os.unlink(tmp)
-                    raise
-                return size
-            return _copy(resp, dst)
+            if dst is not None:
+                return self._write_to(path, resp, dst)
+            return resp.raw.read()
         except urllib3.exceptions.HTTPError as e:
             err = errors.KruntimesError(f"download of {path} from sandbox {sb.name} broke off: {e}", run=sb.name)
             err.not_run = False
@@ -780,6 +766,8 @@ class Files:
         sb = self._sandbox
         try:
             if isinstance(dst, os.PathLike):
+                # A local file that is whole or absent: written aside, then
+                # renamed into place.
                 target = os.fspath(dst)
                 tmp = f"{target}.kruntimes-download-{os.getpid()}"
                 try:
