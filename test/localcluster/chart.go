@@ -73,8 +73,21 @@ func (c *Cluster) Helm(ctx context.Context, args ...string) ([]byte, error) {
 }
 
 // HelmUpgradeArgs are the arguments of chart mode's helm upgrade --install,
-// to which a test may add --set flags.
+// to which a test may add --set flags. On the real node they are the
+// chart's defaults with the tag of the images make images built, as a
+// cluster operator installs it; on the process-Pod node they add the
+// values file of the local node.
 func (c *Cluster) HelmUpgradeArgs() []string {
+	if c.cfg.Node == NodeContainerd {
+		args := []string{"upgrade", "--install", ChartRelease, c.ChartDir(), "--namespace", KruntimesNamespace}
+		if c.realNode != nil && c.realNode.imageTag != "" {
+			args = append(args,
+				"--set", "image.apiserver.tag="+c.realNode.imageTag,
+				"--set", "image.controllers.tag="+c.realNode.imageTag,
+			)
+		}
+		return args
+	}
 	return []string{"upgrade", "--install", ChartRelease, c.ChartDir(),
 		"--namespace", KruntimesNamespace,
 		"--values", c.ChartValuesPath(),
@@ -138,20 +151,30 @@ func (c *Cluster) installChart(ctx context.Context, client kubernetes.Interface)
 	if _, err := os.Stat(c.binary("helm")); err != nil {
 		return fmt.Errorf("chart mode needs bin/helm: run make helm")
 	}
-	c.progress("building kruntimes-apiserver and kruntimes-controllers (%s, %s%s) for the chart's images, tag %s", repobin.APIServer.Package, repobin.Controllers.Package, raceNote(), ChartImageTag)
-	if err := repobin.Build(ctx, c.cfg.RepoRoot, repobin.APIServer, repobin.Controllers); err != nil {
-		return err
+	if c.cfg.Node == NodeContainerd {
+		// containerd pulls the images make images built from the
+		// loopback registry; nothing is built here.
+		if c.realNode == nil || c.realNode.imageTag == "" {
+			return fmt.Errorf("chart mode on the real node installs the images make images builds: none in _output/images, run make images")
+		}
+	} else {
+		c.progress("building kruntimes-apiserver and kruntimes-controllers (%s, %s%s) for the chart's images, tag %s", repobin.APIServer.Package, repobin.Controllers.Package, raceNote(), ChartImageTag)
+		if err := repobin.Build(ctx, c.cfg.RepoRoot, repobin.APIServer, repobin.Controllers); err != nil {
+			return err
+		}
 	}
 	c.progress("namespace %s (Pod Security restricted)", KruntimesNamespace)
 	if err := ensureRestrictedNamespace(ctx, client, KruntimesNamespace); err != nil {
 		return err
 	}
-	values, err := c.chartValues()
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(c.ChartValuesPath(), values, 0o644); err != nil {
-		return err
+	if c.cfg.Node == NodeProcess {
+		values, err := c.chartValues()
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(c.ChartValuesPath(), values, 0o644); err != nil {
+			return err
+		}
 	}
 	args := c.HelmUpgradeArgs()
 	c.progress("helm %s", strings.Join(args, " "))

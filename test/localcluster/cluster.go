@@ -106,10 +106,14 @@ const (
 	// KruntimesDisabled never runs it.
 	KruntimesDisabled KruntimesMode = "disabled"
 	// KruntimesChart installs charts/kruntimes with bin/helm instead of
-	// running a host process: the chart's Deployment (its Pod run by the
-	// node agent from bin/kruntimes-apiserver), Service, PVC, RBAC, Secrets
-	// and APIService, reached through Service endpoints
-	// (--enable-aggregator-routing). Embedded storage, one replica.
+	// running a host process: the chart's Deployment, Service, PVC, RBAC,
+	// Secrets and APIService. Embedded storage, one replica. On the
+	// process-Pod node the node agent runs its Pods from bin/ with
+	// local-only values, reached through Service endpoints
+	// (--enable-aggregator-routing); on the real node containerd runs the
+	// images make images built, installed with the chart's defaults, and
+	// kube-apiserver reaches the Service's ClusterIP through kube-proxy,
+	// as on kind.
 	KruntimesChart KruntimesMode = "chart"
 )
 
@@ -189,8 +193,8 @@ func Start(ctx context.Context, cfg Config) (*Cluster, error) {
 	if cfg.Node == NodeContainerd && cfg.PodCIDR == "" {
 		cfg.PodCIDR = realnode.DefaultPodCIDR
 	}
-	if cfg.Node == NodeContainerd && cfg.Kruntimes == KruntimesChart {
-		return nil, fmt.Errorf("chart mode on the real node is not supported yet")
+	if cfg.Node == NodeContainerd && cfg.Kruntimes == KruntimesChart && len(cfg.KruntimesArgs) > 0 {
+		return nil, fmt.Errorf("chart mode on the real node installs the chart's defaults: no extra kruntimes-apiserver flags, got %q", cfg.KruntimesArgs)
 	}
 	if cfg.Kruntimes == KruntimesChart && (cfg.KruntimesReplicas > 1 || (cfg.KruntimesStorage != "" && cfg.KruntimesStorage != "embedded")) {
 		return nil, fmt.Errorf("chart mode runs the chart's defaults: one replica on embedded storage, not %d on %q", cfg.KruntimesReplicas, cfg.KruntimesStorage)
@@ -298,7 +302,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	controllers := "*,-node-ipam-controller,-persistentvolume-attach-detach-controller"
-	if c.chart() {
+	if c.chart() && c.cfg.Node == NodeProcess {
 		// EndpointSlice validation refuses loopback IPv4 addresses, which
 		// every Pod IP here is: the endpoints publisher writes FQDN slices
 		// instead (test/localcluster/endpoints).
@@ -476,9 +480,11 @@ func (c *Cluster) apiServerArgs(etcdURL string, port int) []string {
 		// no process Pod needs the kubernetes Service's endpoints.
 		args = append(args, "--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none")
 	}
-	if c.chart() {
+	if c.chart() && c.cfg.Node == NodeProcess {
 		// The aggregator dials an endpoint of the APIService's Service
-		// rather than its ClusterIP, which nothing here routes.
+		// rather than its ClusterIP, which nothing here routes. The real
+		// node's kube-proxy routes ClusterIPs on this host too, so there
+		// kube-apiserver runs without it, as kind's does.
 		args = append(args, "--enable-aggregator-routing=true")
 	}
 	return args

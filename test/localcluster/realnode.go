@@ -44,6 +44,9 @@ type realNode struct {
 	// IP, to kube-apiserver on loopback.
 	apiServerForward     *serviceFront
 	stopAPIServerForward context.CancelFunc
+	// imageTag is the release tag (not latest) of the kruntimes-apiserver
+	// image pushed from _output/images, "" when there is none.
+	imageTag string
 }
 
 // SandboxImageRepository is the pause image's repository in the loopback
@@ -308,6 +311,11 @@ func (c *Cluster) pushImages(ctx context.Context, registry *realnode.Registry) e
 			return err
 		}
 		pushed = append(pushed, refs...)
+		for _, ref := range refs {
+			if tag, ok := strings.CutPrefix(ref, ImageHost+"/kruntimes-apiserver:"); ok && tag != "latest" {
+				c.realNode.imageTag = tag
+			}
+		}
 	}
 	c.progress("images from %s in the loopback registry: %s", dir, strings.Join(pushed, ", "))
 	return nil

@@ -185,9 +185,14 @@ func Dir(root string, pvc *corev1.PersistentVolumeClaim) string {
 
 func (p *Provisioner) provision(ctx context.Context, pvc *corev1.PersistentVolumeClaim) error {
 	dir := Dir(p.root, pvc)
-	// World-writable like a fresh volume with fsGroup: the Pod's processes
-	// run as this machine's user whatever runAsUser says.
+	// World-writable, as Rancher's local-path provisioner (kind's default
+	// StorageClass) makes it: a hostPath volume ignores fsGroup, and on
+	// the real node the Pod runs as its runAsUser, not root. Chmod too:
+	// MkdirAll's mode passes through the umask.
 	if err := os.MkdirAll(dir, 0o777); err != nil {
+		return err
+	}
+	if err := os.Chmod(dir, 0o777); err != nil {
 		return err
 	}
 	size, ok := pvc.Spec.Resources.Requests[corev1.ResourceStorage]

@@ -164,8 +164,8 @@ func (o *Options) Validate(args []string) error {
 	switch localcluster.NodeMode(o.Node) {
 	case localcluster.NodeProcess:
 	case localcluster.NodeContainerd:
-		if localcluster.KruntimesMode(o.Kruntimes) == localcluster.KruntimesChart {
-			errs = append(errs, fmt.Errorf("--kruntimes-apiserver=chart does not run on --node=containerd yet"))
+		if localcluster.KruntimesMode(o.Kruntimes) == localcluster.KruntimesChart && len(o.KruntimesArgs) > 0 {
+			errs = append(errs, fmt.Errorf("--kruntimes-apiserver=chart on --node=containerd installs the chart's defaults: no --kruntimes-apiserver-arg"))
 		}
 		if _, cidr, err := net.ParseCIDR(o.PodCIDR); err != nil || cidr.IP.To4() == nil {
 			errs = append(errs, fmt.Errorf("--pod-cidr %q is not an IPv4 CIDR", o.PodCIDR))
