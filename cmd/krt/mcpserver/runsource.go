@@ -274,14 +274,17 @@ func (s *sharedRunSources) release(principal string, shared *sharedRunSource) {
 	s.mu.Lock()
 	shared.sessions--
 	last := shared.sessions == 0
-	if last && s.byPrincipal[principal] == shared {
-		delete(s.byPrincipal, principal)
+	if last {
+		if s.byPrincipal[principal] == shared {
+			delete(s.byPrincipal, principal)
+		}
+		// Nothing acts as the principal any more: the token goes before
+		// the watch ends, so no one sees the watch gone and the token kept.
+		shared.token.set("")
 	}
 	s.mu.Unlock()
 	if last {
 		shared.source.stop()
-		// Nothing acts as the principal any more.
-		shared.token.set("")
 	}
 }
 
