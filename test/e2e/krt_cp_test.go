@@ -95,7 +95,7 @@ func TestKrtCpThroughAggregation(t *testing.T) {
 	require.NoError(t, os.Symlink("src/pkg/big.bin", filepath.Join(tree, "link")))
 	_, stderr, code = krt(nil, tree, "box:tree")
 	assert.Equal(t, 1, code, "a directory without -r is refused")
-	assert.Contains(t, stderr, "use -r")
+	assert.Contains(t, stderr, "copy it with -r")
 	_, stderr, code = krt(nil, "-r", tree, "box:tree")
 	require.Equal(t, 0, code, stderr)
 	copied := filepath.Join(dir, "copied")
