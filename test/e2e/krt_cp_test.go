@@ -1,7 +1,9 @@
 package e2e
 
 import (
+	"archive/tar"
 	"bytes"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -21,7 +23,9 @@ import (
 // TestKrtCpThroughAggregation: krt cp, the real binary through
 // kube-apiserver's aggregation, copies a file into a sandbox and back
 // byte for byte, from stdin and to stdout, and a missing file is exit 1
-// with the server's message and the local destination untouched.
+// with the server's message and the local destination untouched; with -r a
+// directory's contents go in and come back (files, modes, links), and to
+// stdout as a tar archive.
 func TestKrtCpThroughAggregation(t *testing.T) {
 	f := framework.Get(t)
 	client := controllersClient(t, f)
@@ -81,4 +85,43 @@ func TestKrtCpThroughAggregation(t *testing.T) {
 
 	_, _, code = krt(nil, local, filepath.Join(dir, "x"))
 	assert.Equal(t, 2, code, "two local sides are a usage error")
+
+	// -r: a directory's contents, up as a tar made on the fly and down
+	// as the sandbox's archive of it.
+	tree := filepath.Join(dir, "tree")
+	require.NoError(t, os.MkdirAll(filepath.Join(tree, "src/pkg"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(tree, "src/pkg/big.bin"), data, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(tree, "run.sh"), []byte("#!/bin/sh\necho hi\n"), 0o755))
+	require.NoError(t, os.Symlink("src/pkg/big.bin", filepath.Join(tree, "link")))
+	_, stderr, code = krt(nil, tree, "box:tree")
+	assert.Equal(t, 1, code, "a directory without -r is refused")
+	assert.Contains(t, stderr, "copy it with -r")
+	_, stderr, code = krt(nil, "-r", tree, "box:tree")
+	require.Equal(t, 0, code, stderr)
+	copied := filepath.Join(dir, "copied")
+	_, stderr, code = krt(nil, "-r", "box:tree", copied)
+	require.Equal(t, 0, code, stderr)
+	assert.Empty(t, stderr, "nothing skipped")
+	got, err = os.ReadFile(filepath.Join(copied, "src/pkg/big.bin"))
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(data, got), "the tree's file came back as it went")
+	fi, err := os.Stat(filepath.Join(copied, "run.sh"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o755), fi.Mode().Perm(), "modes go both ways")
+	target, err := os.Readlink(filepath.Join(copied, "link"))
+	require.NoError(t, err)
+	assert.Equal(t, "src/pkg/big.bin", target, "a link goes as a link")
+	stdout, stderr, code = krt(nil, "-r", "box:tree/src", "-")
+	require.Equal(t, 0, code, stderr)
+	names := map[string]bool{}
+	tr := tar.NewReader(strings.NewReader(stdout))
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			require.ErrorIs(t, err, io.EOF)
+			break
+		}
+		names[hdr.Name] = true
+	}
+	assert.True(t, names["pkg/big.bin"], "with -, the archive goes to stdout: %v", names)
 }

@@ -12,6 +12,9 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	kruntimesv1alpha1 "kruntimes.io/kruntimes/apis/kruntimes/v1alpha1"
+	typedv1alpha1 "kruntimes.io/kruntimes/client/clientset/versioned/typed/kruntimes/v1alpha1"
 )
 
 // cpOptions are krt cp's source and destination: exactly one of them is in
@@ -22,13 +25,16 @@ type cpOptions struct {
 
 	sandbox, remote, local string
 	upload                 bool
+	// recursive copies a directory's contents, as a tar archive on the
+	// way.
+	recursive bool
 }
 
 func newCmdCp(flags *genericclioptions.ConfigFlags, streams genericiooptions.IOStreams, code *int) *cobra.Command {
 	o := &cpOptions{configFlags: flags, IOStreams: streams}
 	cmd := &cobra.Command{
-		Use:   "cp SRC DST [-n NAMESPACE]",
-		Short: "Copy a file into or out of a sandbox, of any size",
+		Use:   "cp [-r] SRC DST [-n NAMESPACE]",
+		Short: "Copy a file or a directory into or out of a sandbox, of any size",
 		Long: `Copy one file between this machine and a sandbox (a function Run with the
 handler kruntimes.sandbox), as kubectl cp copies one to a Pod: the side in
 the sandbox is SANDBOX:PATH, with PATH in its workspace (relative to it, or
@@ -38,9 +44,18 @@ one there atomically (missing directories are made), and neither side holds
 the whole file. Through kube-apiserver a copy must end within its request
 timeout (60 s by default).
 
+With -r, SRC is a directory whose contents go into the directory DST (made
+when missing, merged with what is there), as tar -x -C DST would put them:
+files, directories and symbolic links (stored as links, never followed).
+Into a sandbox, the copy is all or nothing; out of one, entries that would
+leave DST (a link pointing out of it) are skipped and named on stderr. With
+-r, - is a tar archive on stdin or stdout.
+
   krt cp data.csv box:input/data.csv
   krt cp box:out/report.pdf report.pdf
-  tar cz src | krt cp - box:src.tgz`,
+  krt cp -r ./src box:src
+  krt cp -r box:results ./results
+  krt cp -r box:results - | tar tv`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.Complete(args); err != nil {
@@ -54,6 +69,7 @@ timeout (60 s by default).
 			return nil
 		},
 	}
+	cmd.Flags().BoolVarP(&o.recursive, "recursive", "r", false, "Copy the contents of the directory SRC into the directory DST.")
 	return cmd
 }
 
@@ -90,13 +106,28 @@ func remotePath(arg string) (sandbox, path string, ok bool) {
 	return sandbox, path, true
 }
 
-// Run copies the file.
+// Run copies the file, or with -r the directory.
 func (o *cpOptions) Run(ctx context.Context) error {
 	runs, _, err := clientFor(o.configFlags)
 	if err != nil {
 		return err
 	}
 	if o.upload {
+		if o.local != "-" {
+			fi, err := os.Stat(o.local)
+			if err != nil {
+				return err
+			}
+			if fi.IsDir() != o.recursive {
+				if o.recursive {
+					return fmt.Errorf("%s is not a directory: copy a file without -r", o.local)
+				}
+				return fmt.Errorf("%s is a directory: copy it with -r", o.local)
+			}
+		}
+		if o.recursive {
+			return o.putDirectory(ctx, runs)
+		}
 		in := io.Reader(o.In)
 		if o.local != "-" {
 			f, err := os.Open(o.local)
@@ -109,16 +140,45 @@ func (o *cpOptions) Run(ctx context.Context) error {
 		_, err := runs.PutFile(ctx, o.sandbox, o.remote, in)
 		return err
 	}
-	body, err := runs.GetFile(o.sandbox, o.remote).Stream(ctx)
+	req := runs.GetFile(o.sandbox, o.remote)
+	if o.recursive {
+		req = runs.GetArchive(o.sandbox, o.remote, kruntimesv1alpha1.RunFilesArchiveTar)
+	}
+	body, err := req.Stream(ctx)
 	if err != nil {
 		return err
 	}
 	defer body.Close()
-	if o.local == "-" {
+	switch {
+	case o.local == "-":
 		_, err = io.Copy(o.Out, body)
 		return err
+	case o.recursive:
+		out, err := extractTar(body, o.local)
+		for _, s := range out.skipped {
+			fmt.Fprintf(o.ErrOut, "krt cp: skipped %s: it would leave %s, or is not a file, directory or link\n", s, o.local)
+		}
+		if err != nil {
+			return fmt.Errorf("the copy broke off after %d files: %w; what was copied stays in %s", out.files, err, o.local)
+		}
+		return nil
 	}
 	return writeAtomically(o.local, body)
+}
+
+// putDirectory streams the local directory (or, for -, the tar archive on
+// stdin) into the sandbox, tarred as it is read.
+func (o *cpOptions) putDirectory(ctx context.Context, runs typedv1alpha1.RunInterface) error {
+	archive := io.Reader(o.In)
+	if o.local != "-" {
+		pr, pw := io.Pipe()
+		go func() { pw.CloseWithError(tarDirectory(o.local, pw)) }()
+		// Whatever ends the copy, the walk ends with it.
+		defer pr.Close()
+		archive = pr
+	}
+	_, _, err := runs.PutArchive(ctx, o.sandbox, o.remote, archive)
+	return err
 }
 
 // writeAtomically writes what r reads to path through a temporary file

@@ -59,6 +59,50 @@ type RunExpansion interface {
 	// what body reads, streamed, atomically, and returns the bytes
 	// written. It is sent once: body is read as it goes.
 	PutFile(ctx context.Context, name, path string, body io.Reader) (int64, error)
+	// GetArchive returns the request for the directory dir of the sandbox
+	// name's workspace as an archive of format (runs/files?archive=):
+	// Stream(ctx) reads it as the sandbox walks the directory.
+	GetArchive(name, dir string, format kruntimesv1alpha1.RunFilesArchive) *rest.Request
+	// PutArchive streams archive, a tar archive (gzip-compressed or not),
+	// into the sandbox name, which extracts it into the directory dir
+	// (runs/files?extract=tar), all or nothing; it returns the regular
+	// files extracted and their bytes. It is sent once.
+	PutArchive(ctx context.Context, name, dir string, archive io.Reader) (files, bytes int64, err error)
+}
+
+// GetArchive implements RunExpansion.
+func (c *runs) GetArchive(name, dir string, format kruntimesv1alpha1.RunFilesArchive) *rest.Request {
+	return c.GetClient().Get().
+		Namespace(c.GetNamespace()).
+		Resource("runs").
+		Name(name).
+		SubResource("files").
+		VersionedParams(&kruntimesv1alpha1.RunFilesOptions{Path: dir, Archive: string(format)}, scheme.ParameterCodec)
+}
+
+// PutArchive implements RunExpansion.
+func (c *runs) PutArchive(ctx context.Context, name, dir string, archive io.Reader) (int64, int64, error) {
+	raw, err := c.GetClient().Put().
+		Namespace(c.GetNamespace()).
+		Resource("runs").
+		Name(name).
+		SubResource("files").
+		VersionedParams(&kruntimesv1alpha1.RunFilesOptions{Path: dir, Extract: string(kruntimesv1alpha1.RunFilesExtractTar)}, scheme.ParameterCodec).
+		SetHeader("Content-Type", "application/octet-stream").
+		Body(archive).
+		MaxRetries(0).
+		Do(ctx).Raw()
+	if err != nil {
+		return 0, 0, err
+	}
+	var extracted struct {
+		Files int64 `json:"files"`
+		Bytes int64 `json:"bytes"`
+	}
+	if err := json.Unmarshal(raw, &extracted); err != nil {
+		return 0, 0, fmt.Errorf("read the answer of PUT runs/%s/files?extract=tar: %w", name, err)
+	}
+	return extracted.Files, extracted.Bytes, nil
 }
 
 // GetFile implements RunExpansion.

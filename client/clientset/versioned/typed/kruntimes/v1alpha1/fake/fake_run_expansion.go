@@ -89,3 +89,37 @@ func (c *fakeRuns) PutFile(ctx context.Context, name, path string, body io.Reade
 	}
 	return io.Copy(io.Discard, body)
 }
+
+// GetArchive records a get of runs/files with an archive and returns a
+// request that answers "fake archive".
+func (c *fakeRuns) GetArchive(name, dir string, format kruntimesv1alpha1.RunFilesArchive) *rest.Request {
+	action := testing.GenericActionImpl{}
+	action.Verb = "get"
+	action.Namespace = c.Namespace()
+	action.Resource = runsResource()
+	action.Subresource = "files"
+	action.Value = &kruntimesv1alpha1.RunFilesOptions{Path: dir, Archive: string(format)}
+	_, _ = c.Fake.Invokes(action, &kruntimesv1alpha1.Run{})
+	client := &fakerest.RESTClient{
+		Client: fakerest.CreateHTTPClient(func(*http.Request) (*http.Response, error) {
+			return &http.Response{StatusCode: http.StatusOK, Body: io.NopCloser(strings.NewReader("fake archive"))}, nil
+		}),
+	}
+	return client.Request()
+}
+
+// PutArchive records an update of runs/files with extract=tar and reads
+// archive whole, as the server would; it counts no files.
+func (c *fakeRuns) PutArchive(ctx context.Context, name, dir string, archive io.Reader) (int64, int64, error) {
+	action := testing.GenericActionImpl{}
+	action.Verb = "update"
+	action.Namespace = c.Namespace()
+	action.Resource = runsResource()
+	action.Subresource = "files"
+	action.Value = &kruntimesv1alpha1.RunFilesOptions{Path: dir, Extract: string(kruntimesv1alpha1.RunFilesExtractTar)}
+	if _, err := c.Fake.Invokes(action, &kruntimesv1alpha1.Run{}); err != nil {
+		return 0, 0, err
+	}
+	n, err := io.Copy(io.Discard, archive)
+	return 0, n, err
+}
