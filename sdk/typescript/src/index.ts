@@ -43,6 +43,7 @@ export {
   type StartOptions,
   type EntryInfo,
   type EntryList,
+  type Downloaded,
   type Extracted,
   type TransferOptions,
   type ListOptions,

@@ -10,6 +10,9 @@
 import fs from 'node:fs';
 import type http from 'node:http';
 import { Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+
+import tarFs, { type TarHeader } from 'tar-fs';
 
 import { FunctionError, KruntimesError, NotFound, PayloadTooLarge, Unavailable, WaitTimeout, errorFor } from './errors.js';
 import { Function, MAX_INPUT_BYTES, durationString, envList, type EnvValue, type RunObject } from './functions.js';
@@ -48,6 +51,22 @@ export interface Extracted {
   path: string;
   files: number;
   bytes: number;
+}
+
+/** What files.downloadDir extracted into `localDir`: the regular files
+ * and their bytes, and the entries it left out (neither a file, a
+ * directory nor a link). */
+export interface Downloaded {
+  localDir: string;
+  files: number;
+  bytes: number;
+  skipped: string[];
+}
+
+/** The query of a runs/files request beside its path. */
+interface FilesQuery {
+  extract?: string;
+  archive?: string;
 }
 
 /** How a streamed transfer (runs/files) is sent: `timeoutMs` bounds how
@@ -565,7 +584,56 @@ export class Files {
    * or a digest when it matters); destroy it to stop early.
    */
   async download(path: string, opts: TransferOptions = {}): Promise<Readable> {
-    const res = await this.open('GET', path, undefined, undefined, opts);
+    return this.stream(path, {}, opts);
+  }
+
+  /**
+   * The directory `dir` as a tar archive, gzip-compressed with `gzip`,
+   * written by the sandbox as it walks it (`GET runs/NAME/files?archive=`,
+   * `get runs/files`): entries relative to `dir`, depth first; directories,
+   * regular files (mode and modification time kept) and symbolic links,
+   * stored as links, never followed. A Node Readable, as {@link download}'s;
+   * a file that shrinks while it is read breaks the stream off.
+   */
+  async downloadTar(dir: string, opts: TransferOptions & { gzip?: boolean } = {}): Promise<Readable> {
+    return this.stream(dir, { archive: opts.gzip ? 'tar.gz' : 'tar' }, opts);
+  }
+
+  /**
+   * Downloads the contents of the directory `dir` into the local directory
+   * `localDir` (made when missing, merged with what is there, as
+   * `tar -x -C` would), extracted as the archive arrives. Nothing is
+   * written outside `localDir`: tar-fs refuses names and links that leave
+   * it, which stops the download with an error; entries other than files,
+   * directories and links are skipped and named in `skipped`. Owners are
+   * not set. What was extracted before an error stays.
+   */
+  async downloadDir(dir: string, localDir: string, opts: TransferOptions = {}): Promise<Downloaded> {
+    const archive = await this.downloadTar(dir, opts);
+    const out: Downloaded = { localDir, files: 0, bytes: 0, skipped: [] };
+    await fs.promises.mkdir(localDir, { recursive: true });
+    const extract = tarFs.extract(localDir, {
+      chown: false,
+      ignore: (_name: string, header?: TarHeader) => {
+        if (header === undefined) return false;
+        if (header.type === 'file') {
+          out.files++;
+          out.bytes += header.size ?? 0;
+          return false;
+        }
+        if (header.type === 'directory' || header.type === 'symlink') return false;
+        out.skipped.push(header.name);
+        return true;
+      },
+    });
+    await pipeline(archive, extract);
+    return out;
+  }
+
+  /** The answer to a GET of runs/files, as a Readable that errors with a
+   * KruntimesError when it breaks off. */
+  private async stream(path: string, query: FilesQuery, opts: TransferOptions): Promise<Readable> {
+    const res = await this.open('GET', path, undefined, query, opts);
     const { name } = this.sandbox;
     async function* bytes(): AsyncGenerator<Buffer> {
       try {
@@ -591,7 +659,7 @@ export class Files {
   }
 
   private async put(path: string, data: ByteSource, extract: string | undefined, opts: TransferOptions): Promise<any> {
-    const res = await this.open('PUT', path, byteChunks(data), extract, opts);
+    const res = await this.open('PUT', path, byteChunks(data), { extract }, opts);
     const body = await readAll(res, this.sandbox.name);
     try {
       return JSON.parse(body.toString('utf8'));
@@ -604,7 +672,7 @@ export class Files {
 
   /** Sends one runs/files request and resolves with its 200 answer, or
    * throws the error an answer or its absence means. */
-  private async open(method: string, path: string, body: AsyncIterable<Uint8Array> | undefined, extract: string | undefined, opts: TransferOptions): Promise<http.IncomingMessage> {
+  private async open(method: string, path: string, body: AsyncIterable<Uint8Array> | undefined, query: FilesQuery, opts: TransferOptions): Promise<http.IncomingMessage> {
     this.sandbox.assertOpen();
     const { transport, name } = this.sandbox;
     let res: http.IncomingMessage;
@@ -612,7 +680,7 @@ export class Files {
       res = await transport.open({
         method,
         path: runsPath(this.sandbox.fn.namespace, name, 'files'),
-        query: { path, extract },
+        query: { path, ...query },
         body,
         headers: body === undefined ? { Accept: '*/*' } : { 'Content-Type': 'application/octet-stream' },
         signal: opts.signal,

@@ -1,5 +1,5 @@
 // The part of tar-fs (no types of its own) the SDK uses: pack, whose
-// stream (a streamx Readable) is async-iterable.
+// stream (a streamx Readable) is async-iterable, and extract, a Writable.
 declare module 'tar-fs' {
   export interface PackOptions {
     umask?: number;
@@ -8,6 +8,16 @@ declare module 'tar-fs' {
     strict?: boolean;
   }
   export function pack(cwd: string, opts?: PackOptions): AsyncIterable<Uint8Array>;
-  const tarFs: { pack: typeof pack };
+  export interface TarHeader {
+    name: string;
+    type: string;
+    size?: number;
+  }
+  export interface ExtractOptions {
+    chown?: boolean;
+    ignore?: (name: string, header?: TarHeader) => boolean;
+  }
+  export function extract(cwd: string, opts?: ExtractOptions): NodeJS.WritableStream;
+  const tarFs: { pack: typeof pack; extract: typeof extract };
   export default tarFs;
 }

@@ -320,3 +320,46 @@ test('a closed sandbox sends no transfer', async (t) => {
   await assert.rejects(sb.files.download('x'), /is closed/);
   assert.equal(requests.length, before);
 });
+
+test('files.downloadTar asks for the archive; downloadDir extracts it into a local directory, nothing outside it', async (t) => {
+  // The archive the sandbox would answer, made by the system's tar.
+  const src = tmpdir(t);
+  fs.mkdirSync(path.join(src, 'a/b'), { recursive: true });
+  fs.writeFileSync(path.join(src, 'a/b/data.bin'), randomBytes(300 << 10));
+  fs.writeFileSync(path.join(src, 'run.sh'), '#!/bin/sh\n', { mode: 0o755 });
+  fs.symlinkSync('a/b/data.bin', path.join(src, 'link'));
+  execFileSync('mkfifo', [path.join(src, 'pipe')]);
+  const good = execFileSync('tar', ['-c', '-C', src, 'a', 'run.sh', 'link', 'pipe']);
+  const parent = tmpdir(t);
+  fs.mkdirSync(path.join(parent, 'outside'));
+  // A hostile one: a link out of the directory, then a file through it.
+  const hostileSrc = tmpdir(t);
+  fs.symlinkSync(path.join(parent, 'outside'), path.join(hostileSrc, 'esc'));
+  const hostile = execFileSync('tar', ['-c', '-C', hostileSrc, 'esc']);
+
+  let archive = good;
+  const { sb, requests } = await sandbox(t, (req, res) => {
+    res.writeHead(200, { 'Content-Type': 'application/x-tar' });
+    res.end(archive);
+  });
+  const chunks = [];
+  for await (const c of await sb.files.downloadTar('src', { gzip: true })) chunks.push(c);
+  assert.ok(Buffer.concat(chunks).equals(good), 'the archive as the sandbox answered it');
+  assert.equal(requests.at(-1).query.get('path'), 'src');
+  assert.equal(requests.at(-1).query.get('archive'), 'tar.gz');
+
+  const dst = path.join(parent, 'dst');
+  const out = await sb.files.downloadDir('src', dst);
+  assert.equal(requests.at(-1).query.get('archive'), 'tar');
+  assert.equal(out.files, 2);
+  assert.equal(out.bytes, (300 << 10) + '#!/bin/sh\n'.length);
+  assert.deepEqual(out.skipped, ['pipe'], 'a FIFO is no file: skipped and named');
+  assert.ok(fs.readFileSync(path.join(dst, 'a/b/data.bin')).equals(fs.readFileSync(path.join(src, 'a/b/data.bin'))));
+  assert.equal(fs.statSync(path.join(dst, 'run.sh')).mode & 0o777, 0o755);
+  assert.equal(fs.readlinkSync(path.join(dst, 'link')), 'a/b/data.bin', 'a link comes as a link');
+
+  archive = hostile;
+  await assert.rejects(sb.files.downloadDir('src', path.join(parent, 'dst2')), /not a valid symlink/);
+  assert.deepEqual(fs.readdirSync(path.join(parent, 'outside')), [], 'nothing was written outside');
+  assert.equal(fs.existsSync(path.join(parent, 'dst2', 'esc')), false, 'the link out was not made');
+});

@@ -78,6 +78,15 @@ test('sandbox files: a few MiB round trip streamed, a directory uploaded and rea
   const throughLink = await sb.runCode("hashlib.sha256(open('work/proj/link', 'rb').read()).hexdigest()");
   assert.equal(throughLink.result, sha256(lib));
 
+  // And back out, as the sandbox's archive of the directory.
+  const back = path.join(local, 'back');
+  const downloaded = await sb.files.downloadDir('work/proj', back);
+  assert.deepEqual(downloaded, { localDir: back, files: 3, bytes: lib.length + 19, skipped: [] });
+  assert.equal(sha256(fs.readFileSync(path.join(back, 'src/pkg/lib.bin'))), sha256(lib));
+  assert.equal(fs.statSync(path.join(back, 'src/run.sh')).mode & 0o777, 0o755);
+  assert.equal(fs.readlinkSync(path.join(back, 'link')), 'src/pkg/lib.bin');
+  assert.ok(fs.statSync(path.join(back, 'empty')).isDirectory());
+
   // An archive of one's own, gzip-compressed, from a file.
   execFileSync('tar', ['-czf', path.join(local, 'more.tgz'), '-C', proj, 'src']);
   assert.deepEqual(await sb.files.uploadTar('work/copy', fs.createReadStream(path.join(local, 'more.tgz'))), {
