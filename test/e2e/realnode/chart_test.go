@@ -39,7 +39,8 @@ const chartPVC = "kruntimes-data"
 // StorageClass's volume, and kube-apiserver reaches the aggregated API
 // through its Service's ClusterIP (kube-proxy), without
 // --enable-aggregator-routing. The README quickstart then passes through
-// it, and helm uninstall leaves nothing but the PVC the chart keeps.
+// it; a Ready function whose Pod is deleted comes back on a new Pod; and
+// helm uninstall leaves nothing but the PVC the chart keeps.
 func TestRealNodeChartWithDefaults(t *testing.T) {
 	root := requireRealNode(t)
 	image := pythonRuntimeImage(t, root)
@@ -112,6 +113,27 @@ func TestRealNodeChartWithDefaults(t *testing.T) {
 	run("kubectl", example("run-function.yaml"), "create", "-f", "-")
 	run("kubectl", "", "wait", "--for=condition=Ready", "run/echo", "--timeout=2m")
 	assert.Contains(t, run("krt", "", "invoke", "echo", "--data", `{"hello":"world"}`), `"echo":{"hello":"world"}`)
+
+	t.Run("a Runtime Pod deleted under a Ready function: it comes back Ready on a new Pod", func(t *testing.T) {
+		old := run("kubectl", "", "get", "run", "echo", "-o", "jsonpath={.status.assignedPod}")
+		require.NotEmpty(t, old)
+		run("kubectl", "", "delete", "pod", old, "--wait=false")
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, time.Second, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+			cmd := exec.CommandContext(ctx, filepath.Join(root, "bin", "kubectl"), "get", "run", "echo", "-o",
+				`jsonpath={.status.phase} {.status.assignedPod} {.status.conditions[?(@.type=="Ready")].status}`)
+			cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.Config().KubeconfigPath)
+			out, err := cmd.Output()
+			if err != nil {
+				return false, nil
+			}
+			last = string(out)
+			fields := strings.Fields(last)
+			return len(fields) == 3 && fields[0] == "Ready" && fields[1] != old && fields[2] == "True", nil
+		})
+		require.NoError(t, err, "the function is Ready on another Pod (phase, Pod, Ready: %q)", last)
+		assert.Contains(t, run("krt", "", "invoke", "echo", "--data", `{"again":true}`), `"echo":{"again":true}`)
+	})
 
 	// Uninstall as the README says: Runs and Runtimes first, while the
 	// controllers still run, then helm uninstall.
